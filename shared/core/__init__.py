@@ -1,0 +1,1 @@
+"""The policy core: imports only the standard library and itself."""

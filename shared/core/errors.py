@@ -1,0 +1,218 @@
+"""Casekeeper's errors: one tree, so a trigger settles a message from the type alone.
+
+::
+
+    CasekeeperError                      retryable  meaning
+    ├── ConfigurationError               no         settings missing or invalid
+    ├── InvalidEvent                     no         malformed or impossible event: set it aside
+    ├── StoreError                                  a storage backend failed
+    │   ├── StoreUnavailable             yes        transient: throttled, timed out, unreachable
+    │   ├── AlreadyExists                no         create found the document already there
+    │   └── ConcurrencyConflict          yes        a conditional write lost (ETag / row version)
+    ├── CaseError                                   about one case
+    │   ├── CaseNotFound                 no         no such case
+    │   └── InvalidProposal              no         a proposal the facts do not allow
+    ├── EffectError                                 about one guarded side effect (key, case, action)
+    │   ├── EffectInFlight               yes        another attempt is mid-call: retry after ``retry_after``
+    │   ├── NeedsReconciliation          no         started long ago, outcome unknown: never retry blindly
+    │   ├── EffectFailed                 no         the downstream definitely refused (recorded)
+    │   ├── StaleDecision                no         the case moved on since the decision: decide again
+    │   └── OutcomeAlreadyRecorded       no         a late outcome lost to one recorded meanwhile
+    └── DownstreamError                             raised by a callee, read by the ledger
+        ├── DownstreamRejected           no         definite refusal (a 4xx): recorded as ``failed``
+        └── OutcomeUnknown               yes        timeout, 5xx, reset: the row stays ``started``
+
+``retryable`` says whether trying the same thing again later can help. Context travels as attributes
+(case id, key, versions), never only in the message text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class CasekeeperError(Exception):
+    """Root of every error Casekeeper raises on purpose."""
+
+    retryable: ClassVar[bool] = False
+
+
+class ConfigurationError(CasekeeperError):
+    """Settings are missing or invalid; ``missing`` lists every missing name at once."""
+
+    def __init__(self, message: str, *, missing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class InvalidEvent(CasekeeperError):
+    """An event that is malformed, or impossible for its case: it is set aside, never retried."""
+
+    def __init__(self, reason: str, *, case_id: str | None = None, fields: dict[str, str] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.case_id = case_id
+        self.fields = dict(fields or {})
+
+
+# --- storage -----------------------------------------------------------------------------------
+
+
+class StoreError(CasekeeperError):
+    """A storage backend failed; subclasses say how."""
+
+    def __init__(self, message: str, *, container: str | None = None, doc_id: str | None = None) -> None:
+        super().__init__(message)
+        self.container = container
+        self.doc_id = doc_id
+
+
+class StoreUnavailable(StoreError):
+    """The backend is throttling, timed out or cannot be reached; trying later can help."""
+
+    retryable = True
+
+
+class AlreadyExists(StoreError):
+    """A create found a document with the same id in the same partition."""
+
+
+class ConcurrencyConflict(StoreError):
+    """A conditional write lost: the document changed (or vanished) since it was read."""
+
+    retryable = True
+
+
+# --- cases -------------------------------------------------------------------------------------
+
+
+class CaseError(CasekeeperError):
+    """About one case."""
+
+    def __init__(self, message: str, *, case_id: str) -> None:
+        super().__init__(message)
+        self.case_id = case_id
+
+
+class CaseNotFound(CaseError):
+    """No case with this id exists."""
+
+    def __init__(self, case_id: str) -> None:
+        super().__init__(f"case {case_id!r} not found", case_id=case_id)
+
+
+class InvalidProposal(CaseError):
+    """A proposal that the case's facts or status do not allow; it is never executed."""
+
+    def __init__(self, reason: str, *, case_id: str, proposal: dict[str, Any] | None = None) -> None:
+        super().__init__(f"invalid proposal for case {case_id!r}: {reason}", case_id=case_id)
+        self.reason = reason
+        self.proposal = dict(proposal or {})
+
+
+# --- effects -----------------------------------------------------------------------------------
+
+
+class EffectError(CasekeeperError):
+    """About one guarded side effect, identified by its key."""
+
+    def __init__(self, message: str, *, key: str, case_id: str, action: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.case_id = case_id
+        self.action = action
+
+
+class EffectInFlight(EffectError):
+    """Another attempt holds the claim and is within its call timeout; re-read after ``retry_after``."""
+
+    retryable = True
+
+    def __init__(self, *, key: str, case_id: str, action: str, retry_after: float) -> None:
+        super().__init__(
+            f"effect {action} for case {case_id!r} is in flight; retry after {retry_after:.1f}s",
+            key=key,
+            case_id=case_id,
+            action=action,
+        )
+        self.retry_after = retry_after
+
+
+class NeedsReconciliation(EffectError):
+    """The effect started and its outcome is unknown; only a lookup by key or a person may settle it."""
+
+    def __init__(self, *, key: str, case_id: str, action: str, age: float | None, reason: str) -> None:
+        super().__init__(
+            f"effect {action} for case {case_id!r} needs reconciliation: {reason}",
+            key=key,
+            case_id=case_id,
+            action=action,
+        )
+        self.age = age
+        self.reason = reason
+
+
+class EffectFailed(EffectError):
+    """The downstream definitely refused this effect; the refusal is recorded and re-raised."""
+
+    def __init__(self, *, key: str, case_id: str, action: str, reason: str) -> None:
+        super().__init__(
+            f"effect {action} for case {case_id!r} failed: {reason}", key=key, case_id=case_id, action=action
+        )
+        self.reason = reason
+
+
+class StaleDecision(EffectError):
+    """The case's version moved since the decision was made; nothing was called. Decide again."""
+
+    def __init__(
+        self, *, key: str, case_id: str, action: str, decided_on_version: int, current_version: int | None
+    ) -> None:
+        super().__init__(
+            f"decision on case {case_id!r} v{decided_on_version} is stale (case is at v{current_version})",
+            key=key,
+            case_id=case_id,
+            action=action,
+        )
+        self.decided_on_version = decided_on_version
+        self.current_version = current_version
+
+
+class OutcomeAlreadyRecorded(EffectError):
+    """An outcome arrived for an effect that is no longer ``started``; the recorded one stands."""
+
+    def __init__(self, *, key: str, case_id: str, action: str, recorded_status: str) -> None:
+        super().__init__(
+            f"effect {action} for case {case_id!r} already has outcome {recorded_status!r}",
+            key=key,
+            case_id=case_id,
+            action=action,
+        )
+        self.recorded_status = recorded_status
+
+
+# --- downstream --------------------------------------------------------------------------------
+
+
+class DownstreamError(CasekeeperError):
+    """Raised by a guarded call to tell the ledger what the downstream said."""
+
+
+class DownstreamRejected(DownstreamError):
+    """The downstream definitely refused (a 4xx): the effect is recorded ``failed`` with ``reason``."""
+
+    def __init__(self, reason: str, *, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+class OutcomeUnknown(DownstreamError):
+    """Timeout, 5xx or dropped connection: the effect may or may not have happened."""
+
+    retryable = True
+
+    def __init__(self, reason: str, *, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status

@@ -1,0 +1,403 @@
+"""The effect ledger (rules R2-R4): an external call runs at most once per key.
+
+Terminology
+-----------
+effect
+    One call to the outside world (request a credit note), identified by its key
+    ``effect_key(case_id, action, decided_on_version)``.
+claim
+    Creating the effect's ``started`` row. Create first, read only when the create conflicts: the
+    happy path pays no read.
+outcome
+    ``done`` with the result, or ``failed`` with the reason of a definite refusal. Recorded with a
+    conditional write on the ``started`` row, so a late attempt cannot overwrite an outcome that
+    reconciliation (or a person) recorded meanwhile.
+
+State machine::
+
+    (absent) --claim--> started --call ok--------------> done
+                          |  \\--definite refusal-------> failed
+                          |   \\--case moved (R4)-------> failed (stale)
+                          |--unknown outcome: stays started; after the call timeout -->
+                          \\--reconciler/person--------> needs_reconciliation --person--> done | failed
+
+Sequence of :meth:`Ledger.run` on the happy path (four store round trips with the status commit)::
+
+    create effect(started) -> read case (version gate) -> call(key) -> replace effect(done, If-Match)
+    -> [caller] commit case status (If-Match, the case read by the gate)
+
+A ``started`` row found by someone else is judged by the **store's** clock: younger than the call
+timeout means another attempt is mid-call (``EffectInFlight``, with a retry-after); older means the
+outcome is unknown (``NeedsReconciliation``). Nothing here ever retries a started effect blindly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from shared.core.cases import Case, CaseRepository
+from shared.core.errors import (
+    AlreadyExists,
+    ConcurrencyConflict,
+    DownstreamRejected,
+    EffectFailed,
+    EffectInFlight,
+    NeedsReconciliation,
+    OutcomeAlreadyRecorded,
+    StaleDecision,
+)
+from shared.core.keys import effect_key
+from shared.core.ports import Document, DocumentStore, Query
+
+EFFECTS = "effects"
+DEFAULT_CALL_TIMEOUT = 120.0
+_HISTORY_LIMIT = 50
+
+log = logging.getLogger("casekeeper.ledger")
+
+Call = Callable[[str], Mapping[str, Any]]
+"""A guarded call: receives the effect key (to forward as ``Idempotency-Key``) and returns a JSON
+object. It raises ``DownstreamRejected`` for a definite refusal and ``OutcomeUnknown`` (or anything
+else) when it cannot tell whether the effect happened."""
+
+
+class EffectStatus(StrEnum):
+    STARTED = "started"
+    DONE = "done"
+    FAILED = "failed"
+    NEEDS_RECONCILIATION = "needs_reconciliation"
+
+
+OPEN_STATUSES = (EffectStatus.STARTED, EffectStatus.NEEDS_RECONCILIATION)
+"""Statuses without a known outcome: what reconciliation and operators look at."""
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One ledger row. ``ts`` (store clock) is when it last changed; for a ``started`` row, when the
+    current attempt started."""
+
+    key: str
+    case_id: str
+    action: str
+    case_version: int
+    status: EffectStatus
+    request: dict[str, Any]
+    result: dict[str, Any] | None
+    reason: str | None
+    stale: bool
+    attempts: int
+    resolution: dict[str, Any] | None
+    history: tuple[dict[str, Any], ...]
+    etag: str = field(repr=False)
+    ts: float
+
+    @classmethod
+    def from_document(cls, doc: Document) -> Effect:
+        b = doc.body
+        return cls(
+            key=doc.id,
+            case_id=str(b["caseId"]),
+            action=str(b["action"]),
+            case_version=int(b["caseVersion"]),
+            status=EffectStatus(b["status"]),
+            request=dict(b.get("request") or {}),
+            result=dict(b["result"]) if b.get("result") is not None else None,
+            reason=b.get("reason"),
+            stale=bool(b.get("stale", False)),
+            attempts=int(b.get("attempts", 1)),
+            resolution=dict(b["resolution"]) if b.get("resolution") else None,
+            history=tuple(dict(h) for h in b.get("history") or ()),
+            etag=doc.etag,
+            ts=doc.ts,
+        )
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "id": self.key,
+            "kind": "effect",
+            "caseId": self.case_id,
+            "action": self.action,
+            "caseVersion": self.case_version,
+            "status": self.status.value,
+            "request": self.request,
+            "result": self.result,
+            "reason": self.reason,
+            "stale": self.stale,
+            "attempts": self.attempts,
+            "resolution": self.resolution,
+            "history": list(self.history),
+        }
+
+
+@dataclass(frozen=True)
+class EffectOutcome:
+    """What :meth:`Ledger.run` returns for a ``done`` effect.
+
+    ``replayed`` is True when the result came from the ledger and no call was made. ``case`` is the
+    case as the version gate read it just before the call (``None`` when replayed): pass it to
+    ``CaseRepository.commit_status(expected=...)`` to commit without another read.
+    """
+
+    effect: Effect
+    replayed: bool
+    case: Case | None = None
+
+    @property
+    def result(self) -> dict[str, Any]:
+        assert self.effect.result is not None
+        return self.effect.result
+
+
+class Ledger:
+    """The effect ledger's policy, written once over any :class:`DocumentStore`."""
+
+    def __init__(self, store: DocumentStore, cases: CaseRepository, *, call_timeout: float = DEFAULT_CALL_TIMEOUT):
+        if call_timeout <= 0:
+            raise ValueError("call_timeout must be positive")
+        self._store = store
+        self._cases = cases
+        self.call_timeout = call_timeout
+
+    # --- the guarded call ---------------------------------------------------------------------
+
+    def run(
+        self,
+        *,
+        case_id: str,
+        action: str,
+        decided_on_version: int,
+        call: Call,
+        request: Mapping[str, Any] | None = None,
+    ) -> EffectOutcome:
+        """Run ``call`` at most once for (case, action, version).
+
+        Returns the outcome of a ``done`` effect (recorded now, or earlier). Raises:
+        ``StaleDecision`` (the case moved; nothing called), ``EffectFailed`` (definite refusal,
+        now or recorded earlier), ``EffectInFlight`` (another attempt is mid-call),
+        ``NeedsReconciliation`` (outcome unknown), and re-raises the call's ``OutcomeUnknown``
+        (or any other exception) after leaving the row ``started``.
+        """
+        key = effect_key(case_id, action, decided_on_version)
+        body = {
+            "id": key,
+            "kind": "effect",
+            "caseId": case_id,
+            "action": action,
+            "caseVersion": decided_on_version,
+            "status": EffectStatus.STARTED.value,
+            "request": dict(request or {}),
+            "result": None,
+            "reason": None,
+            "stale": False,
+            "attempts": 1,
+            "resolution": None,
+            "history": [{"status": "started", "attempt": 1}],
+        }
+        try:
+            claimed = Effect.from_document(self._store.create(EFFECTS, case_id, key, body))
+        except AlreadyExists:
+            existing = self.get(case_id, key)
+            if existing is None:  # deleted in between: only an operator does that; let the caller retry
+                raise ConcurrencyConflict(f"effect {key} vanished after a conflict", container=EFFECTS, doc_id=key)
+            return self._replay(existing)
+        return self._call_claimed(claimed, call)
+
+    def retry_same_key(self, effect: Effect, call: Call, *, source: str = "reconciler") -> EffectOutcome:
+        """Re-attempt a ``started`` effect with the same key (reconciliation, rule R3).
+
+        Only for an action whose downstream honours idempotency keys, after a lookup by key found
+        nothing. The re-attempt re-claims the row (``attempts + 1``, its start time now) and passes the
+        same version gate as any call. Raises as :meth:`run`; ``OutcomeAlreadyRecorded`` or
+        ``EffectInFlight`` when someone else moved the row first.
+        """
+        if effect.status is not EffectStatus.STARTED:
+            raise OutcomeAlreadyRecorded(
+                key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=effect.status.value
+            )
+        attempts = effect.attempts + 1
+        reclaimed = _evolve(effect, attempts=attempts, history_entry={"status": "started", "attempt": attempts, "source": source})
+        try:
+            doc = self._store.replace(EFFECTS, effect.case_id, effect.key, reclaimed.to_body(), etag=effect.etag)
+        except ConcurrencyConflict:
+            current = self.get(effect.case_id, effect.key)
+            if current is None:
+                raise
+            return self._replay(current)
+        return self._call_claimed(Effect.from_document(doc), call)
+
+    def _call_claimed(self, effect: Effect, call: Call) -> EffectOutcome:
+        case = self._cases.get(effect.case_id)
+        current_version = case.version if case is not None else None
+        if current_version != effect.case_version:
+            # Close the claim: left started, reconciliation would later see an unknown outcome.
+            reason = f"stale: decided on v{effect.case_version}, case is at v{current_version}"
+            self._try_record(effect, EffectStatus.FAILED, reason=reason, stale=True, source="version-gate")
+            raise StaleDecision(
+                key=effect.key,
+                case_id=effect.case_id,
+                action=effect.action,
+                decided_on_version=effect.case_version,
+                current_version=current_version,
+            )
+        try:
+            result = call(effect.key)
+        except DownstreamRejected as exc:
+            recorded, ours = self._try_record(effect, EffectStatus.FAILED, reason=exc.reason, source="call")
+            if not ours:  # someone recorded an outcome meanwhile: theirs stands
+                return self._replay(recorded)
+            raise EffectFailed(key=effect.key, case_id=effect.case_id, action=effect.action, reason=exc.reason) from exc
+        # Any other exception: outcome unknown. The row stays started; it propagates unchanged.
+        recorded, ours = self._try_record(effect, EffectStatus.DONE, result=dict(result), source="call")
+        if not ours:
+            return self._replay(recorded)
+        return EffectOutcome(recorded, replayed=False, case=case)
+
+    def _try_record(
+        self,
+        effect: Effect,
+        status: EffectStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        reason: str | None = None,
+        stale: bool = False,
+        source: str,
+    ) -> tuple[Effect, bool]:
+        """Record an outcome on our claim. Returns the row and whether our outcome is the one recorded:
+        if someone (reconciliation, a person) recorded one meanwhile, theirs stands."""
+        try:
+            return self.record_outcome(effect, status, result=result, reason=reason, stale=stale, source=source), True
+        except OutcomeAlreadyRecorded:
+            current = self.get(effect.case_id, effect.key)
+            if current is None:
+                raise
+            log.warning(
+                "late outcome discarded: effect %s is already %s",
+                effect.key,
+                current.status.value,
+                extra={"caseId": effect.case_id, "effectKey": effect.key, "discarded": status.value},
+            )
+            return current, False
+
+    def _replay(self, existing: Effect) -> EffectOutcome:
+        ctx = {"key": existing.key, "case_id": existing.case_id, "action": existing.action}
+        if existing.status is EffectStatus.DONE:
+            return EffectOutcome(existing, replayed=True)
+        if existing.status is EffectStatus.FAILED:
+            if existing.stale:
+                raise StaleDecision(**ctx, decided_on_version=existing.case_version, current_version=None)
+            raise EffectFailed(**ctx, reason=existing.reason or "failed")
+        if existing.status is EffectStatus.NEEDS_RECONCILIATION:
+            raise NeedsReconciliation(**ctx, age=None, reason=existing.reason or "marked for reconciliation")
+        age = self._store.now() - existing.ts
+        if age < self.call_timeout:
+            raise EffectInFlight(**ctx, retry_after=max(self.call_timeout - age, 0.0))
+        raise NeedsReconciliation(
+            **ctx, age=age, reason=f"started {age:.0f}s ago (call timeout {self.call_timeout:.0f}s), outcome unknown"
+        )
+
+    # --- what reconciliation and operators need -----------------------------------------------
+
+    def get(self, case_id: str, key: str) -> Effect | None:
+        doc = self._store.read(EFFECTS, case_id, key)
+        return Effect.from_document(doc) if doc is not None else None
+
+    def find(self, key: str) -> Effect | None:
+        """Find an effect by key alone (a cross-partition query: operator use)."""
+        docs = self._store.query(EFFECTS, Query(equals={"id": key}, limit=1))
+        return Effect.from_document(docs[0]) if docs else None
+
+    def for_case(self, case_id: str) -> list[Effect]:
+        docs = self._store.query(EFFECTS, Query(partition=case_id, order_by_ts="asc"))
+        return [Effect.from_document(d) for d in docs]
+
+    def started_older_than(self, age: float) -> list[Effect]:
+        """``started`` effects whose current attempt began more than ``age`` seconds ago (store clock)."""
+        cutoff = self._store.now() - age
+        docs = self._store.query(
+            EFFECTS, Query(equals={"status": EffectStatus.STARTED.value}, ts_before=cutoff, order_by_ts="asc")
+        )
+        return [Effect.from_document(d) for d in docs]
+
+    def with_status(self, *statuses: EffectStatus) -> list[Effect]:
+        found: list[Effect] = []
+        for status in statuses:
+            docs = self._store.query(EFFECTS, Query(equals={"status": status.value}, order_by_ts="asc"))
+            found.extend(Effect.from_document(d) for d in docs)
+        return found
+
+    def age(self, effect: Effect) -> float:
+        """Seconds since the effect last changed, by the store's clock."""
+        return self._store.now() - effect.ts
+
+    def record_outcome(
+        self,
+        effect: Effect,
+        status: EffectStatus,
+        *,
+        result: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+        stale: bool = False,
+        source: str,
+        resolution: Mapping[str, Any] | None = None,
+    ) -> Effect:
+        """Record ``done`` (with ``result``) or ``failed`` (with ``reason``) on an effect without one.
+
+        Conditional on the row being unchanged since ``effect`` was read and still open (``started``
+        or ``needs_reconciliation``). Raises ``OutcomeAlreadyRecorded`` when it already has an
+        outcome or changed meanwhile (re-read and look).
+        """
+        if status is EffectStatus.DONE and result is None:
+            raise ValueError("a done outcome needs a result")
+        if status is EffectStatus.FAILED and not reason:
+            raise ValueError("a failed outcome needs a reason")
+        if status not in (EffectStatus.DONE, EffectStatus.FAILED):
+            raise ValueError(f"not an outcome: {status}")
+        if effect.status not in OPEN_STATUSES:
+            raise OutcomeAlreadyRecorded(
+                key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=effect.status.value
+            )
+        updated = _evolve(
+            effect,
+            status=status,
+            result=dict(result) if result is not None else None,
+            reason=reason,
+            stale=stale,
+            resolution=dict(resolution) if resolution is not None else effect.resolution,
+            history_entry={"status": status.value, "source": source, **({"reason": reason} if reason else {})},
+        )
+        return self._conditional_replace(effect, updated)
+
+    def mark_needs_reconciliation(self, effect: Effect, reason: str, *, source: str = "reconciler") -> Effect:
+        """Escalate a ``started`` effect to a person. Raises ``OutcomeAlreadyRecorded`` when it moved."""
+        if effect.status is not EffectStatus.STARTED:
+            raise OutcomeAlreadyRecorded(
+                key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=effect.status.value
+            )
+        updated = _evolve(
+            effect,
+            status=EffectStatus.NEEDS_RECONCILIATION,
+            reason=reason,
+            history_entry={"status": EffectStatus.NEEDS_RECONCILIATION.value, "source": source, "reason": reason},
+        )
+        return self._conditional_replace(effect, updated)
+
+    def _conditional_replace(self, effect: Effect, updated: Effect) -> Effect:
+        try:
+            doc = self._store.replace(EFFECTS, effect.case_id, effect.key, updated.to_body(), etag=effect.etag)
+        except ConcurrencyConflict as exc:
+            current = self.get(effect.case_id, effect.key)
+            recorded = current.status.value if current is not None else "deleted"
+            raise OutcomeAlreadyRecorded(
+                key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=recorded
+            ) from exc
+        return Effect.from_document(doc)
+
+
+def _evolve(effect: Effect, *, history_entry: dict[str, Any], **changes: Any) -> Effect:
+    history = (effect.history + (history_entry,))[-_HISTORY_LIMIT:]
+    return replace(effect, history=history, **changes)

@@ -1,0 +1,121 @@
+"""The storage port: the few conditional-write primitives every backend supplies.
+
+All of Casekeeper's records (cases, the effect ledger, checkpoints, health records) are JSON documents
+in named containers. A document lives in one partition (Cosmos DB's logical partition key); the policy
+code above this port never sees a vendor type or a vendor error.
+
+A backend implements :class:`DocumentStore` and passes the contract suite in
+``tests/contract/test_document_store.py``; a backend that passes it is interchangeable.
+
+Containers and their partition keys (the same names as the Cosmos DB containers):
+
+- ``cases``: partition = case id (``/id``)
+- ``effects``: partition = case id (``/caseId``)
+- ``checkpoints``: partition = case id (``/caseId``)
+- ``health``: partition = record kind (``/kind``): checkpoint failures, alerts, rejected events
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+CONTAINERS: dict[str, str] = {
+    "cases": "id",
+    "effects": "caseId",
+    "checkpoints": "caseId",
+    "health": "kind",
+}
+"""Container name -> the body field that holds its partition key."""
+
+Scalar = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Document:
+    """One stored document, as a backend returned it.
+
+    ``body`` is the caller's JSON object, without backend system fields. ``etag`` changes on every
+    write and is what conditional writes compare. ``ts`` is the time of the last write in seconds
+    since the epoch, **by the store's clock** (Cosmos ``_ts``, SQLite's own clock), never the caller's.
+    """
+
+    container: str
+    partition: str
+    id: str
+    body: dict[str, Any] = field(repr=False)
+    etag: str
+    ts: float
+
+
+@dataclass(frozen=True)
+class Query:
+    """A small, portable query: equality on top-level fields, an optional ``ts`` bound, ordering.
+
+    ``partition=None`` queries across partitions (Cosmos cross-partition query).
+    """
+
+    partition: str | None = None
+    equals: Mapping[str, Scalar] = field(default_factory=dict)
+    ts_before: float | None = None
+    ts_after: float | None = None
+    order_by_ts: Literal["asc", "desc"] | None = None
+    limit: int | None = None
+
+
+@runtime_checkable
+class DocumentStore(Protocol):
+    """Conditional-write primitives over JSON documents.
+
+    Every method raises :class:`~shared.core.errors.StoreUnavailable` for a transient backend failure.
+    ``partition`` must equal the body's partition field (see :data:`CONTAINERS`); backends check it.
+    """
+
+    def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
+        """Insert if absent. Raises ``AlreadyExists`` when a document with this id is in the partition."""
+        ...
+
+    def read(self, container: str, partition: str, doc_id: str) -> Document | None:
+        """Point read; ``None`` when absent."""
+        ...
+
+    def replace(
+        self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str
+    ) -> Document:
+        """Replace if the stored ETag equals ``etag``. Raises ``ConcurrencyConflict`` when it does not,
+        or when the document is gone."""
+        ...
+
+    def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
+        """Create or overwrite unconditionally. Only for records nobody races on (health records)."""
+        ...
+
+    def delete(self, container: str, partition: str, doc_id: str, *, etag: str | None = None) -> bool:
+        """Delete (conditionally when ``etag`` is given). ``False`` when absent; ``ConcurrencyConflict``
+        when ``etag`` does not match."""
+        ...
+
+    def query(self, container: str, query: Query) -> list[Document]:
+        """Documents matching ``query``; order is unspecified unless ``order_by_ts`` is set."""
+        ...
+
+    def now(self) -> float:
+        """The store's current time, in seconds since the epoch, comparable with ``Document.ts``."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+        ...
+
+
+def partition_of(container: str, body: Mapping[str, Any]) -> str:
+    """The partition key value of ``body`` in ``container``."""
+    try:
+        field_name = CONTAINERS[container]
+    except KeyError:
+        raise ValueError(f"unknown container {container!r}; known: {sorted(CONTAINERS)}") from None
+    value = body.get(field_name)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{container} document needs a non-empty string {field_name!r}")
+    return value

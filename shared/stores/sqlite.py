@@ -1,0 +1,273 @@
+"""SQLite backend of the document port: one file, WAL, safe for several processes at once.
+
+Every write runs in ``BEGIN IMMEDIATE``, so writers serialise on the database lock and a
+conditional write (compare the ETag, then write) is atomic across threads and processes. Each
+thread gets its own connection. ``ts`` comes from SQLite's clock inside the write, never from the
+caller. ``seq`` is a database-wide counter bumped by every write: it orders the change feed that the
+local host replays (Cosmos DB's change feed, in commit order), and doubles as the ETag.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from shared.core.errors import AlreadyExists, ConcurrencyConflict, StoreError, StoreUnavailable
+from shared.core.ports import CONTAINERS, Document, Query, partition_of
+
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+_FIELD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    container TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    id        TEXT NOT NULL,
+    body      TEXT NOT NULL,
+    etag      TEXT NOT NULL,
+    ts        REAL NOT NULL,
+    seq       INTEGER NOT NULL,
+    PRIMARY KEY (container, partition, id)
+);
+CREATE INDEX IF NOT EXISTS documents_by_seq ON documents (container, seq);
+CREATE INDEX IF NOT EXISTS documents_by_ts ON documents (container, ts);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO counters (name, value) VALUES ('seq', 0);
+"""
+
+
+class SqliteDocumentStore:
+    """:class:`~shared.core.ports.DocumentStore` on one SQLite file."""
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with _translate():
+            self._conn().executescript(_SCHEMA)
+
+    # --- connections ----------------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("store is closed")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            # FULL: an acknowledged ledger write survives a power cut, not only a process kill.
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        with _translate():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _next_seq(self, conn: sqlite3.Connection) -> int:
+        row = conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'seq' RETURNING value").fetchone()
+        return int(row[0])
+
+    # --- the port -------------------------------------------------------------------------------
+
+    def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
+        data = _checked(container, partition, doc_id, body)
+        with self._write() as conn:
+            seq = self._next_seq(conn)
+            try:
+                conn.execute(
+                    f"INSERT INTO documents (container, partition, id, body, etag, ts, seq) "
+                    f"VALUES (?, ?, ?, ?, ?, {_NOW}, ?)",
+                    (container, partition, doc_id, data, str(seq), seq),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise AlreadyExists(f"{container}/{doc_id} exists", container=container, doc_id=doc_id) from exc
+            return self._read_in(conn, container, partition, doc_id)
+
+    def read(self, container: str, partition: str, doc_id: str) -> Document | None:
+        with _translate():
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT container, partition, id, body, etag, ts FROM documents "
+                    "WHERE container = ? AND partition = ? AND id = ?",
+                    (container, partition, doc_id),
+                )
+                .fetchone()
+            )
+        return _document(row) if row is not None else None
+
+    def replace(
+        self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str
+    ) -> Document:
+        data = _checked(container, partition, doc_id, body)
+        with self._write() as conn:
+            seq = self._next_seq(conn)
+            cur = conn.execute(
+                f"UPDATE documents SET body = ?, etag = ?, ts = {_NOW}, seq = ? "
+                "WHERE container = ? AND partition = ? AND id = ? AND etag = ?",
+                (data, str(seq), seq, container, partition, doc_id, etag),
+            )
+            if cur.rowcount != 1:
+                raise ConcurrencyConflict(
+                    f"{container}/{doc_id} changed or is gone (expected etag {etag})", container=container, doc_id=doc_id
+                )
+            return self._read_in(conn, container, partition, doc_id)
+
+    def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
+        data = _checked(container, partition, doc_id, body)
+        with self._write() as conn:
+            seq = self._next_seq(conn)
+            conn.execute(
+                f"INSERT INTO documents (container, partition, id, body, etag, ts, seq) "
+                f"VALUES (?, ?, ?, ?, ?, {_NOW}, ?) "
+                "ON CONFLICT (container, partition, id) DO UPDATE SET "
+                "body = excluded.body, etag = excluded.etag, ts = excluded.ts, seq = excluded.seq",
+                (container, partition, doc_id, data, str(seq), seq),
+            )
+            return self._read_in(conn, container, partition, doc_id)
+
+    def delete(self, container: str, partition: str, doc_id: str, *, etag: str | None = None) -> bool:
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT etag FROM documents WHERE container = ? AND partition = ? AND id = ?",
+                (container, partition, doc_id),
+            ).fetchone()
+            if row is None:
+                if etag is not None:
+                    raise ConcurrencyConflict(f"{container}/{doc_id} is gone", container=container, doc_id=doc_id)
+                return False
+            if etag is not None and row[0] != etag:
+                raise ConcurrencyConflict(f"{container}/{doc_id} changed", container=container, doc_id=doc_id)
+            conn.execute(
+                "DELETE FROM documents WHERE container = ? AND partition = ? AND id = ?", (container, partition, doc_id)
+            )
+            return True
+
+    def query(self, container: str, query: Query) -> list[Document]:
+        sql = ["SELECT container, partition, id, body, etag, ts FROM documents WHERE container = ?"]
+        args: list[Any] = [container]
+        if query.partition is not None:
+            sql.append("AND partition = ?")
+            args.append(query.partition)
+        for name, value in query.equals.items():
+            _check_field(name)
+            if name == "id":
+                sql.append("AND id = ?")
+                args.append(value)
+            elif value is None:
+                sql.append(f"AND json_extract(body, '$.{name}') IS NULL")
+            else:
+                sql.append(f"AND json_extract(body, '$.{name}') = ?")
+                args.append(int(value) if isinstance(value, bool) else value)
+        if query.ts_before is not None:
+            sql.append("AND ts < ?")
+            args.append(query.ts_before)
+        if query.ts_after is not None:
+            sql.append("AND ts > ?")
+            args.append(query.ts_after)
+        if query.order_by_ts is not None:
+            direction = "ASC" if query.order_by_ts == "asc" else "DESC"
+            sql.append(f"ORDER BY ts {direction}, seq {direction}")
+        if query.limit is not None:
+            sql.append("LIMIT ?")
+            args.append(int(query.limit))
+        with _translate():
+            rows = self._conn().execute(" ".join(sql), args).fetchall()
+        return [_document(r) for r in rows]
+
+    def now(self) -> float:
+        with _translate():
+            return float(self._conn().execute(f"SELECT {_NOW}").fetchone()[0])
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+
+    # --- the change feed (what the local host replays) --------------------------------------------
+
+    def changes_since(self, container: str, seq: int, *, limit: int = 100) -> list[tuple[int, Document]]:
+        """Documents of ``container`` written after ``seq``, in commit order, each at its latest state.
+
+        Like Cosmos DB's change feed (latest-version mode): a document written twice since ``seq``
+        appears once, at its newest position. Returns ``(seq, document)`` pairs; pass the last ``seq``
+        back as the continuation.
+        """
+        with _translate():
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT seq, container, partition, id, body, etag, ts FROM documents "
+                    "WHERE container = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    (container, seq, limit),
+                )
+                .fetchall()
+            )
+        return [(int(r[0]), _document(r[1:])) for r in rows]
+
+    def _read_in(self, conn: sqlite3.Connection, container: str, partition: str, doc_id: str) -> Document:
+        row = conn.execute(
+            "SELECT container, partition, id, body, etag, ts FROM documents "
+            "WHERE container = ? AND partition = ? AND id = ?",
+            (container, partition, doc_id),
+        ).fetchone()
+        return _document(row)
+
+
+@contextmanager
+def _translate() -> Iterator[None]:
+    """SQLite's errors, translated once: a lock timeout is transient, everything else is a StoreError."""
+    try:
+        yield
+    except (AlreadyExists, ConcurrencyConflict):
+        raise
+    except sqlite3.OperationalError as exc:
+        text = str(exc).lower()
+        if "locked" in text or "busy" in text:
+            raise StoreUnavailable(f"sqlite busy: {exc}") from exc
+        raise StoreError(f"sqlite: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise StoreError(f"sqlite: {exc}") from exc
+
+
+def _checked(container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> str:
+    if container not in CONTAINERS:
+        raise ValueError(f"unknown container {container!r}")
+    if partition_of(container, body) != partition:
+        raise ValueError(f"{container} document's partition field does not match {partition!r}")
+    if body.get("id", doc_id) != doc_id:
+        raise ValueError(f"body id {body.get('id')!r} does not match {doc_id!r}")
+    return json.dumps({**body, "id": doc_id}, separators=(",", ":"), allow_nan=False)
+
+
+def _check_field(name: str) -> None:
+    if not name or not set(name) <= _FIELD_CHARS:
+        raise ValueError(f"field name {name!r} may hold only letters, digits and underscores")
+
+
+def _document(row: tuple[Any, ...]) -> Document:
+    container, partition, doc_id, body, etag, ts = row
+    return Document(container=container, partition=partition, id=doc_id, body=json.loads(body), etag=etag, ts=float(ts))

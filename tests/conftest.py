@@ -1,0 +1,73 @@
+"""Shared fixtures. Backends are chosen here so that the contract suites run unchanged on each."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from shared.core.ports import DocumentStore
+from shared.stores.sqlite import SqliteDocumentStore
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("cosmos", id="cosmos", marks=pytest.mark.cosmos),
+]
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """How to open a store: picklable, so a child process can open the same one."""
+
+    kind: str
+    sqlite_path: str | None = None
+    cosmos_endpoint: str | None = None
+    cosmos_key: str | None = None
+    cosmos_database: str | None = None
+
+    def open(self) -> DocumentStore:
+        if self.kind == "sqlite":
+            assert self.sqlite_path is not None
+            return SqliteDocumentStore(self.sqlite_path)
+        from shared.stores.cosmos import cosmos_store_from_settings
+
+        assert self.cosmos_endpoint and self.cosmos_database
+        return cosmos_store_from_settings(self.cosmos_endpoint, self.cosmos_database, self.cosmos_key)
+
+
+@pytest.fixture(scope="session")
+def cosmos_server() -> Iterator[object]:
+    """The Cosmos DB test server, started once per session on a free loopback port."""
+    from tests.support.cosmos import start_cosmos_server
+
+    server = start_cosmos_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
+    if request.param == "sqlite":
+        return StoreSpec("sqlite", sqlite_path=str(tmp_path / "store.sqlite"))
+    from tests.support.cosmos import make_cosmos_store
+
+    server = request.getfixturevalue("cosmos_server")
+    database = f"t{uuid.uuid4().hex[:12]}"
+    make_cosmos_store(server, database).close()  # creates the database and containers
+    return StoreSpec(
+        "cosmos", cosmos_endpoint=server.endpoint, cosmos_key=server.key, cosmos_database=database  # type: ignore[attr-defined]
+    )
+
+
+@pytest.fixture
+def store(store_spec: StoreSpec) -> Iterator[DocumentStore]:
+    opened = store_spec.open()
+    try:
+        yield opened
+    finally:
+        opened.close()

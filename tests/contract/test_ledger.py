@@ -1,0 +1,208 @@
+"""The ledger's contract (rules R2-R4), on every backend."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from shared.core.cases import CaseRepository
+from shared.core.clock import ManualClock
+from shared.core.errors import (
+    DownstreamRejected,
+    EffectFailed,
+    EffectInFlight,
+    NeedsReconciliation,
+    OutcomeAlreadyRecorded,
+    OutcomeUnknown,
+    StaleDecision,
+)
+from shared.core.keys import effect_key
+from shared.core.ledger import EffectStatus, Ledger
+from shared.core.ports import DocumentStore
+from tests.support.downstream import CountingDownstream
+
+ACTION = "request_credit_note"
+
+
+@pytest.fixture
+def cases(store: DocumentStore) -> CaseRepository:
+    return CaseRepository(store, ManualClock())
+
+
+@pytest.fixture
+def ledger(store: DocumentStore, cases: CaseRepository) -> Ledger:
+    cases.create("c1", {"amount": "10.00"})
+    return Ledger(store, cases, call_timeout=120)
+
+
+def run(ledger: Ledger, downstream: CountingDownstream, *, version: int = 1, case_id: str = "c1"):  # type: ignore[no-untyped-def]
+    return ledger.run(case_id=case_id, action=ACTION, decided_on_version=version, call=downstream, request={"a": 1})
+
+
+def test_first_run_calls_once_and_records_done(ledger: Ledger) -> None:
+    downstream = CountingDownstream()
+    outcome = run(ledger, downstream)
+    key = effect_key("c1", ACTION, 1)
+    assert outcome.effect.key == key
+    assert outcome.replayed is False
+    assert outcome.result["creditNoteId"] == "CN-0001"
+    assert outcome.case is not None and outcome.case.version == 1
+    assert downstream.calls == {key: 1}
+    stored = ledger.get("c1", key)
+    assert stored is not None and stored.status is EffectStatus.DONE and stored.request == {"a": 1}
+
+
+def test_duplicate_claim_returns_the_recorded_result_without_calling(ledger: Ledger) -> None:
+    downstream = CountingDownstream()
+    first = run(ledger, downstream)
+    second = run(ledger, downstream)
+    assert second.replayed is True
+    assert second.result == first.result
+    assert downstream.total == 1
+
+
+def test_a_definite_refusal_is_recorded_and_re_raised_without_calling_again(ledger: Ledger) -> None:
+    downstream = CountingDownstream(fail_with=lambda: DownstreamRejected("supplier closed", status=422))
+    with pytest.raises(EffectFailed) as first:
+        run(ledger, downstream)
+    assert first.value.reason == "supplier closed"
+    assert isinstance(first.value.__cause__, DownstreamRejected)
+    with pytest.raises(EffectFailed, match="supplier closed"):
+        run(ledger, downstream)
+    assert downstream.total == 1
+    stored = ledger.get("c1", effect_key("c1", ACTION, 1))
+    assert stored is not None and stored.status is EffectStatus.FAILED
+
+
+def test_unknown_outcome_stays_started_then_in_flight_then_needs_reconciliation(
+    store: DocumentStore, cases: CaseRepository
+) -> None:
+    cases.create("c1", {})
+    ledger = Ledger(store, cases, call_timeout=2.0)
+    downstream = CountingDownstream(fail_with=lambda: OutcomeUnknown("timed out"))
+    with pytest.raises(OutcomeUnknown):
+        run(ledger, downstream)
+    key = effect_key("c1", ACTION, 1)
+    assert ledger.get("c1", key).status is EffectStatus.STARTED  # type: ignore[union-attr]
+
+    with pytest.raises(EffectInFlight) as in_flight:
+        run(ledger, downstream)
+    assert 0.0 < in_flight.value.retry_after <= 2.0
+    assert in_flight.value.retryable is True
+
+    time.sleep(3.1)  # past the call timeout by the store's clock (Cosmos _ts: whole seconds)
+    with pytest.raises(NeedsReconciliation) as unknown:
+        run(ledger, downstream)
+    assert unknown.value.age is not None and unknown.value.age >= 2.0
+    assert downstream.total == 1  # never retried blindly
+    assert [e.key for e in ledger.started_older_than(2.0)] == [key]
+    assert ledger.started_older_than(600.0) == []
+
+
+def test_stale_decision_is_refused_before_the_call_and_the_claim_is_closed(
+    ledger: Ledger, cases: CaseRepository
+) -> None:
+    assert cases.update_facts("c1", 1, {"poAmount": "90.00"}, reason="po edited")  # case is now v2
+    downstream = CountingDownstream()
+    with pytest.raises(StaleDecision) as stale:
+        run(ledger, downstream, version=1)
+    assert (stale.value.decided_on_version, stale.value.current_version) == (1, 2)
+    assert downstream.total == 0
+    closed = ledger.get("c1", effect_key("c1", ACTION, 1))
+    assert closed is not None and closed.status is EffectStatus.FAILED and closed.stale
+    assert ledger.started_older_than(0.0) == []  # nothing for reconciliation to misread
+    with pytest.raises(StaleDecision):
+        run(ledger, downstream, version=1)
+    assert downstream.total == 0
+    assert run(ledger, downstream, version=2).result["creditNoteId"] == "CN-0001"
+
+
+def test_a_missing_case_is_a_stale_decision(store: DocumentStore, cases: CaseRepository) -> None:
+    ledger = Ledger(store, cases)
+    downstream = CountingDownstream()
+    with pytest.raises(StaleDecision):
+        run(ledger, downstream, case_id="ghost")
+    assert downstream.total == 0
+
+
+def test_a_late_outcome_after_reconciliation_is_refused(ledger: Ledger) -> None:
+    key = effect_key("c1", ACTION, 1)
+    downstream = CountingDownstream()
+
+    def reconciler_records_meanwhile(_: str) -> None:
+        started = ledger.get("c1", key)
+        assert started is not None and started.status is EffectStatus.STARTED
+        ledger.record_outcome(started, EffectStatus.DONE, result={"creditNoteId": "CN-FOUND"}, source="reconciler")
+
+    downstream.during_call = reconciler_records_meanwhile
+    outcome = run(ledger, downstream)
+    assert outcome.replayed is True
+    assert outcome.result == {"creditNoteId": "CN-FOUND"}  # the recorded outcome stands
+    assert ledger.get("c1", key).result == {"creditNoteId": "CN-FOUND"}  # type: ignore[union-attr]
+    done = ledger.get("c1", key)
+    with pytest.raises(OutcomeAlreadyRecorded):
+        ledger.record_outcome(done, EffectStatus.FAILED, reason="late", source="test")  # type: ignore[arg-type]
+
+
+def test_record_outcome_is_conditional_on_the_row_it_read(ledger: Ledger) -> None:
+    with pytest.raises(OutcomeUnknown):
+        run(ledger, CountingDownstream(fail_with=lambda: OutcomeUnknown("reset")))
+    key = effect_key("c1", ACTION, 1)
+    seen = ledger.get("c1", key)
+    assert seen is not None
+    ledger.record_outcome(seen, EffectStatus.DONE, result={"creditNoteId": "A"}, source="one")
+    with pytest.raises(OutcomeAlreadyRecorded) as lost:
+        ledger.record_outcome(seen, EffectStatus.DONE, result={"creditNoteId": "B"}, source="two")
+    assert lost.value.recorded_status == "done"
+    assert ledger.get("c1", key).result == {"creditNoteId": "A"}  # type: ignore[union-attr]
+
+
+def test_escalation_and_resolution_by_a_person(ledger: Ledger) -> None:
+    downstream = CountingDownstream(fail_with=lambda: OutcomeUnknown("reset"))
+    with pytest.raises(OutcomeUnknown):
+        run(ledger, downstream)
+    key = effect_key("c1", ACTION, 1)
+    escalated = ledger.mark_needs_reconciliation(ledger.get("c1", key), "lookup kept failing")  # type: ignore[arg-type]
+    assert escalated.status is EffectStatus.NEEDS_RECONCILIATION
+    with pytest.raises(NeedsReconciliation, match="lookup kept failing"):
+        run(ledger, downstream)
+    assert [e.key for e in ledger.with_status(EffectStatus.NEEDS_RECONCILIATION)] == [key]
+    resolved = ledger.record_outcome(
+        escalated,
+        EffectStatus.DONE,
+        result={"creditNoteId": "CN-PHONE"},
+        source="operator",
+        resolution={"by": "ana", "why": "supplier confirmed by phone"},
+    )
+    assert resolved.resolution == {"by": "ana", "why": "supplier confirmed by phone"}
+    assert run(ledger, downstream).result == {"creditNoteId": "CN-PHONE"}
+    assert downstream.total == 1
+    assert ledger.find(key) is not None and ledger.find(key).status is EffectStatus.DONE  # type: ignore[union-attr]
+
+
+def test_retry_with_the_same_key_re_claims_and_calls_once(ledger: Ledger) -> None:
+    with pytest.raises(OutcomeUnknown):
+        run(ledger, CountingDownstream(fail_with=lambda: OutcomeUnknown("503")))
+    key = effect_key("c1", ACTION, 1)
+    downstream = CountingDownstream()
+    outcome = ledger.retry_same_key(ledger.get("c1", key), downstream)  # type: ignore[arg-type]
+    assert outcome.result["key"] == key
+    assert downstream.calls == {key: 1}
+    assert outcome.effect.attempts == 2
+    with pytest.raises(OutcomeAlreadyRecorded):
+        ledger.retry_same_key(outcome.effect, downstream)
+    assert downstream.total == 1
+
+
+def test_a_retry_after_the_case_moved_on_is_closed_as_stale(ledger: Ledger, cases: CaseRepository) -> None:
+    with pytest.raises(OutcomeUnknown):
+        run(ledger, CountingDownstream(fail_with=lambda: OutcomeUnknown("503")))
+    key = effect_key("c1", ACTION, 1)
+    assert cases.update_facts("c1", 1, {"poAmount": "1.00"}, reason="po edited")
+    downstream = CountingDownstream()
+    with pytest.raises(StaleDecision):
+        ledger.retry_same_key(ledger.get("c1", key), downstream)  # type: ignore[arg-type]
+    assert downstream.total == 0
+    closed = ledger.get("c1", key)
+    assert closed is not None and closed.status is EffectStatus.FAILED and closed.stale

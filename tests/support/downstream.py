@@ -1,0 +1,39 @@
+"""An in-process downstream for ledger contract tests.
+
+The ledger's contract is about the callable it is handed, so these tests hand it a plain function
+that counts calls per key. Crossing a real socket is what the supplier stub tests and the
+end-to-end tests do; here it would only add noise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+class CountingDownstream:
+    def __init__(self, *, delay: float = 0.0, fail_with: Callable[[], Exception] | None = None) -> None:
+        self.calls: Counter[str] = Counter()
+        self.delay = delay
+        self.fail_with = fail_with
+        self._lock = threading.Lock()
+        self.during_call: Callable[[str], None] | None = None
+
+    def __call__(self, key: str) -> Mapping[str, Any]:
+        with self._lock:
+            self.calls[key] += 1
+            n = sum(self.calls.values())
+        if self.during_call is not None:
+            self.during_call(key)
+        if self.delay:
+            time.sleep(self.delay)
+        if self.fail_with is not None:
+            raise self.fail_with()
+        return {"creditNoteId": f"CN-{n:04d}", "key": key}
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
