@@ -1,0 +1,1 @@
+"""Storage backends: one module per vendor, each implementing ``shared.core.ports.DocumentStore``."""

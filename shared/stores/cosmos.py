@@ -1,0 +1,569 @@
+"""Cosmos DB backend of the storage port (:class:`shared.core.ports.DocumentStore`), azure-cosmos sync client.
+
+What this module promises, beyond the port:
+
+- Constructing a store does no network I/O. azure-cosmos' ``CosmosClient`` reads the account metadata in
+  its constructor, so the client is built on first use (once, under a lock) and reused; container clients
+  are cached.
+- Vendor errors are translated in one place, :func:`_translate` (the pure part is
+  :func:`translate_error`); the table is data (:data:`STATUS_ERRORS`, :data:`TRANSIENT_ERRORS`) so a test
+  can check it. No azure type or azure error leaves this module.
+- ``Document.body`` never holds Cosmos system fields; ``etag`` is ``_etag`` and ``ts`` is ``_ts`` (whole
+  seconds, the server's clock). :meth:`CosmosDocumentStore.now` reads that same clock.
+- Arguments the port forbids (partition not matching the body, id not matching ``doc_id``, ids Cosmos
+  cannot address, unsafe query field names) raise ``ValueError`` before any request is sent.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType, TracebackType
+from typing import Any, Final, Literal
+
+from azure.core import MatchConditions
+from azure.core.credentials import TokenCredential
+from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestError, ServiceResponseError
+from azure.cosmos import ContainerProxy, CosmosClient, PartitionKey
+from azure.cosmos.exceptions import CosmosClientTimeoutError
+
+from shared.core.errors import (
+    AlreadyExists,
+    ConcurrencyConflict,
+    ConfigurationError,
+    StoreError,
+    StoreUnavailable,
+)
+from shared.core.ports import CONTAINERS, Document, Query, partition_of
+
+__all__ = [
+    "CLOCK_CONTAINER",
+    "CLOCK_ID",
+    "NOT_FOUND",
+    "STATUS_ERRORS",
+    "SYSTEM_FIELDS",
+    "TRANSIENT_ERRORS",
+    "CosmosDocumentStore",
+    "OnMissing",
+    "build_query",
+    "cosmos_store_from_settings",
+    "translate_error",
+]
+
+# --- error translation -------------------------------------------------------------------------
+
+STATUS_ERRORS: Final[Mapping[int, type[StoreError]]] = MappingProxyType(
+    {
+        408: StoreUnavailable,  # request timeout
+        409: AlreadyExists,  # create (or a unique key) found the id taken
+        412: ConcurrencyConflict,  # If-Match lost: someone wrote since our read
+        429: StoreUnavailable,  # throttled, and the SDK's own 429 retries are exhausted
+        449: StoreUnavailable,  # "retry with": a transient server-side write conflict
+        500: StoreUnavailable,
+        503: StoreUnavailable,
+    }
+)
+"""HTTP status -> project error, for every status whose meaning does not depend on the operation.
+
+404 is not here: its meaning depends on the operation (see :data:`OnMissing`). Any status not listed
+(400, 401, 403, 413, ...) becomes a plain, non-retryable :class:`StoreError`."""
+
+TRANSIENT_ERRORS: Final[tuple[type[AzureError], ...]] = (
+    ServiceRequestError,  # could not send: refused, DNS, TLS, connect timeout
+    ServiceResponseError,  # sent, but the answer broke off or timed out
+    CosmosClientTimeoutError,  # the client-side ``timeout=`` budget ran out
+)
+"""Transport-level azure errors that mean "try later" (:class:`StoreUnavailable`)."""
+
+NOT_FOUND: Final = 404
+# Cosmos DB sets this sub-status on a 404 when the container or database itself is missing: that is a
+# deployment fault, never "the document is absent".
+_OWNER_MISSING_SUBSTATUS: Final = 1003
+
+OnMissing = Literal["absent", "conflict", "error"]
+"""What a 404 means for the operation at hand:
+
+- ``"absent"``: a normal answer (point read -> ``None``, unconditional delete -> ``False``);
+- ``"conflict"``: the document vanished under a conditional write -> :class:`ConcurrencyConflict`;
+- ``"error"``: the container or database is missing (create, upsert, query) -> :class:`StoreError`.
+"""
+
+
+def _summary(exc: BaseException) -> str:
+    # azure messages span several lines and may carry a long diagnostics blob; one short line is enough
+    # in our message, and the whole original stays reachable as __cause__.
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def translate_error(
+    exc: AzureError, *, container: str | None, doc_id: str | None, on_missing: OnMissing
+) -> StoreError | None:
+    """The project error for an azure error, or ``None`` when ``exc`` is a 404 and ``on_missing`` is
+    ``"absent"`` (the caller then reports absence). Pure: it only builds the error, the caller raises it."""
+    where = container or "<account>"
+    if doc_id is not None:
+        where = f"{where}/{doc_id}"
+    status = exc.status_code if isinstance(exc, HttpResponseError) else None
+    if status == NOT_FOUND:
+        if getattr(exc, "sub_status", None) == _OWNER_MISSING_SUBSTATUS:
+            return StoreError(
+                f"Cosmos DB container or database missing for {where}: {_summary(exc)}",
+                container=container,
+                doc_id=doc_id,
+            )
+        if on_missing == "absent":
+            return None
+        if on_missing == "conflict":
+            return ConcurrencyConflict(
+                f"{where} vanished before the conditional write", container=container, doc_id=doc_id
+            )
+        return StoreError(
+            f"Cosmos DB answered 404 for {where} (container or database missing?): {_summary(exc)}",
+            container=container,
+            doc_id=doc_id,
+        )
+    if status is not None:
+        error_class = STATUS_ERRORS.get(status, StoreError)
+        return error_class(
+            f"Cosmos DB answered {status} for {where}: {_summary(exc)}", container=container, doc_id=doc_id
+        )
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return StoreUnavailable(
+            f"Cosmos DB unreachable for {where}: {_summary(exc)}", container=container, doc_id=doc_id
+        )
+    return StoreError(
+        f"Cosmos DB call failed for {where}: {_summary(exc)}",
+        container=container,
+        doc_id=doc_id,
+    )
+
+
+@dataclass
+class _Outcome:
+    """Filled in by :func:`_translate`: ``missing`` is True when a 404 was swallowed as "absent"."""
+
+    missing: bool = False
+
+
+class _Translation:
+    """The context manager :func:`_translate` returns. A class rather than ``@contextmanager`` so that
+    ``__exit__`` is typed ``-> bool``: type checkers then know the block may end without its exception
+    (the "absent" case) and do not treat the code after it as unreachable."""
+
+    def __init__(self, container: str | None, doc_id: str | None, on_missing: OnMissing) -> None:
+        self._container = container
+        self._doc_id = doc_id
+        self._on_missing = on_missing
+        self._outcome = _Outcome()
+
+    def __enter__(self) -> _Outcome:
+        return self._outcome
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        if not isinstance(exc, AzureError):
+            return False  # no error, or not a vendor error: let it propagate as it is
+        error = translate_error(
+            exc,
+            container=self._container,
+            doc_id=self._doc_id,
+            on_missing=self._on_missing,
+        )
+        if error is None:
+            self._outcome.missing = True
+            return True  # swallowed: the caller reports absence
+        raise error from exc
+
+
+def _translate(
+    container: str | None,
+    doc_id: str | None,
+    *,
+    on_missing: OnMissing = "error",
+) -> _Translation:
+    """The one place where azure errors become project errors.
+
+    Every :class:`~azure.core.exceptions.AzureError` raised in the block is re-raised as the
+    :class:`StoreError` subclass :func:`translate_error` picks, chained (``raise ... from exc``). With
+    ``on_missing="absent"`` a 404 is swallowed instead and the outcome (the ``as`` target) has ``missing``
+    set. Anything that is not an azure error (``ValueError`` for a bad argument, our own errors) passes
+    through unchanged.
+    """
+    return _Translation(container, doc_id, on_missing)
+
+
+# --- documents ---------------------------------------------------------------------------------
+
+SYSTEM_FIELDS: Final[frozenset[str]] = frozenset({"_rid", "_self", "_etag", "_attachments", "_ts"})
+"""Fields Cosmos DB adds to every document; never part of ``Document.body``."""
+
+CLOCK_CONTAINER: Final = "health"
+CLOCK_ID: Final = "clock"
+"""The document :meth:`CosmosDocumentStore.now` upserts (partition ``kind="clock"``) to read the clock."""
+
+# Cosmos DB refuses these in ids (and they would break the resource path of a point read anyway).
+_ILLEGAL_ID_CHARACTERS: Final = frozenset("/\\?#")
+# Field names are interpolated into SQL (parameters cannot name a property), so only identifier
+# characters are allowed; they are then written as c["name"] so that reserved words (value, order...)
+# also work.
+_FIELD_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_id(doc_id: str) -> None:
+    if not isinstance(doc_id, str) or not doc_id:
+        raise ValueError(f"document id must be a non-empty string, got {doc_id!r}")
+    bad = sorted(_ILLEGAL_ID_CHARACTERS.intersection(doc_id))
+    if bad:
+        raise ValueError(f"document id {doc_id!r} contains characters Cosmos DB forbids: {''.join(bad)!r}")
+
+
+def _prepare_body(container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``body`` ready to send: system fields dropped, ``id`` set to ``doc_id``.
+
+    Raises ``ValueError`` when the container is unknown, when the body's ``id`` differs from ``doc_id``, or
+    when the body's partition field is not ``partition``."""
+    _check_id(doc_id)
+    prepared = {key: value for key, value in body.items() if key not in SYSTEM_FIELDS}
+    existing_id = prepared.setdefault("id", doc_id)
+    if existing_id != doc_id:
+        raise ValueError(f"body id {existing_id!r} differs from doc_id {doc_id!r}")
+    body_partition = partition_of(container, prepared)
+    if body_partition != partition:
+        field_name = CONTAINERS[container]
+        raise ValueError(f"{container} body has {field_name}={body_partition!r}, partition is {partition!r}")
+    return prepared
+
+
+def _to_document(container: str, partition: str | None, raw: Mapping[str, Any]) -> Document:
+    """A port document from a Cosmos item. Raises ``StoreError`` when the item lacks ``_etag``/``_ts``
+    (a client configured to skip write responses would cause that)."""
+    try:
+        etag = str(raw["_etag"])
+        ts = float(raw["_ts"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(
+            f"Cosmos DB item without _etag/_ts in {container}", container=container, doc_id=raw.get("id")
+        ) from exc
+    body = {key: value for key, value in raw.items() if key not in SYSTEM_FIELDS}
+    doc_id = str(body.get("id", ""))
+    return Document(
+        container=container,
+        partition=partition if partition is not None else partition_of(container, body),
+        id=doc_id,
+        body=body,
+        etag=etag,
+        ts=ts,
+    )
+
+
+def build_query(container: str, query: Query) -> tuple[str, list[dict[str, object]]]:
+    """The parameterised Cosmos SQL for ``query`` and its parameters.
+
+    Only the SQL that ``@vercel/cosmosdb-server`` (our test server) also runs is used: ``TOP n`` for the
+    limit (it has no ``OFFSET ... LIMIT``), a single ``ORDER BY c._ts``. A partition query also filters on
+    the partition field: Cosmos does so implicitly, the test server does not.
+
+    Raises ``ValueError`` for an unknown container, a field name that is not an identifier or is a system
+    field, a non-scalar value, a non-finite ``ts`` bound, a negative or non-integer limit, or an unknown
+    ordering.
+    """
+    if container not in CONTAINERS:
+        raise ValueError(f"unknown container {container!r}; known: {sorted(CONTAINERS)}")
+    conditions: list[str] = []
+    parameters: list[dict[str, object]] = []
+    if query.partition is not None:
+        if not isinstance(query.partition, str) or not query.partition:
+            raise ValueError(f"partition must be a non-empty string or None, got {query.partition!r}")
+        conditions.append(f'c["{CONTAINERS[container]}"] = @pk')
+        parameters.append({"name": "@pk", "value": query.partition})
+    for index, (name, value) in enumerate(query.equals.items()):
+        if not isinstance(name, str) or not _FIELD_NAME.fullmatch(name):
+            raise ValueError(f"query field {name!r} is not a plain identifier")
+        if name in SYSTEM_FIELDS:
+            raise ValueError(f"query field {name!r} is a Cosmos system field; use ts_before/ts_after")
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            raise ValueError(f"query value for {name!r} must be a scalar, got {type(value).__name__}")
+        conditions.append(f'c["{name}"] = @p{index}')
+        parameters.append({"name": f"@p{index}", "value": value})
+    for bound, operator, parameter in (
+        (query.ts_before, "<", "@tsBefore"),
+        (query.ts_after, ">", "@tsAfter"),
+    ):
+        if bound is None:
+            continue
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound):
+            raise ValueError(f"ts bound must be a finite number, got {bound!r}")
+        conditions.append(f"c._ts {operator} {parameter}")
+        parameters.append({"name": parameter, "value": bound})
+    top = ""
+    if query.limit is not None:
+        if isinstance(query.limit, bool) or not isinstance(query.limit, int) or query.limit < 0:
+            raise ValueError(f"limit must be a non-negative int, got {query.limit!r}")
+        # An int literal, checked above, so interpolating it is safe.
+        top = f"TOP {query.limit} "
+    # Only checked identifiers and an int literal are interpolated; every value is a parameter.
+    sql = f"SELECT {top}* FROM c"  # noqa: S608
+    if conditions:
+        sql += " WHERE " + " AND ".join(conditions)
+    if query.order_by_ts is not None:
+        if query.order_by_ts not in ("asc", "desc"):
+            raise ValueError(f"order_by_ts must be 'asc', 'desc' or None, got {query.order_by_ts!r}")
+        sql += f" ORDER BY c._ts {query.order_by_ts.upper()}"
+    return sql, parameters
+
+
+# --- the store ---------------------------------------------------------------------------------
+
+
+class CosmosDocumentStore:
+    """:class:`~shared.core.ports.DocumentStore` on Cosmos DB (NoSQL API), one database.
+
+    ``client`` is either a ready ``CosmosClient`` (left open by :meth:`close`: its owner closes it) or an
+    account endpoint; with an endpoint, ``credential`` is required (a key string for a local server, an
+    azure-identity ``TokenCredential`` in Azure) and ``client_options`` go to ``CosmosClient``. The client
+    is built on first use, so constructing a store never touches the network.
+
+    Thread-safe: one client and one container client per container are shared by all threads.
+    Every method raises ``StoreUnavailable`` for a transient failure, ``StoreError`` for any other backend
+    failure, and ``ValueError`` for arguments the port forbids.
+    """
+
+    def __init__(
+        self,
+        client: CosmosClient | str,
+        database: str,
+        *,
+        credential: str | TokenCredential | None = None,
+        owns_credential: bool = False,
+        **client_options: Any,
+    ) -> None:
+        """``owns_credential=True`` makes :meth:`close` also close ``credential`` (when it can be closed).
+
+        Raises ``ValueError`` when ``database`` is empty, when an endpoint comes without a credential, or
+        when a ready client comes with a credential or client options."""
+        if not isinstance(database, str) or not database:
+            raise ValueError("database name must be a non-empty string")
+        self._database_name = database
+        self._lock = threading.Lock()
+        self._containers: dict[str, ContainerProxy] = {}
+        self._closed = False
+        if isinstance(client, CosmosClient):
+            if credential is not None or client_options:
+                raise ValueError("pass a CosmosClient, or an endpoint with credential and options; not both")
+            self._client: CosmosClient | None = client
+            self._owns_client = False
+            self._endpoint: str | None = None
+        else:
+            if not isinstance(client, str) or not client:
+                raise ValueError("client must be a CosmosClient or a non-empty endpoint URL")
+            if credential is None:
+                raise ValueError("an endpoint needs a credential (account key or TokenCredential)")
+            self._client = None
+            self._owns_client = True
+            self._endpoint = client
+        self._credential = credential
+        self._owns_credential = owns_credential
+        self._client_options = dict(client_options)
+
+    def __repr__(self) -> str:
+        return f"CosmosDocumentStore(endpoint={self._endpoint!r}, database={self._database_name!r})"
+
+    # -- clients --
+
+    def _get_client(self) -> CosmosClient:
+        """The shared client, built on first call (which reads the account metadata: network I/O).
+        Call inside :func:`_translate`. Raises ``StoreError`` after :meth:`close`."""
+        with self._lock:
+            if self._closed:
+                raise StoreError("the Cosmos DB store is closed")
+            if self._client is None:
+                # __init__ sets both whenever it leaves the client to be built here.
+                assert self._endpoint is not None
+                assert self._credential is not None
+                self._client = CosmosClient(
+                    self._endpoint,
+                    credential=self._credential,
+                    **self._client_options,
+                )
+            return self._client
+
+    def _container(self, name: str) -> ContainerProxy:
+        """The cached container client for ``name``. Raises ``ValueError`` for an unknown container."""
+        if name not in CONTAINERS:
+            raise ValueError(f"unknown container {name!r}; known: {sorted(CONTAINERS)}")
+        cached = self._containers.get(name)
+        if cached is not None:
+            return cached
+        client = self._get_client()
+        with self._lock:
+            # get_*_client builds proxies only; no request is sent until an item call.
+            proxy = self._containers.get(name)
+            if proxy is None:
+                proxy = client.get_database_client(self._database_name).get_container_client(name)
+                self._containers[name] = proxy
+            return proxy
+
+    # -- setup (local and test use; in Azure, infra creates the containers) --
+
+    def ensure_containers(self) -> None:
+        """Create the database and every container of :data:`~shared.core.ports.CONTAINERS` (partition key
+        ``/<field>``) when missing. Raises ``ConfigurationError`` when a container exists with another
+        partition key path."""
+        with _translate(None, None):
+            client = self._get_client()
+            database = client.create_database_if_not_exists(id=self._database_name)
+            for name, field_name in CONTAINERS.items():
+                path = f"/{field_name}"
+                proxy = database.create_container_if_not_exists(
+                    id=name,
+                    partition_key=PartitionKey(path=path),
+                )
+                paths = (proxy.read().get("partitionKey") or {}).get("paths")
+                if paths != [path]:
+                    expected = [path]
+                    raise ConfigurationError(f"container {name!r} has partition key {paths}, not {expected}")
+                with self._lock:
+                    self._containers[name] = proxy
+
+    # -- the port --
+
+    def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
+        """Insert if absent. Raises ``AlreadyExists`` when ``doc_id`` is taken in the partition."""
+        prepared = _prepare_body(container, partition, doc_id, body)
+        with _translate(container, doc_id):
+            raw = self._container(container).create_item(body=prepared, no_response=False)
+        return _to_document(container, partition, raw)
+
+    def read(self, container: str, partition: str, doc_id: str) -> Document | None:
+        """Point read; ``None`` when absent."""
+        _check_id(doc_id)
+        raw: Mapping[str, Any] | None = None
+        with _translate(container, doc_id, on_missing="absent") as outcome:
+            raw = self._container(container).read_item(item=doc_id, partition_key=partition)
+        if outcome.missing or raw is None:
+            return None
+        return _to_document(container, partition, raw)
+
+    def replace(
+        self,
+        container: str,
+        partition: str,
+        doc_id: str,
+        body: Mapping[str, Any],
+        *,
+        etag: str,
+    ) -> Document:
+        """Replace if the stored ETag equals ``etag``. Raises ``ConcurrencyConflict`` when it does not (412)
+        or when the document is gone (404). Raises ``ValueError`` for an empty ``etag``: the SDK would then
+        send no ``If-Match`` and replace unconditionally."""
+        if not isinstance(etag, str) or not etag:
+            raise ValueError("replace needs the non-empty etag of the version it read")
+        prepared = _prepare_body(container, partition, doc_id, body)
+        with _translate(container, doc_id, on_missing="conflict"):
+            raw = self._container(container).replace_item(
+                item=doc_id,
+                body=prepared,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+                no_response=False,
+            )
+        return _to_document(container, partition, raw)
+
+    def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
+        """Create or overwrite unconditionally (last writer wins)."""
+        prepared = _prepare_body(container, partition, doc_id, body)
+        with _translate(container, doc_id):
+            raw = self._container(container).upsert_item(body=prepared, no_response=False)
+        return _to_document(container, partition, raw)
+
+    def delete(self, container: str, partition: str, doc_id: str, *, etag: str | None = None) -> bool:
+        """Delete; with ``etag``, only if the stored ETag equals it. ``True`` when deleted, ``False`` when
+        absent (unconditional delete). Raises ``ConcurrencyConflict`` when ``etag`` does not match or the
+        document is gone (a conditional delete of a missing document is a lost race, not a no-op)."""
+        _check_id(doc_id)
+        proxy_kwargs: dict[str, Any] = {}
+        on_missing: OnMissing = "absent"
+        if etag is not None:
+            if not isinstance(etag, str) or not etag:
+                raise ValueError("a conditional delete needs a non-empty etag")
+            proxy_kwargs = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+            on_missing = "conflict"
+        with _translate(container, doc_id, on_missing=on_missing) as outcome:
+            self._container(container).delete_item(item=doc_id, partition_key=partition, **proxy_kwargs)
+        return not outcome.missing
+
+    def query(self, container: str, query: Query) -> list[Document]:
+        """Documents matching ``query`` (see :func:`build_query`); ``partition=None`` queries across
+        partitions. Order is unspecified unless ``order_by_ts`` is set, and among documents with the same
+        ``_ts`` (whole seconds) even then."""
+        sql, parameters = build_query(container, query)
+        if query.limit == 0:
+            return []
+        options: dict[str, Any] = {"partition_key": query.partition}
+        if query.partition is None:
+            options = {"enable_cross_partition_query": True}
+        with _translate(container, None):
+            # list() drains every page inside the translation block: paging requests can fail too.
+            items = list(self._container(container).query_items(query=sql, parameters=parameters, **options))
+        return [_to_document(container, query.partition, item) for item in items]
+
+    def now(self) -> float:
+        """The server's clock in seconds since the epoch (whole seconds), the same clock as ``Document.ts``.
+
+        Upserts the clock document (``health``/``kind="clock"``/``id="clock"``) and returns its ``_ts``:
+        Cosmos SQL's ``GetCurrentTimestamp()`` would avoid the write, but the test server lacks it.
+        Costs one small write per call."""
+        body = {"id": CLOCK_ID, "kind": "clock"}
+        with _translate(CLOCK_CONTAINER, CLOCK_ID):
+            proxy = self._container(CLOCK_CONTAINER)
+            raw: Mapping[str, Any] = proxy.upsert_item(body=body, no_response=False)
+            if "_ts" not in raw:
+                # A client set to skip write responses returns no body; the read gets the same _ts.
+                raw = proxy.read_item(item=CLOCK_ID, partition_key="clock")
+        return _to_document(CLOCK_CONTAINER, "clock", raw).ts
+
+    def close(self) -> None:
+        """Release connections: closes the client if this store built it, and the credential if it owns
+        it. Idempotent; any later call raises ``StoreError``."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            client, self._client = self._client, None
+            self._containers.clear()
+        if client is not None and self._owns_client:
+            client.close()
+        close_credential = getattr(self._credential, "close", None)
+        if self._owns_credential and callable(close_credential):
+            close_credential()
+
+    def __enter__(self) -> CosmosDocumentStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def cosmos_store_from_settings(endpoint: str, database: str, key: str | None) -> CosmosDocumentStore:
+    """A store for ``endpoint``/``database``: with ``key`` (a local or test server) key auth, without it
+    (``None`` or empty, as an unset setting reads) ``DefaultAzureCredential()`` (managed identity in
+    Azure, a developer login locally), which the store then owns and closes. No network I/O happens here.
+
+    Raises ``ConfigurationError`` when ``endpoint`` or ``database`` is empty."""
+    missing = tuple(name for name, value in (("endpoint", endpoint), ("database", database)) if not value)
+    if missing:
+        raise ConfigurationError(f"Cosmos DB settings missing: {', '.join(missing)}", missing=missing)
+    if key:
+        return CosmosDocumentStore(endpoint, database, credential=key)
+    # Imported here so that key-only use (tests, local runs) does not need azure-identity at import time.
+    from azure.identity import DefaultAzureCredential  # noqa: PLC0415
+
+    return CosmosDocumentStore(endpoint, database, credential=DefaultAzureCredential(), owns_credential=True)

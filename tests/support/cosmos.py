@@ -1,0 +1,188 @@
+"""The local Cosmos DB test server (``@vercel/cosmosdb-server`` via ``tests/support/cosmos_server.js``).
+
+``start_cosmos_server()`` spawns ``node tests/support/cosmos_server.js 0`` on a free loopback port and
+returns once it listens; ``make_cosmos_store(server, database)`` creates a database with every container
+and returns a store on it. The server keeps data in memory only: give each test its own database.
+
+Needs ``node`` on PATH and ``npm ci`` run in the repository root (the package is pinned in
+``package-lock.json``).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Final
+
+from shared.stores.cosmos import CosmosDocumentStore
+
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+LAUNCHER: Final = REPO_ROOT / "tests" / "support" / "cosmos_server.js"
+PACKAGE_DIR: Final = REPO_ROOT / "node_modules" / "@vercel" / "cosmosdb-server"
+
+COSMOS_KEY: Final = base64.b64encode(b"casekeeper-local-cosmos-test-key").decode("ascii")
+"""Any valid base64 string is accepted by the test server; the SDK insists on base64."""
+
+# The SDK skips TLS verification for 127.0.0.1/localhost (the package's certificate is self-signed
+# and expired), and urllib3 then warns on every request. Tests can filter it with this marker:
+#     pytestmark = pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)
+INSECURE_REQUEST_WARNING_FILTER: Final = "ignore::urllib3.exceptions.InsecureRequestWarning"
+
+
+class CosmosServerError(RuntimeError):
+    """The test server could not be started (missing tool or package, crash, timeout)."""
+
+
+class CosmosServer:
+    """A running test server. ``endpoint`` and ``key`` are what a ``CosmosClient`` needs.
+
+    Use as a context manager or call :meth:`stop`; either way the process also exits by itself when
+    this Python process dies, because it watches its stdin (a pipe we hold).
+    """
+
+    key: str = COSMOS_KEY
+
+    def __init__(self, process: subprocess.Popen[str], port: int, stderr_file: IO[str]) -> None:
+        self.process = process
+        self.port = port
+        self._stderr_file = stderr_file
+
+    @property
+    def endpoint(self) -> str:
+        # 127.0.0.1, not localhost: the server binds IPv4 loopback only and advertises this host in its
+        # account metadata; localhost may resolve to ::1 first.
+        return f"https://127.0.0.1:{self.port}"
+
+    def stderr_text(self) -> str:
+        """What the server wrote to stderr so far (the package logs its internal errors there)."""
+        self._stderr_file.flush()
+        return Path(self._stderr_file.name).read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the server (close its stdin, then SIGTERM, then SIGKILL). Idempotent."""
+        process = self.process
+        if process.poll() is None:
+            with contextlib.suppress(OSError):
+                if process.stdin is not None:
+                    process.stdin.close()
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.terminate()
+                try:
+                    process.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=timeout)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        if not self._stderr_file.closed:
+            self._stderr_file.close()
+            Path(self._stderr_file.name).unlink(missing_ok=True)
+
+    def __enter__(self) -> CosmosServer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"CosmosServer(endpoint={self.endpoint!r}, pid={self.process.pid})"
+
+
+def _read_stdout(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    # Hands every stdout line to the starter, then None at EOF. Runs for the server's lifetime so
+    # the pipe never fills up, whatever the server prints later.
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def start_cosmos_server(timeout: float = 30.0) -> CosmosServer:
+    """Start the test server on a free loopback port and wait until it listens.
+
+    Raises :class:`CosmosServerError` when ``node`` or the npm package is missing, or when the server
+    exits or prints no ``LISTENING <port>`` line within ``timeout`` seconds (the message carries its
+    stderr)."""
+    node = shutil.which("node")
+    if node is None:
+        raise CosmosServerError("node is not on PATH; the Cosmos DB test server needs Node.js 20")
+    if not PACKAGE_DIR.is_dir():
+        raise CosmosServerError(f"{PACKAGE_DIR} is missing; run `npm ci` in {REPO_ROOT}")
+    # stderr goes to a file, not a pipe: nobody reads it while tests run, and a full pipe would block
+    # the server the moment it logs enough errors.
+    stderr_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 -- CosmosServer.stop closes it
+        mode="w+", prefix="cosmos-server-", suffix=".log", delete=False, encoding="utf-8"
+    )
+    try:
+        process = subprocess.Popen(
+            [node, str(LAUNCHER), "0"],
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr_file,
+            text=True,
+        )
+    except OSError as exc:
+        stderr_file.close()
+        Path(stderr_file.name).unlink(missing_ok=True)
+        raise CosmosServerError(f"could not run {node} {LAUNCHER}: {exc}") from exc
+    server = CosmosServer(process, 0, stderr_file)
+    assert process.stdout is not None
+    lines: queue.Queue[str | None] = queue.Queue()
+    reader = threading.Thread(
+        target=_read_stdout,
+        args=(process.stdout, lines),
+        name="cosmos-stdout",
+        daemon=True,
+    )
+    reader.start()
+    deadline = time.monotonic() + timeout
+    seen: list[str] = []
+    line: str | None = ""
+    while line is not None:  # None: stdout closed, the server is gone
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            line = lines.get(timeout=remaining)
+        except queue.Empty:
+            break
+        if line is not None and line.startswith("LISTENING "):
+            server.port = int(line.split()[1])
+            return server
+        if line is not None:
+            seen.append(line.rstrip())
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=1.0)  # an exiting server closes stdout just before its exit code is set
+    exit_code = process.poll()
+    stderr = server.stderr_text().strip() or "(empty)"
+    server.stop(timeout=2.0)
+    reason = f"did not listen within {timeout:.0f}s"
+    if exit_code is not None:
+        reason = f"exited with code {exit_code}"
+    raise CosmosServerError(f"Cosmos DB test server {reason}.\nstdout: {seen!r}\nstderr:\n{stderr}")
+
+
+def make_cosmos_store(server: CosmosServer, database: str) -> CosmosDocumentStore:
+    """A store on a new (or existing) ``database`` of ``server``, with every container created.
+    The caller closes it."""
+    store = CosmosDocumentStore(server.endpoint, database, credential=server.key)
+    try:
+        store.ensure_containers()
+    except BaseException:
+        store.close()
+        raise
+    return store

@@ -1,0 +1,76 @@
+#!/usr/bin/env node
+// Launches the local Cosmos DB test server (@vercel/cosmosdb-server) for Casekeeper's tests.
+//
+// Usage: node tests/support/cosmos_server.js PORT     (PORT 0 = let the OS pick a free port)
+//
+// Contract with tests/support/cosmos.py:
+// - listens on 127.0.0.1 only (HTTPS, the package's self-signed certificate; the Python SDK skips TLS
+//   checks for 127.0.0.1 and localhost), with keep-alive on;
+// - once listening, prints exactly one line `LISTENING <port>` on stdout;
+// - exits when its stdin closes (so a crashed or killed test run never leaves it behind) or on
+//   SIGTERM / SIGINT.
+"use strict";
+
+const { createHttpsServer } = require("@vercel/cosmosdb-server");
+
+// Without keepAlive the package answers every request with `Connection: close`, and each SDK call then
+// pays a fresh TLS handshake (about 60 ms instead of about 6 ms).
+const server = createHttpsServer({ keepAlive: true });
+
+// `GET /dbs/<db>/colls/<coll>/docs/<id>` is a point read. The package's single-partition read path
+// dereferences the stored document before checking that it exists, so a read of a missing document
+// crashes into a 500 instead of a 404. Its cross-partition path is correct (it looks the document up
+// by the partition key header and id and answers 404 when absent), so we route every point read there.
+const POINT_READ = /^\/+dbs\/[^/]+\/colls\/[^/]+\/docs\/[^/]+\/*$/;
+const CROSS_PARTITION_HEADER = "x-ms-documentdb-query-enablecrosspartition";
+
+const packageHandlers = server.listeners("request");
+if (packageHandlers.length !== 1) {
+  // A different package version wired its handler differently: fail loudly rather than serve wrongly.
+  process.stderr.write(`expected one request listener from the package, found ${packageHandlers.length}\n`);
+  process.exit(2);
+}
+const [packageHandler] = packageHandlers;
+server.removeAllListeners("request");
+server.on("request", (req, res) => {
+  if (req.method === "GET") {
+    const pathname = (req.url || "").split("?", 1)[0];
+    if (POINT_READ.test(pathname)) {
+      req.headers[CROSS_PARTITION_HEADER] = "true";
+    }
+  }
+  packageHandler.call(server, req, res);
+});
+
+const requested = process.argv[2] === undefined ? 0 : Number(process.argv[2]);
+if (!Number.isInteger(requested) || requested < 0 || requested > 65535) {
+  process.stderr.write(`usage: cosmos_server.js PORT (0-65535, 0 = any free port); got ${process.argv[2]}\n`);
+  process.exit(2);
+}
+
+let stopping = false;
+function stop() {
+  if (stopping) return;
+  stopping = true;
+  // Keep-alive sockets would hold close() open; the data is in memory and disposable anyway.
+  if (typeof server.closeAllConnections === "function") server.closeAllConnections();
+  server.close(() => process.exit(0));
+  setTimeout(() => process.exit(0), 1000).unref();
+}
+
+server.on("error", (err) => {
+  process.stderr.write(`cosmos test server failed: ${err.stack || err}\n`);
+  process.exit(1);
+});
+
+server.listen(requested, "127.0.0.1", () => {
+  process.stdout.write(`LISTENING ${server.address().port}\n`);
+});
+
+process.on("SIGTERM", stop);
+process.on("SIGINT", stop);
+// The parent holds our stdin open; when it goes away (normal stop, crash, kill -9), so do we.
+process.stdin.on("end", stop);
+process.stdin.on("close", stop);
+process.stdin.on("error", stop);
+process.stdin.resume();
