@@ -1,0 +1,53 @@
+"""The ``casekeeper`` command.
+
+Each subcommand is a thin wrapper over a module with its own ``main(argv) -> int``, so that each can
+be run and tested on its own (``python -m shared.demo``, ``python -m shared.supplier.stub``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+Command = tuple[str, Callable[[list[str]], int]]
+
+
+def _demo(argv: list[str]) -> int:
+    from shared.demo import main
+
+    return main(argv)
+
+
+def _supplier_stub(argv: list[str]) -> int:
+    from shared.supplier.stub import main
+
+    return main(argv)
+
+
+COMMANDS: dict[str, Command] = {
+    "demo": ("drive the failure modes against a local supplier and print what the supplier saw", _demo),
+    "supplier-stub": ("serve the supplier portal API locally, logging every request", _supplier_stub),
+}
+
+
+def usage() -> str:
+    lines = ["usage: casekeeper COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<16} {help_}" for name, (help_, _) in COMMANDS.items()]
+    lines += ["", "Run 'casekeeper COMMAND --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if args else 2
+    command = COMMANDS.get(args[0])
+    if command is None:
+        print(f"casekeeper: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    return command[1](args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

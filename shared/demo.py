@@ -1,0 +1,560 @@
+"""``casekeeper demo``: the breaks of DESIGN.md section 1 that the ledger and the case store cover, live.
+
+What it does, in one process and in a few seconds:
+
+- opens a **fresh** SQLite store (in a temporary directory, or ``--data DIR``: the demo then owns
+  ``DIR/demo.sqlite`` and ``DIR/supplier.jsonl`` and recreates both on every run);
+- starts a real :class:`~shared.supplier.stub.SupplierStub` on a free loopback port; every guarded
+  call goes through :class:`~shared.supplier.portal.SupplierPortal` over that socket;
+- drives five scenarios, each on its own case, and prints one table row per scenario:
+  ``scenario | requests the supplier received | outcome``.
+
+Every number in the table is measured: request counts come from the stub's request log (filtered by the
+scenario's idempotency key), states from the ledger's rows and the case documents, commit counts from
+``commit_status`` results. Each scenario also checks its invariant; a violation is printed and makes
+:func:`main` return 1. :func:`main` returns 0 when every invariant held.
+
+The ledger's call timeout is :data:`DEMO_CALL_TIMEOUT` (2 s, the default is 120 s) so that the
+unknown-outcome scenario can age past it while you watch; the output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from shared.core.cases import Case, CaseRepository
+from shared.core.errors import EffectInFlight, NeedsReconciliation, OutcomeUnknown, StaleDecision
+from shared.core.keys import effect_key
+from shared.core.ledger import Effect, EffectOutcome, EffectStatus, Ledger
+from shared.stores.sqlite import SqliteDocumentStore
+from shared.supplier.portal import SupplierPortal
+from shared.supplier.stub import NOTES_PATH, Faults, SupplierStub
+
+DEMO_CALL_TIMEOUT = 2.0
+"""The ledger's call timeout in the demo, in seconds (production default: 120 s)."""
+
+# The portal must give up well inside the call timeout (see SupplierPortal): connect + write + read
+# is at most about 3 x this, which stays under DEMO_CALL_TIMEOUT.
+_PORTAL_TIMEOUT = 0.6
+# How long the stub holds its reply in the two-runs scenario, so the second run really finds the
+# first one mid-call instead of after it.
+_HOLD_SECONDS = 0.25
+_BACKOFF_CAP = 0.05
+_SETTLE_DEADLINE = 10.0
+_COMMITTERS = 8
+
+ACTION = "request_credit_note"
+DECIDED = "credit_note_requested"
+DB_NAME = "demo.sqlite"
+SUPPLIER_LOG_NAME = "supplier.jsonl"
+
+HEADER = """\
+Casekeeper demo: what happens when an agent run is resumed, retried or run twice.
+
+An agent workflow that calls a supplier can repeat that call when a superstep is replayed, when two
+runs handle one case, or when it acts on facts that changed. Casekeeper's effect ledger and versioned
+case store stop that. Each scenario below is one such break, on its own case, against a real supplier
+stub over HTTP. "Supplier received" counts what the supplier's request log shows for that case's
+idempotency key: POST = a credit note request, lookup = a GET by key."""
+
+
+class _WallClock:
+    """The wall clock, for case history timestamps only (safety decisions use the store's clock)."""
+
+    def now(self) -> float:
+        return time.time()
+
+
+@dataclass
+class ScenarioResult:
+    """One table row. ``violations`` is empty when the scenario's invariant held."""
+
+    number: int
+    title: str
+    posts: int | None  # None: the scenario crashed before it could count
+    lookups: int
+    outcome: list[str]
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def received(self) -> str:
+        if self.posts is None:
+            return "? POST"
+        text = f"{self.posts} POST"
+        if self.lookups:
+            text += f" + {self.lookups} lookup"
+        return text
+
+
+@dataclass(frozen=True)
+class _Invoice:
+    """The facts of one demo case: an invoice over its PO by ``variance``."""
+
+    case_id: str
+    invoice_id: str
+    supplier_id: str
+    invoice_amount: Decimal
+    po_amount: Decimal
+    currency: str = "EUR"
+
+    @property
+    def variance(self) -> Decimal:
+        return self.invoice_amount - self.po_amount
+
+    def facts(self) -> dict[str, Any]:
+        return {
+            "invoiceId": self.invoice_id,
+            "supplierId": self.supplier_id,
+            "invoiceAmount": str(self.invoice_amount),
+            "poAmount": str(self.po_amount),
+            "currency": self.currency,
+        }
+
+
+class _Demo:
+    """The wiring shared by the scenarios: one store, one ledger, one stub, one portal client."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.db_path = data_dir / DB_NAME
+        self.log_path = data_dir / SUPPLIER_LOG_NAME
+        # Fresh by contract: an old file's cases would collide, and a stub reloads notes from its old log.
+        for stale in (self.db_path, Path(f"{self.db_path}-wal"), Path(f"{self.db_path}-shm"), self.log_path):
+            stale.unlink(missing_ok=True)
+        self.store = SqliteDocumentStore(self.db_path)
+        self.cases = CaseRepository(self.store, _WallClock())
+        self.ledger = Ledger(self.store, self.cases, call_timeout=DEMO_CALL_TIMEOUT)
+        self.stub = SupplierStub(port=0, log_path=self.log_path).start()
+        self.portal = SupplierPortal(self.stub.url, timeout=_PORTAL_TIMEOUT)
+
+    def close(self) -> None:
+        self.portal.close()
+        self.stub.stop()
+        self.store.close()
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def new_case(self, number: int) -> _Invoice:
+        """A new case at v1: an invoice of 1250.00 against a PO of 1000.00 (variance 250.00)."""
+        inv = _Invoice(f"demo-{number}", f"INV-{1000 + number}", "SUP-ACME", Decimal("1250.00"), Decimal("1000.00"))
+        self.cases.create(inv.case_id, inv.facts())
+        return inv
+
+    def call_for(self, inv: _Invoice) -> Callable[[str], Mapping[str, Any]]:
+        """The guarded call: ask the supplier, over HTTP, for a credit note for the variance."""
+
+        def call(key: str) -> Mapping[str, Any]:
+            return self.portal.request_credit_note(
+                key,
+                case_id=inv.case_id,
+                invoice_id=inv.invoice_id,
+                supplier_id=inv.supplier_id,
+                amount=inv.variance,
+                currency=inv.currency,
+            )
+
+        return call
+
+    def run(self, inv: _Invoice, version: int) -> EffectOutcome:
+        return self.ledger.run(
+            case_id=inv.case_id,
+            action=ACTION,
+            decided_on_version=version,
+            call=self.call_for(inv),
+            request={"amount": str(inv.variance), "currency": inv.currency},
+        )
+
+    def run_until_settled(self, inv: _Invoice, version: int) -> tuple[EffectOutcome, int]:
+        """What a well-behaved worker does: on ``EffectInFlight``, back off and re-read; never call again.
+        Returns the outcome and how many times it backed off."""
+        backoffs = 0
+        give_up = time.monotonic() + _SETTLE_DEADLINE
+        while True:
+            try:
+                return self.run(inv, version), backoffs
+            except EffectInFlight as exc:
+                if time.monotonic() > give_up:
+                    raise
+                backoffs += 1
+                time.sleep(min(exc.retry_after, _BACKOFF_CAP))
+
+    def commit(self, inv: _Invoice, version: int, effect: Effect, *, expected: Case | None = None) -> bool:
+        """The status commit after a ``done`` effect, conditional on ``version`` (False: the case moved)."""
+        result = effect.result or {}
+        return self.cases.commit_status(
+            inv.case_id,
+            version,
+            DECIDED,
+            reason="credit note requested",
+            effect_key=effect.key,
+            data={"creditNoteId": result.get("creditNoteId")},
+            expected=expected,
+        )
+
+    def supplier_requests(self, key: str) -> tuple[int, int]:
+        """(POSTs, lookups) the stub recorded for ``key``: the supplier's own account, not ours."""
+        records = [r for r in self.stub.requests if r["idempotencyKey"] == key and r["path"] == NOTES_PATH]
+        posts = sum(1 for r in records if r["method"] == "POST")
+        lookups = sum(1 for r in records if r["method"] == "GET")
+        return posts, lookups
+
+    def notes_for(self, key: str) -> list[dict[str, Any]]:
+        return [n for n in self.stub.notes if n["idempotencyKey"] == key]
+
+    def effect(self, inv: _Invoice, key: str) -> Effect:
+        found = self.ledger.get(inv.case_id, key)
+        if found is None:
+            raise AssertionError(f"no ledger row for {key}")
+        return found
+
+
+class _Checks:
+    """Collects invariant violations instead of stopping at the first: the table shows them all."""
+
+    def __init__(self) -> None:
+        self.violations: list[str] = []
+
+    def expect(self, condition: bool, what: str) -> None:
+        if not condition:
+            self.violations.append(what)
+
+
+# --- the scenarios ------------------------------------------------------------------------------
+
+
+def replayed_step(demo: _Demo, number: int) -> ScenarioResult:
+    """Break 1 (F6): the superstep that called the supplier is replayed on resume, same input."""
+    inv = demo.new_case(number)
+    key = effect_key(inv.case_id, ACTION, 1)
+    check = _Checks()
+
+    first = demo.run(inv, 1)
+    first_committed = demo.commit(inv, 1, first.effect, expected=first.case)
+    # The resume: the checkpoint predates the superstep, so it decides on v1 again and runs the same call.
+    second = demo.run(inv, 1)
+    second_committed = demo.commit(inv, 1, second.effect, expected=second.case)
+    case = demo.cases.require(inv.case_id)
+    applied = case.transition_from(1)
+
+    posts, lookups = demo.supplier_requests(key)
+    check.expect(posts == 1, f"supplier received {posts} POSTs, expected 1")
+    check.expect(not first.replayed and second.replayed, "second run should replay the recorded result")
+    check.expect(first.result == second.result, "second run returned a different result")
+    check.expect(first_committed and not second_committed, "status should commit exactly once")
+    check.expect(applied is not None and applied.effect_key == key, "case history lacks the committed effect")
+    check.expect(case.version == 2, f"case at v{case.version}, expected v2")
+    how = "the recorded" if second.replayed else "a NEW call's"
+    seen = "saw the status already applied" if applied is not None and not second_committed else "COMMITTED AGAIN"
+    outcome = [
+        f"run 1 called, got {first.result['creditNoteId']}"
+        + (f", committed (v1 -> v{case.version});" if first_committed else ", did NOT commit;"),
+        f"run 2 (the replay) got {how} {second.result['creditNoteId']}"
+        + (", no second call;" if posts == 1 else f"; the supplier got {posts} POSTs;"),
+        f"its commit {seen}.",
+    ]
+    return ScenarioResult(number, "replayed step (resume)", posts, lookups, outcome, check.violations)
+
+
+def two_runs(demo: _Demo, number: int) -> ScenarioResult:
+    """Break 2: two runs of one case (a duplicate webhook) act on the same decision at the same time."""
+    inv = demo.new_case(number)
+    key = effect_key(inv.case_id, ACTION, 1)
+    check = _Checks()
+    barrier = threading.Barrier(2)
+    results: dict[int, tuple[EffectOutcome, int, bool]] = {}
+    errors: dict[int, Exception] = {}
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait()
+            outcome, backoffs = demo.run_until_settled(inv, 1)
+            results[i] = (outcome, backoffs, demo.commit(inv, 1, outcome.effect, expected=outcome.case))
+        except Exception as exc:  # reported as a violation, not lost in a thread
+            errors[i] = exc
+
+    # Hold the supplier's reply so that the second run finds the first one mid-call.
+    demo.stub.set_faults(Faults(hold_seconds=_HOLD_SECONDS))
+    try:
+        threads = [threading.Thread(target=worker, args=(i,), name=f"demo-run-{i}") for i in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        demo.stub.set_faults(Faults())
+
+    posts, lookups = demo.supplier_requests(key)
+    check.expect(posts == 1, f"supplier received {posts} POSTs, expected 1")
+    for i, exc in sorted(errors.items()):
+        check.expect(False, f"run {i} raised {type(exc).__name__}: {exc}")
+    notes = {r[0].result["creditNoteId"] for r in results.values()}
+    check.expect(len(results) == 2 and len(notes) == 1, f"the two runs saw different results: {sorted(notes)}")
+    commits = sum(1 for r in results.values() if r[2])
+    check.expect(commits == 1, f"{commits} status commits, expected exactly 1")
+    callers = [r for r in results.values() if not r[0].replayed]
+    check.expect(len(callers) == 1, f"{len(callers)} runs called the supplier, expected 1")
+    waiting = [r for r in results.values() if r[0].replayed]
+    backoffs = waiting[0][1] if waiting else 0
+    waited = f"backed off {backoffs}x on EffectInFlight," if backoffs else "found the effect already done,"
+    outcome = [
+        f"{'both runs got ' if len(notes) == 1 else 'the runs got '}{', '.join(sorted(notes)) or '-'}; "
+        f"{len(callers)} of 2 called;",
+        f"the other {waited} then read the recorded result;" if waiting else "neither replayed the recorded result;",
+        f"{commits} of 2 status commits succeeded.",
+    ]
+    return ScenarioResult(number, "two runs of one case", posts, lookups, outcome, check.violations)
+
+
+def stale_decision(demo: _Demo, number: int) -> ScenarioResult:
+    """Break 5 (R4): decided on v1, then the PO was edited (v2) before the call."""
+    inv = demo.new_case(number)
+    key = effect_key(inv.case_id, ACTION, 1)
+    check = _Checks()
+    edited = demo.cases.update_facts(inv.case_id, 1, {"poAmount": "1200.00"}, reason="PO edited")
+    check.expect(edited, "the PO edit did not commit")
+
+    refused: StaleDecision | None = None
+    try:
+        demo.run(inv, 1)
+    except StaleDecision as exc:
+        refused = exc
+    row = demo.effect(inv, key)
+
+    posts, lookups = demo.supplier_requests(key)
+    check.expect(posts == 0, f"supplier received {posts} POSTs, expected 0")
+    check.expect(refused is not None, "the call on a stale decision was not refused")
+    closed = row.status is EffectStatus.FAILED and row.stale
+    check.expect(closed, f"the refused claim is {row.status.value}, expected failed (stale)")
+    current = refused.current_version if refused is not None else None
+    refusal = f"StaleDecision (decided on v1, case at v{current})" if refused is not None else "NOT refused"
+    state = f"closed ({row.status.value}, stale)" if closed else f"left {row.status.value}"
+    outcome = [
+        f"{refusal}, " + ("nothing sent;" if posts == 0 else f"{posts} POST sent;"),
+        f"the claim is {state}: nothing for",
+        "reconciliation to retry later." if closed else "reconciliation would misread it.",
+    ]
+    return ScenarioResult(number, "stale decision (PO edited)", posts, lookups, outcome, check.violations)
+
+
+def unknown_outcome(demo: _Demo, number: int) -> ScenarioResult:
+    """F3 (R3): the supplier created the note but answered 503; the outcome is unknown until looked up."""
+    inv = demo.new_case(number)
+    key = effect_key(inv.case_id, ACTION, 1)
+    check = _Checks()
+    steps: list[str] = []
+
+    demo.stub.set_faults(Faults(fail_after_create=1))
+    try:
+        demo.run(inv, 1)
+        check.expect(False, "the 503 was not reported as an unknown outcome")
+    except OutcomeUnknown as exc:
+        post = next((r for r in demo.stub.requests if r["idempotencyKey"] == key and r["method"] == "POST"), {})
+        created = f"supplier created {post.get('creditNoteId')}" if post.get("created") else "supplier created nothing"
+        state = demo.effect(inv, key).status.value
+        steps.append(f"{created}, answered {exc.status} -> effect stays {state};")
+    finally:
+        demo.stub.set_faults(Faults())
+
+    try:
+        demo.run(inv, 1)
+        check.expect(False, "a re-run inside the call timeout was not refused as in flight")
+    except EffectInFlight:
+        steps.append("re-run at once -> EffectInFlight;")
+
+    started = demo.effect(inv, key)
+    # By the store's clock, as the ledger judges it; a little margin for the clock's resolution.
+    wait = max(DEMO_CALL_TIMEOUT - demo.ledger.age(started), 0.0) + 0.2
+    time.sleep(wait)
+    try:
+        demo.run(inv, 1)
+        check.expect(False, "a re-run after the call timeout did not ask for reconciliation")
+    except NeedsReconciliation:
+        steps.append(f"re-run after the {DEMO_CALL_TIMEOUT:.0f} s call timeout -> NeedsReconciliation;")
+
+    # Reconciliation (R3): never retry blindly; ask the supplier by the same key first.
+    committed = False
+    found = demo.portal.find_credit_note(key)
+    if found is not None:
+        row = demo.ledger.record_outcome(
+            demo.effect(inv, key), EffectStatus.DONE, result=found, source="demo-reconciler"
+        )
+        committed = demo.commit(inv, 1, row)
+        steps.append(f"lookup by key found {found['creditNoteId']};")
+        steps.append("recorded done;" + (" case committed." if committed else " case NOT committed."))
+    else:
+        steps.append("lookup by key found nothing.")
+    final = demo.effect(inv, key)
+
+    posts, lookups = demo.supplier_requests(key)
+    check.expect(posts == 1, f"supplier received {posts} POSTs, expected 1")
+    check.expect(len(demo.notes_for(key)) == 1, "the supplier should hold exactly one note for the key")
+    check.expect(found is not None, "the lookup by key did not find the note the supplier created")
+    check.expect(final.status is EffectStatus.DONE, f"the effect ended {final.status.value}, expected done")
+    check.expect(committed, "the case status was not committed after reconciliation")
+    return ScenarioResult(number, "unknown outcome (503 after create)", posts, lookups, _wrap(steps), check.violations)
+
+
+def concurrent_commits(demo: _Demo, number: int) -> ScenarioResult:
+    """R5: many writers commit a status on the same version; exactly one may win."""
+    inv = demo.new_case(number)
+    check = _Checks()
+    barrier = threading.Barrier(_COMMITTERS)
+    results: list[bool] = []
+    errors: list[Exception] = []
+    lock = threading.Lock()
+
+    def committer(i: int) -> None:
+        try:
+            barrier.wait()
+            ok = demo.cases.commit_status(inv.case_id, 1, f"decided-by-{i}", reason=f"committer {i}")
+        except Exception as exc:  # reported as a violation, not lost in a thread
+            with lock:
+                errors.append(exc)
+            return
+        with lock:
+            results.append(ok)
+
+    threads = [threading.Thread(target=committer, args=(i,), name=f"demo-commit-{i}") for i in range(_COMMITTERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    case: Case = demo.cases.require(inv.case_id)
+
+    wins = results.count(True)
+    for exc in errors:
+        check.expect(False, f"a committer raised {type(exc).__name__}: {exc}")
+    check.expect(wins == 1, f"{wins} of {_COMMITTERS} commits succeeded, expected exactly 1")
+    check.expect(case.version == 2, f"case at v{case.version}, expected v2")
+    outcome = [
+        f"{wins} of {_COMMITTERS} commits succeeded, {results.count(False)} were told to re-read;",
+        f"case at v{case.version} (status {case.status!r}).",
+    ]
+    return ScenarioResult(number, f"{_COMMITTERS} concurrent commits", 0, 0, outcome, check.violations)
+
+
+SCENARIOS: tuple[Callable[[_Demo, int], ScenarioResult], ...] = (
+    replayed_step,
+    two_runs,
+    stale_decision,
+    unknown_outcome,
+    concurrent_commits,
+)
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def _wrap(steps: list[str], width: int = 62) -> list[str]:
+    """Steps joined into lines of at most ``width`` characters (a step is never split)."""
+    lines: list[str] = []
+    for step in steps:
+        if lines and len(lines[-1]) + 1 + len(step) <= width:
+            lines[-1] += " " + step
+        else:
+            lines.append(step)
+    return lines
+
+
+def render_table(results: list[ScenarioResult]) -> list[str]:
+    """The table: ``# | scenario | supplier received | outcome``, a multi-line outcome on extra lines."""
+    headers = ("#", "scenario", "supplier received", "outcome")
+    rows: list[tuple[str, str, str, str]] = []
+    for r in results:
+        mark = "" if not r.violations else "  [VIOLATED]"
+        lines = r.outcome or [""]
+        rows.append((str(r.number), r.title, r.received, lines[0] + mark))
+        rows.extend(("", "", "", more) for more in lines[1:])
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    return [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(row) for row in rows)]
+
+
+def summary(results: list[ScenarioResult]) -> str:
+    held = sum(1 for r in results if not r.violations)
+    posts = sum(r.posts or 0 for r in results)
+    if held == len(results):
+        return (
+            f"All {len(results)} invariants held: the supplier received {posts} credit note requests in total, "
+            "never two for one decision, and no case committed twice."
+        )
+    return f"{len(results) - held} of {len(results)} invariants VIOLATED (see above)."
+
+
+@contextlib.contextmanager
+def _data_dir(given: Path | None) -> Iterator[Path]:
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix="casekeeper-demo-") as tmp:
+        yield Path(tmp)
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog or "casekeeper demo",
+        description="Show, against a real supplier stub, how Casekeeper keeps retried and duplicated runs "
+        "from acting twice.",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        metavar="DIR",
+        help=f"keep the store and the supplier log in DIR ({DB_NAME}, {SUPPLIER_LOG_NAME}; recreated on "
+        "every run). Default: a temporary directory, removed afterwards.",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every scenario and print the table. Returns 0 when every invariant held, 1 otherwise."""
+    args = build_parser().parse_args(argv)
+    print(HEADER)
+    print()
+    results: list[ScenarioResult] = []
+    with _data_dir(args.data) as data_dir:
+        demo = _Demo(data_dir)
+        try:
+            where = f"{demo.db_path}" + (" (kept)" if args.data is not None else " (temporary)")
+            print(f"Store:    SQLite, fresh file {where}")
+            print(f"Supplier: SupplierStub at {demo.stub.url} (real HTTP, request log {demo.log_path.name})")
+            print(
+                f"Call timeout: {DEMO_CALL_TIMEOUT:.0f} s for this demo (production default 120 s), so scenario 4 "
+                "can outlive it."
+            )
+            print()
+            for number, scenario in enumerate(SCENARIOS, start=1):
+                results.append(_run_scenario(scenario, demo, number))
+        finally:
+            demo.close()
+    for line in render_table(results):
+        print(line)
+    print()
+    for r in results:
+        for violation in r.violations:
+            print(f"VIOLATION in scenario {r.number} ({r.title}): {violation}")
+    print(summary(results))
+    return 0 if all(not r.violations for r in results) else 1
+
+
+def _run_scenario(scenario: Callable[[_Demo, int], ScenarioResult], demo: _Demo, number: int) -> ScenarioResult:
+    """Run one scenario; an unexpected exception becomes a violated row rather than ending the demo."""
+    try:
+        return scenario(demo, number)
+    except Exception as exc:
+        title = scenario.__name__.replace("_", " ")
+        return ScenarioResult(
+            number, title, None, 0, [f"crashed: {type(exc).__name__}"], [f"{type(exc).__name__}: {exc}"]
+        )

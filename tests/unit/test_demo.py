@@ -1,0 +1,95 @@
+"""`casekeeper demo`: its table reports what happened, and it fails loudly when an invariant breaks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from shared import demo
+from shared.core.keys import effect_key
+from shared.core.ledger import Effect, EffectOutcome
+
+# A scenario's first table line: | n | title | N POST [+ M lookup] | outcome...
+ROW = re.compile(r"^\|\s*(\d+)\s*\|([^|]*)\|\s*(\d+) POST(?: \+ (\d+) lookup)?\s*\|(.*)\|$")
+
+
+def rows(out: str) -> dict[int, tuple[int, int, str]]:
+    """Scenario number -> (POSTs, lookups, full outcome text, continuation lines joined)."""
+    found: dict[int, tuple[int, int, str]] = {}
+    current: int | None = None
+    for line in out.splitlines():
+        match = ROW.match(line)
+        if match:
+            current = int(match[1])
+            found[current] = (int(match[3]), int(match[4] or 0), match[5].strip())
+        elif current is not None and line.startswith("|   |"):
+            posts, lookups, text = found[current]
+            found[current] = (posts, lookups, f"{text} {line.split('|')[4].strip()}")
+        else:
+            current = None
+    return found
+
+
+def test_demo_table_reports_one_request_per_decision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = demo.main(["--data", str(tmp_path)])
+    out = capsys.readouterr().out
+
+    assert code == 0, out
+    table = rows(out)
+    assert sorted(table) == [1, 2, 3, 4, 5], out
+    assert table[1][:2] == (1, 0)
+    assert "recorded CN-" in table[1][2]
+    assert "already applied" in table[1][2]
+    assert table[2][:2] == (1, 0)
+    assert "1 of 2 status commits succeeded" in table[2][2]
+    notes = set(re.findall(r"CN-\d+", table[2][2]))
+    assert len(notes) == 1  # both runs saw the same credit note
+    assert table[3][:2] == (0, 0)
+    assert "StaleDecision" in table[3][2]
+    assert "closed" in table[3][2]
+    assert table[4][:2] == (1, 1)  # one POST, one lookup by key: never a second POST
+    for step in ("stays started", "EffectInFlight", "NeedsReconciliation", "case committed"):
+        assert step in table[4][2]
+    assert table[5][:2] == (0, 0)
+    assert "1 of 8 commits succeeded" in table[5][2]
+    assert "2 s" in out  # the shortened call timeout is stated
+    assert "All 5 invariants held" in out
+    assert "VIOLATION" not in out
+    # --data keeps the store and the supplier's log for inspection.
+    assert (tmp_path / demo.DB_NAME).exists()
+    assert (tmp_path / demo.SUPPLIER_LOG_NAME).exists()
+
+
+def test_a_rerun_on_the_same_data_dir_starts_fresh(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(demo, "SCENARIOS", (demo.replayed_step, demo.stale_decision))
+    assert demo.main(["--data", str(tmp_path)]) == 0
+    assert demo.main(["--data", str(tmp_path)]) == 0  # old cases and old supplier notes are gone
+    out = capsys.readouterr().out
+    assert out.count("All 2 invariants held") == 2
+
+
+def test_the_counts_are_measured_so_a_broken_guard_fails_the_demo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unguarded_run(self: Any, inv: Any, version: int) -> EffectOutcome:
+        # No ledger: every run calls the supplier (same key), as an unguarded workflow would on replay.
+        key = effect_key(inv.case_id, demo.ACTION, version)
+        result = dict(self.call_for(inv)(key))
+        return EffectOutcome(cast(Effect, SimpleNamespace(key=key, result=result)), replayed=False)
+
+    monkeypatch.setattr(demo, "SCENARIOS", (demo.replayed_step,))
+    monkeypatch.setattr(demo._Demo, "run", unguarded_run)
+    code = demo.main(["--data", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert rows(out)[1][0] == 2  # the table shows the second request the supplier really received
+    assert "VIOLATION in scenario 1" in out
+    assert "supplier received 2 POSTs, expected 1" in out
+    assert "[VIOLATED]" in out
+    assert "invariants VIOLATED" in out
