@@ -60,7 +60,10 @@ def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
     database = f"t{uuid.uuid4().hex[:12]}"
     make_cosmos_store(server, database).close()  # creates the database and containers
     return StoreSpec(
-        "cosmos", cosmos_endpoint=server.endpoint, cosmos_key=server.key, cosmos_database=database  # type: ignore[attr-defined]
+        "cosmos",
+        cosmos_endpoint=server.endpoint,
+        cosmos_key=server.key,
+        cosmos_database=database,  # type: ignore[attr-defined]
     )
 
 

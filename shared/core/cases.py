@@ -198,7 +198,7 @@ class CaseRepository:
             facts = {**case.facts, **changes}
             merged = {**case.data, **(data or {})}
             advanced = _advance(case, new_status or case.status, reason, None, self._clock.now(), data=merged)
-            history = advanced.history[:-1] + (_replace_facts_flag(advanced.history[-1]),)
+            history = (*advanced.history[:-1], _replace_facts_flag(advanced.history[-1]))
             return _replace(advanced, facts=facts, history=history)
 
         return self._conditional(case_id, expected_version, mutate)
@@ -208,13 +208,17 @@ class CaseRepository:
         for _ in range(_MAX_CONFLICT_RETRIES):
             case = self.require(case_id)
             entry = {"text": text, "at": self._clock.now(), "atVersion": case.version, **fields}
-            notes = (case.notes + (entry,))[-_HISTORY_LIMIT:]
+            notes = ((*case.notes, entry))[-_HISTORY_LIMIT:]
             updated = _replace(case, notes=notes)
             try:
-                return Case.from_document(self._store.replace(CASES, case_id, case_id, updated.to_body(), etag=case.etag))
+                return Case.from_document(
+                    self._store.replace(CASES, case_id, case_id, updated.to_body(), etag=case.etag)
+                )
             except ConcurrencyConflict:
                 continue
-        raise ConcurrencyConflict(f"case {case_id!r} kept changing while adding a note", container=CASES, doc_id=case_id)
+        raise ConcurrencyConflict(
+            f"case {case_id!r} kept changing while adding a note", container=CASES, doc_id=case_id
+        )
 
     def _conditional(
         self, case_id: str, version: int, mutate: Callable[[Case], Case], *, expected: Case | None = None
@@ -239,7 +243,7 @@ def _advance(
     transition = Transition(
         from_version=case.version, status=status, reason=reason, effect_key=effect_key, facts_changed=False, at=at
     )
-    history = (case.history + (transition,))[-_HISTORY_LIMIT:]
+    history = ((*case.history, transition))[-_HISTORY_LIMIT:]
     return _replace(case, status=status, version=case.version + 1, history=history, data=data)
 
 

@@ -19,9 +19,7 @@ from typing import Any
 
 def canonical_json(value: Any) -> bytes:
     """The one canonical encoding: sorted keys, no whitespace, UTF-8, no NaN or Infinity."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-        "utf-8"
-    )
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def _digest(kind: str, case_id: str, action: str, case_version: int) -> str:

@@ -156,12 +156,22 @@ class EffectOutcome:
 class Ledger:
     """The effect ledger's policy, written once over any :class:`DocumentStore`."""
 
-    def __init__(self, store: DocumentStore, cases: CaseRepository, *, call_timeout: float = DEFAULT_CALL_TIMEOUT):
+    def __init__(
+        self,
+        store: DocumentStore,
+        cases: CaseRepository,
+        *,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        probe: Callable[[str], None] | None = None,
+    ) -> None:
+        """``probe`` is called at the named points ``F2`` (claimed, before the call) and ``F4`` (reply
+        received, before it is recorded): the crash tests end the process there."""
         if call_timeout <= 0:
             raise ValueError("call_timeout must be positive")
         self._store = store
         self._cases = cases
         self.call_timeout = call_timeout
+        self._probe = probe or (lambda point: None)
 
     # --- the guarded call ---------------------------------------------------------------------
 
@@ -200,10 +210,12 @@ class Ledger:
         }
         try:
             claimed = Effect.from_document(self._store.create(EFFECTS, case_id, key, body))
-        except AlreadyExists:
+        except AlreadyExists as exc:
             existing = self.get(case_id, key)
             if existing is None:  # deleted in between: only an operator does that; let the caller retry
-                raise ConcurrencyConflict(f"effect {key} vanished after a conflict", container=EFFECTS, doc_id=key)
+                raise ConcurrencyConflict(
+                    f"effect {key} vanished after a conflict", container=EFFECTS, doc_id=key
+                ) from exc
             return self._replay(existing)
         return self._call_claimed(claimed, call)
 
@@ -220,7 +232,9 @@ class Ledger:
                 key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=effect.status.value
             )
         attempts = effect.attempts + 1
-        reclaimed = _evolve(effect, attempts=attempts, history_entry={"status": "started", "attempt": attempts, "source": source})
+        reclaimed = _evolve(
+            effect, attempts=attempts, history_entry={"status": "started", "attempt": attempts, "source": source}
+        )
         try:
             doc = self._store.replace(EFFECTS, effect.case_id, effect.key, reclaimed.to_body(), etag=effect.etag)
         except ConcurrencyConflict:
@@ -244,6 +258,7 @@ class Ledger:
                 decided_on_version=effect.case_version,
                 current_version=current_version,
             )
+        self._probe("F2")
         try:
             result = call(effect.key)
         except DownstreamRejected as exc:
@@ -252,6 +267,7 @@ class Ledger:
                 return self._replay(recorded)
             raise EffectFailed(key=effect.key, case_id=effect.case_id, action=effect.action, reason=exc.reason) from exc
         # Any other exception: outcome unknown. The row stays started; it propagates unchanged.
+        self._probe("F4")
         recorded, ours = self._try_record(effect, EffectStatus.DONE, result=dict(result), source="call")
         if not ours:
             return self._replay(recorded)
@@ -399,5 +415,5 @@ class Ledger:
 
 
 def _evolve(effect: Effect, *, history_entry: dict[str, Any], **changes: Any) -> Effect:
-    history = (effect.history + (history_entry,))[-_HISTORY_LIMIT:]
+    history = ((*effect.history, history_entry))[-_HISTORY_LIMIT:]
     return replace(effect, history=history, **changes)

@@ -80,9 +80,7 @@ class DocumentStore(Protocol):
         """Point read; ``None`` when absent."""
         ...
 
-    def replace(
-        self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str
-    ) -> Document:
+    def replace(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str) -> Document:
         """Replace if the stored ETag equals ``etag``. Raises ``ConcurrencyConflict`` when it does not,
         or when the document is gone."""
         ...

@@ -310,7 +310,7 @@ def build_query(container: str, query: Query) -> tuple[str, list[dict[str, objec
         # An int literal, checked above, so interpolating it is safe.
         top = f"TOP {query.limit} "
     # Only checked identifiers and an int literal are interpolated; every value is a parameter.
-    sql = f"SELECT {top}* FROM c"  # noqa: S608
+    sql = f"SELECT {top}* FROM c"
     if conditions:
         sql += " WHERE " + " AND ".join(conditions)
     if query.order_by_ts is not None:
@@ -564,6 +564,6 @@ def cosmos_store_from_settings(endpoint: str, database: str, key: str | None) ->
     if key:
         return CosmosDocumentStore(endpoint, database, credential=key)
     # Imported here so that key-only use (tests, local runs) does not need azure-identity at import time.
-    from azure.identity import DefaultAzureCredential  # noqa: PLC0415
+    from azure.identity import DefaultAzureCredential
 
     return CosmosDocumentStore(endpoint, database, credential=DefaultAzureCredential(), owns_credential=True)

@@ -117,9 +117,7 @@ class SqliteDocumentStore:
             )
         return _document(row) if row is not None else None
 
-    def replace(
-        self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str
-    ) -> Document:
+    def replace(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str) -> Document:
         data = _checked(container, partition, doc_id, body)
         with self._write() as conn:
             seq = self._next_seq(conn)
@@ -130,7 +128,9 @@ class SqliteDocumentStore:
             )
             if cur.rowcount != 1:
                 raise ConcurrencyConflict(
-                    f"{container}/{doc_id} changed or is gone (expected etag {etag})", container=container, doc_id=doc_id
+                    f"{container}/{doc_id} changed or is gone (expected etag {etag})",
+                    container=container,
+                    doc_id=doc_id,
                 )
             return self._read_in(conn, container, partition, doc_id)
 

@@ -45,7 +45,9 @@ def test_canonical_json_sorts_keys_and_fixes_separators() -> None:
         canonical_json({"x": float("nan")})
 
 
-@pytest.mark.parametrize(("case_id", "action", "version"), [("", "a", 1), ("c", "", 1), ("c", "a", -1), ("c", "a", True)])
+@pytest.mark.parametrize(
+    ("case_id", "action", "version"), [("", "a", 1), ("c", "", 1), ("c", "a", -1), ("c", "a", True)]
+)
 def test_bad_key_inputs_are_refused(case_id: str, action: str, version: int) -> None:
     with pytest.raises(ValueError):
         effect_key(case_id, action, version)

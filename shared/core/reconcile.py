@@ -1,0 +1,250 @@
+"""Reconciliation (rule R3; failure points F2-F5): finish what a crash left half done, never blindly.
+
+Two situations, each handled by one method:
+
+- :meth:`Reconciler.finish_commit`: a ``done`` effect whose case does not show the commit (the process
+  died between the two writes, F5). The commit is retried, conditionally; if the case moved on
+  meanwhile, the effect happened on an older version and the case goes to a person.
+- :meth:`Reconciler.recheck`: a ``started`` effect. Younger than the call timeout (store clock): still
+  in flight, look again later. Older: its outcome is unknown, so **ask the downstream by key**:
+
+  ========================  ===============================================================
+  lookup says               then
+  ========================  ===============================================================
+  found                     record ``done`` with what was found; finish the commit
+  not found, retry is safe  retry with the same key (it passes the version gate, R4)
+  not found, not safe       escalate
+  lookup keeps failing      escalate after ``max_lookup_failures``
+  ========================  ===============================================================
+
+  Escalated: the effect is ``needs_reconciliation`` with the reason, the case ``needs_review``, and
+  an alert is raised. A person settles it (``casekeeper effects resolve``).
+
+What "safe to retry" and "look up" mean is the domain's business: each action supplies an
+:class:`ActionPolicy`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.core.cases import CaseRepository
+from shared.core.errors import (
+    EffectFailed,
+    EffectInFlight,
+    NeedsReconciliation,
+    OutcomeAlreadyRecorded,
+    OutcomeUnknown,
+    StaleDecision,
+)
+from shared.core.ledger import Call, Effect, EffectStatus, Ledger
+from shared.core.ports import DocumentStore
+
+log = logging.getLogger("casekeeper.reconcile")
+
+HEALTH = "health"
+KIND_LOOKUP_FAILURES = "lookup_failures"
+
+
+@dataclass(frozen=True)
+class ActionPolicy:
+    """How one action is reconciled.
+
+    ``lookup(key)`` returns the downstream's record of the effect, ``None`` when it has none, and
+    raises ``OutcomeUnknown`` when it cannot tell. ``retry_call(effect)`` builds the same call again
+    (same key) when the downstream honours idempotency keys; ``None`` means never retry automatically.
+    ``commit_data(effect)`` gives the case ``data`` fields written with the status commit.
+    """
+
+    lookup: Callable[[str], Mapping[str, Any] | None]
+    retry_call: Callable[[Effect], Call] | None
+    commit_data: Callable[[Effect], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RecheckResult:
+    """What a re-check did. ``retry_after`` (seconds) asks for another re-check; ``reinvestigate`` asks
+    the caller to have the case decided again (the retried decision was stale)."""
+
+    outcome: str  # settled | in_flight | recorded | retried | stale | failed | escalated | lookup_failed | gone
+    key: str
+    case_id: str
+    detail: str = ""
+    retry_after: float | None = None
+    reinvestigate: bool = False
+    committed: bool = False
+
+
+@dataclass
+class Reconciler:
+    ledger: Ledger
+    cases: CaseRepository
+    store: DocumentStore
+    policies: Mapping[str, ActionPolicy]
+    alert: Callable[[str, dict[str, Any]], None] = field(default=lambda message, fields: None)
+    review_status: str = "needs_review"
+    max_lookup_failures: int = 3
+    max_attempts: int = 3
+    lookup_backoff: float = 30.0
+
+    # --- done effects -------------------------------------------------------------------------------
+
+    def finish_commit(self, effect: Effect) -> str:
+        """Make the case show a ``done`` effect's commit. Returns ``already``, ``committed``,
+        ``needs_review`` (the case moved on: a person decides) or ``no_intent``. Harmless to repeat."""
+        intent = effect.request.get("commit")
+        if effect.status is not EffectStatus.DONE or not isinstance(intent, Mapping):
+            return "no_intent"
+        case = self.cases.get(effect.case_id)
+        if case is None:
+            return "no_intent"
+        done = case.transition_from(effect.case_version)
+        if done is not None and done.effect_key == effect.key:
+            return "already"
+        policy = self.policies.get(effect.action)
+        data = policy.commit_data(effect) if policy is not None else {}
+        if intent.get("clearPendingApproval"):
+            data["pendingApproval"] = None
+        if case.version == effect.case_version:
+            committed = self.cases.commit_status(
+                effect.case_id,
+                effect.case_version,
+                str(intent["status"]),
+                reason=f"{intent.get('reason', '')} (commit finished by reconciliation)".strip(),
+                effect_key=effect.key,
+                data=data,
+                expected=case,
+            )
+            if committed:
+                log.info(
+                    "case %s: commit of effect %s finished",
+                    effect.case_id,
+                    effect.key,
+                    extra={"caseId": effect.case_id, "effectKey": effect.key},
+                )
+                return "committed"
+            return self.finish_commit(effect)  # someone moved it meanwhile: look again
+        reason = (
+            f"effect {effect.action} ({effect.key[:12]}) happened on v{effect.case_version} "
+            f"but the case moved to v{case.version} before it was committed"
+        )
+        self._to_review(effect.case_id, reason, data)
+        return "needs_review"
+
+    # --- started effects ----------------------------------------------------------------------------
+
+    def recheck(self, case_id: str, key: str) -> RecheckResult:
+        """Apply R3 to one effect. Safe to call at any time and any number of times."""
+        effect = self.ledger.get(case_id, key)
+        if effect is None:
+            return RecheckResult("gone", key, case_id, "no such effect")
+        if effect.status is EffectStatus.DONE:
+            finished = self.finish_commit(effect)
+            return RecheckResult("settled", key, case_id, f"done; commit {finished}", committed=finished == "committed")
+        if effect.status is not EffectStatus.STARTED:
+            return RecheckResult("settled", key, case_id, f"already {effect.status.value}")
+        age = self.ledger.age(effect)
+        if age < self.ledger.call_timeout:
+            return RecheckResult(
+                "in_flight", key, case_id, f"started {age:.0f}s ago", retry_after=self.ledger.call_timeout - age
+            )
+        policy = self.policies.get(effect.action)
+        if policy is None:
+            return self._escalate(effect, f"no reconciliation policy for action {effect.action}")
+        try:
+            found = policy.lookup(effect.key)
+        except OutcomeUnknown as exc:
+            failures = self._count_lookup_failure(effect, exc)
+            if failures >= self.max_lookup_failures:
+                return self._escalate(effect, f"lookup by key failed {failures} times: {exc.reason}")
+            return RecheckResult(
+                "lookup_failed",
+                key,
+                case_id,
+                f"lookup failed ({failures}/{self.max_lookup_failures}): {exc.reason}",
+                retry_after=self.lookup_backoff,
+            )
+        if found is not None:
+            return self._record_found(effect, dict(found))
+        if policy.retry_call is None:
+            return self._escalate(effect, "the downstream has no record of it and the action is not safe to retry")
+        if effect.attempts >= self.max_attempts:
+            return self._escalate(effect, f"not found downstream after {effect.attempts} attempts")
+        return self._retry(effect, policy.retry_call(effect))
+
+    def _record_found(self, effect: Effect, found: dict[str, Any]) -> RecheckResult:
+        try:
+            done = self.ledger.record_outcome(effect, EffectStatus.DONE, result=found, source="reconciler-lookup")
+        except OutcomeAlreadyRecorded:
+            return self.recheck(effect.case_id, effect.key)  # someone settled it meanwhile: follow theirs
+        finished = self.finish_commit(done)
+        return RecheckResult(
+            "recorded",
+            effect.key,
+            effect.case_id,
+            f"found downstream; commit {finished}",
+            committed=finished == "committed",
+        )
+
+    def _retry(self, effect: Effect, call: Call) -> RecheckResult:
+        ctx = (effect.key, effect.case_id)
+        try:
+            outcome = self.ledger.retry_same_key(effect, call, source="reconciler-retry")
+        except StaleDecision as exc:
+            return RecheckResult("stale", *ctx, str(exc), reinvestigate=True)
+        except EffectFailed as exc:
+            self._to_review(effect.case_id, f"retried {effect.action} was refused: {exc.reason}", {})
+            return RecheckResult("failed", *ctx, exc.reason)
+        except (OutcomeUnknown, EffectInFlight) as exc:
+            return RecheckResult(
+                "in_flight", *ctx, f"retry outcome unknown: {exc}", retry_after=self.ledger.call_timeout
+            )
+        except NeedsReconciliation as exc:
+            return RecheckResult("escalated", *ctx, exc.reason)
+        except OutcomeAlreadyRecorded:
+            return self.recheck(effect.case_id, effect.key)
+        finished = self.finish_commit(outcome.effect)
+        return RecheckResult(
+            "retried", *ctx, f"retried with the same key; commit {finished}", committed=finished == "committed"
+        )
+
+    def _escalate(self, effect: Effect, reason: str) -> RecheckResult:
+        try:
+            self.ledger.mark_needs_reconciliation(effect, reason)
+        except OutcomeAlreadyRecorded:
+            return self.recheck(effect.case_id, effect.key)
+        self._to_review(effect.case_id, f"effect {effect.action} needs reconciliation: {reason}", {})
+        fields = {"caseId": effect.case_id, "effectKey": effect.key, "action": effect.action, "reason": reason}
+        self.alert(f"effect {effect.key[:12]} of case {effect.case_id} needs a person: {reason}", fields)
+        return RecheckResult("escalated", effect.key, effect.case_id, reason)
+
+    def _to_review(self, case_id: str, reason: str, data: dict[str, Any]) -> None:
+        for _ in range(5):
+            case = self.cases.get(case_id)
+            if case is None:
+                return
+            if case.status == self.review_status:
+                self.cases.note(case_id, reason)
+                return
+            if self.cases.commit_status(
+                case_id, case.version, self.review_status, reason=reason, data=data, expected=case
+            ):
+                return
+
+    def _count_lookup_failure(self, effect: Effect, exc: OutcomeUnknown) -> int:
+        doc_id = f"{effect.key}-{effect.attempts}"
+        current = self.store.read(HEALTH, KIND_LOOKUP_FAILURES, doc_id)
+        count = int(current.body.get("count", 0)) + 1 if current is not None else 1
+        body = {
+            "id": doc_id,
+            "kind": KIND_LOOKUP_FAILURES,
+            "caseId": effect.case_id,
+            "effectKey": effect.key,
+            "count": count,
+            "lastError": exc.reason,
+        }
+        self.store.upsert(HEALTH, KIND_LOOKUP_FAILURES, doc_id, body)
+        return count
