@@ -1,0 +1,159 @@
+"""The workflow's message and state types.
+
+They are module-level dataclasses because Agent Framework pickles them into checkpoints under the key
+``module:QualName``; checkpoint loading unpickles only the types listed in :data:`CHECKPOINT_TYPES`
+(rule R8). Renaming or moving one of these classes is a breaking change for in-flight runs: keep the
+old name importable, or let ``casekeeper drain check`` list the runs it would strand.
+
+Amounts travel as decimal strings, as in every JSON document of Casekeeper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Investigate:
+    """Start message: decide what to do with the case at its current facts."""
+
+    case_id: str
+    reason: str
+
+
+@dataclass
+class ApprovalAnswer:
+    """A person's answer to an approval request."""
+
+    request_id: str
+    decision: str  # "approve" | "reject"
+    case_version: int
+    approver: str
+
+
+@dataclass
+class AnswerWithoutCheckpoint:
+    """Start message when an answer arrives but the pause checkpoint cannot be resumed (rule R8):
+    the run is rebuilt from the case document, which holds the pending request."""
+
+    case_id: str
+    answer: ApprovalAnswer
+
+
+@dataclass
+class CaseSnapshot:
+    """The case as intake read it: the decision is made on ``version``."""
+
+    case_id: str
+    version: int
+    status: str
+    facts: dict[str, Any]
+
+
+@dataclass
+class Proposed:
+    """A proposal that passed validation, or the reason it did not."""
+
+    snapshot: CaseSnapshot
+    action: str
+    amount: str | None
+    currency: str | None
+    rationale: str
+    proposer: str
+    invalid_reason: str | None = None
+
+
+@dataclass
+class ApprovalRequest:
+    """What the approver sees (rule R6): the version it was asked on, the action and the facts."""
+
+    case_id: str
+    case_version: int
+    request_id: str
+    action: str
+    amount: str
+    currency: str
+    facts: dict[str, Any]
+    rationale: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "caseId": self.case_id,
+            "caseVersion": self.case_version,
+            "requestId": self.request_id,
+            "action": self.action,
+            "amount": self.amount,
+            "currency": self.currency,
+            "facts": self.facts,
+            "rationale": self.rationale,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ApprovalRequest:
+        return cls(
+            case_id=str(data["caseId"]),
+            case_version=int(data["caseVersion"]),
+            request_id=str(data["requestId"]),
+            action=str(data["action"]),
+            amount=str(data["amount"]),
+            currency=str(data["currency"]),
+            facts=dict(data.get("facts") or {}),
+            rationale=str(data.get("rationale", "")),
+        )
+
+
+@dataclass
+class CommitOrder:
+    """What the commit step executes: an optional effect, then a conditional status change."""
+
+    case_id: str
+    decided_on_version: int
+    target_status: str
+    reason: str
+    action: str | None = None  # an effect to run first, e.g. "request_credit_note"
+    amount: str | None = None
+    currency: str | None = None
+    clear_pending_approval: bool = False
+
+    def __post_init__(self) -> None:
+        # Plain strings only: an enum member would be pickled under its own type key, which the
+        # checkpoint allow-list (rightly) refuses.
+        self.target_status = str(self.target_status)
+        self.action = None if self.action is None else str(self.action)
+
+
+@dataclass
+class RunOutcome:
+    """The workflow's output: what happened to the case, for the caller to log and settle on."""
+
+    case_id: str
+    outcome: str  # committed | already_applied | nothing_to_do | awaiting_approval | superseded | ignored
+    status: str | None = None
+    version: int | None = None
+    detail: str = ""
+    effect_key: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.status = None if self.status is None else str(self.status)
+
+
+CHECKPOINT_TYPES: tuple[type, ...] = (
+    Investigate,
+    ApprovalAnswer,
+    AnswerWithoutCheckpoint,
+    CaseSnapshot,
+    Proposed,
+    ApprovalRequest,
+    CommitOrder,
+    RunOutcome,
+)
+
+
+def type_key(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+ALLOWED_CHECKPOINT_TYPES: frozenset[str] = frozenset(type_key(t) for t in CHECKPOINT_TYPES)
+"""What checkpoint loading may unpickle: exactly the types above."""

@@ -1,0 +1,150 @@
+"""A worker process killed at each failure point (DESIGN.md section 5, F2-F6), then the case resumed in a
+new process. In every row: the supplier sees at most one request per key, the case commits once, and no
+unknown outcome is dropped (F2-F4 wait for reconciliation, which then finishes them).
+
+Real processes, a real supplier over HTTP, both backends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.core.cases import CaseRepository
+from shared.core.clock import ManualClock
+from shared.core.keys import effect_key
+from shared.core.ledger import EffectStatus, Ledger
+from shared.core.reconcile import Reconciler
+from shared.supplier.portal import SupplierPortal
+from shared.supplier.stub import Faults, SupplierStub
+from shared.workflow.actions import credit_note_policy
+from tests.conftest import StoreSpec
+from tests.support.crash_worker import DIED
+
+ROOT = Path(__file__).resolve().parents[2]
+CALL_TIMEOUT = 3.0
+EVENT = {
+    "type": "invoice.received",
+    "caseId": "C-crash",
+    "data": {
+        "invoiceId": "INV-9",
+        "supplierId": "S-1",
+        "poNumber": "PO-1",
+        "invoiceAmount": "1300.00",
+        "poAmount": "1000.00",
+        "currency": "EUR",
+    },
+}
+KEY = effect_key("C-crash", "request_credit_note", 1)
+
+
+@pytest.fixture
+def supplier() -> Iterator[SupplierStub]:
+    stub = SupplierStub(port=0)
+    stub.start()
+    try:
+        yield stub
+    finally:
+        stub.stop()
+
+
+def run_worker(spec: StoreSpec, supplier: SupplierStub, die_at: str | None = None) -> tuple[int, dict[str, Any]]:
+    payload = {
+        "store": dataclasses.asdict(spec),
+        "supplier": supplier.url,
+        "callTimeout": CALL_TIMEOUT,
+        "event": EVENT,
+        "dieAt": die_at,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.crash_worker", json.dumps(payload)],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode in (0, DIED), proc.stderr[-3000:]
+    return proc.returncode, json.loads(lines[-1]) if lines else {}
+
+
+def posts(supplier: SupplierStub) -> list[dict[str, Any]]:
+    return [r for r in supplier.requests if r["method"] == "POST"]
+
+
+def commits_of_credit_request(spec: StoreSpec) -> int:
+    store = spec.open()
+    try:
+        case = CaseRepository(store, ManualClock()).require("C-crash")
+        return sum(1 for t in case.history if t.status == "credit_requested")
+    finally:
+        store.close()
+
+
+def reconcile(spec: StoreSpec, supplier: SupplierStub) -> str:
+    """What the reconciler function does on a re-check, in this process."""
+    store = spec.open()
+    try:
+        cases = CaseRepository(store, ManualClock())
+        ledger = Ledger(store, cases, call_timeout=CALL_TIMEOUT)
+        policy = credit_note_policy(SupplierPortal(supplier.url, timeout=2.0))
+        return Reconciler(ledger, cases, store, {"request_credit_note": policy}).recheck("C-crash", KEY).outcome
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["F5", "F6"])
+def test_crash_after_the_effect_is_recorded_resumes_without_a_second_request(
+    store_spec: StoreSpec, supplier: SupplierStub, point: str
+) -> None:
+    code, _ = run_worker(store_spec, supplier, die_at=point)
+    assert code == DIED
+    code, result = run_worker(store_spec, supplier)  # the redelivered event, in a new process
+    assert code == 0
+    assert result["status"] == "credit_requested"
+    assert result["steps"][0] == ("committed" if point == "F5" else "already_applied")  # the resumed run
+    assert len(posts(supplier)) == 1
+    assert commits_of_credit_request(store_spec) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["F2", "F3", "F4"])
+def test_crash_around_the_call_waits_then_is_reconciled_by_key(
+    store_spec: StoreSpec, supplier: SupplierStub, point: str
+) -> None:
+    if point == "F3":
+        supplier.set_faults(Faults(hold_seconds=2.0))
+    code, _ = run_worker(store_spec, supplier, die_at=point)
+    assert code == DIED
+    supplier.set_faults(Faults())
+    expected_posts = 0 if point == "F2" else 1
+    assert len(posts(supplier)) == expected_posts
+
+    _, in_flight = run_worker(store_spec, supplier)  # redelivered at once: the claim is still in flight
+    assert in_flight == {"error": "EffectInFlight", "detail": in_flight["detail"]}
+
+    time.sleep(CALL_TIMEOUT + 1.2)  # past the call timeout, by the store's clock (whole seconds on Cosmos)
+    _, waiting = run_worker(store_spec, supplier)
+    assert waiting["outcome"] == "waiting_for_reconciliation"  # visibly waiting, never silently stuck
+    assert len(posts(supplier)) == expected_posts  # never retried blindly
+
+    outcome = reconcile(store_spec, supplier)
+    assert outcome == ("retried" if point == "F2" else "recorded")
+    assert len(posts(supplier)) == 1
+    assert commits_of_credit_request(store_spec) == 1
+    store = store_spec.open()
+    try:
+        effect = Ledger(store, CaseRepository(store, ManualClock())).get("C-crash", KEY)
+        assert effect is not None and effect.status is EffectStatus.DONE
+    finally:
+        store.close()
