@@ -1,0 +1,79 @@
+"""Child processes for the queue's cross-process tests: ``python -m tests.localhost.queue_child MODE ...``.
+
+- ``send PATH QUEUE SESSION MESSAGE_ID``: send one message, print ``sent``, then ``os._exit`` at once
+  (no close, no cleanup: a crash right after the acknowledgement).
+- ``hold PATH QUEUE LOCK_DURATION``: receive one message, print it as JSON, then wait to be killed.
+- ``work PATH QUEUE MARKERS LOG``: receive and complete until the queue is empty. While it holds a
+  message it owns the marker file ``MARKERS/<session>``, created with ``O_EXCL``: finding it already
+  there means another process holds the same session, logged as ``overlap``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from shared.localhost.queue import LocalSessionQueue, LockLost
+
+
+def _send(path: str, queue: str, session_id: str, message_id: str) -> None:
+    q = LocalSessionQueue(path)
+    q.send(queue, b"durable", session_id=session_id, message_id=message_id)
+    print("sent", flush=True)
+    os._exit(0)
+
+
+def _hold(path: str, queue: str, lock_duration: str) -> None:
+    q = LocalSessionQueue(path, lock_duration=float(lock_duration))
+    msg = q.receive(queue, timeout=5.0)
+    assert msg is not None
+    print(json.dumps({"message_id": msg.message_id, "delivery_count": msg.delivery_count}), flush=True)
+    time.sleep(60)
+
+
+def _work(path: str, queue: str, markers: str, log_path: str) -> None:
+    q = LocalSessionQueue(path)
+    with Path(log_path).open("a", encoding="utf-8") as log:
+        while True:
+            msg = q.receive(queue, timeout=0.2)
+            if msg is None:
+                counts = q.counts(queue)
+                if counts["active"] == 0 and counts["scheduled"] == 0:
+                    return
+                continue
+            marker = Path(markers) / msg.session_id
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                log.write(f"overlap {msg.session_id} {msg.message_id}\n")
+                fd = None
+            # CLOCK_MONOTONIC is system-wide on Linux: receipts of one session sort across processes.
+            log.write(f"recv {time.monotonic_ns()} {msg.session_id} {msg.sequence_number} {msg.message_id}\n")
+            log.flush()
+            time.sleep(0.003)  # "work": long enough for a second holder to show up, if one could
+            if fd is not None:
+                os.close(fd)
+                marker.unlink()
+            try:
+                q.complete(msg)
+            except LockLost as exc:
+                log.write(f"lost {msg.message_id} {exc.reason}\n")
+            else:
+                log.write(f"done {msg.message_id}\n")
+            log.flush()
+            # Step back briefly, so the session moves between processes instead of staying with one.
+            time.sleep(0.004)
+
+
+def main(argv: list[str]) -> None:
+    mode, *args = argv
+    modes: dict[str, Callable[..., None]] = {"send": _send, "hold": _hold, "work": _work}
+    modes[mode](*args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
