@@ -1,8 +1,8 @@
 """Settings, read once into a typed object.
 
 The names are the same everywhere: environment variables / Functions app settings,
-``local.settings.sample.json`` and ``infra/``. A test checks that the sample lists every name below.
-Errors name every missing or invalid setting at once.
+``local.settings.sample.json`` and ``infra/``. A test checks that the sample and the Bicep list every
+name in :data:`SETTINGS`. :meth:`Settings.from_mapping` names every missing or invalid setting at once.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from shared.core.errors import ConfigurationError
+from shared.domain.invoice import Rules
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class Setting:
     name: str
     default: str | None
     help: str
+    secret: bool = False
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -28,10 +30,28 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CASEKEEPER_SQLITE_PATH", ".casekeeper/casekeeper.sqlite", "the SQLite file (store=sqlite)"),
     Setting("CosmosDBConnection__accountEndpoint", None, "Cosmos DB account endpoint (store=cosmos; identity-based)"),
     Setting("COSMOS_DATABASE", "casekeeper", "Cosmos DB database name"),
-    Setting("COSMOS_KEY", None, "account key: only for a local Cosmos server; in Azure leave unset (managed identity)"),
+    Setting("COSMOS_KEY", None, "account key, only for a local Cosmos server; unset in Azure (managed identity)", True),
+    Setting("CASEKEEPER_QUEUE", "servicebus", "servicebus (Azure) or local (the local host's SQLite session queue)"),
+    Setting("CASEKEEPER_LOCAL_QUEUE_PATH", ".casekeeper/queue.sqlite", "the local session queue file (queue=local)"),
+    Setting(
+        "ServiceBusConnection__fullyQualifiedNamespace", None, "Service Bus namespace, e.g. x.servicebus.windows.net"
+    ),
+    Setting("CASE_EVENTS_QUEUE", "case-events", "the session-enabled queue of case events"),
+    Setting("WEBHOOK_SECRET", None, "HMAC secret(s) of the event webhook; comma-separated while rotating", True),
     Setting("CALL_TIMEOUT_SECONDS", "120", "how long a started effect is presumed in flight before it is reconciled"),
     Setting("SUPPLIER_PORTAL_URL", "http://127.0.0.1:8765", "base URL of the supplier portal API"),
+    Setting("SUPPLIER_TIMEOUT_SECONDS", "10", "HTTP timeout of one supplier call; must be below CALL_TIMEOUT_SECONDS"),
+    Setting("VARIANCE_TOLERANCE", "5.00", "variance within which an invoice is approved"),
+    Setting("APPROVAL_THRESHOLD", "1000.00", "credit-note amount above which a person approves first"),
+    Setting("AZURE_OPENAI_ENDPOINT", None, "Azure OpenAI endpoint; when set with the deployment, a model proposes"),
+    Setting("AZURE_OPENAI_DEPLOYMENT", None, "Azure OpenAI chat deployment name"),
+    Setting("CHECKPOINT_HEALTH_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of the checkpoint-health timer"),
+    Setting("CHECKPOINT_LAG_SECONDS", "600", "a run whose newest checkpoint is older than its last activity by this"),
+    Setting("ALERT_WEBHOOK_URL", None, "when set, every alert is also POSTed here as JSON"),
+    Setting("APPLICATIONINSIGHTS_CONNECTION_STRING", None, "telemetry to Application Insights when set", True),
 )
+
+_DEFAULTS = {s.name: s.default for s in SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -41,46 +61,103 @@ class Settings:
     cosmos_endpoint: str | None
     cosmos_database: str
     cosmos_key: str | None
+    queue: Literal["servicebus", "local"]
+    local_queue_path: Path
+    service_bus_namespace: str | None
+    case_events_queue: str
+    webhook_secrets: tuple[str, ...]
     call_timeout: float
     supplier_portal_url: str
+    supplier_timeout: float
+    rules: Rules
+    azure_openai_endpoint: str | None
+    azure_openai_deployment: str | None
+    checkpoint_health_schedule: str
+    checkpoint_lag: float
+    alert_webhook_url: str | None
+    appinsights_connection_string: str | None
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Settings:
-        """Read and validate; raises ``ConfigurationError`` listing every problem."""
-        values = {s.name: (env.get(s.name) or s.default) for s in SETTINGS}
+        """Read and validate; raises ``ConfigurationError`` naming every problem at once."""
+        values = {name: (env.get(name) or "").strip() or default for name, default in _DEFAULTS.items()}
         problems: list[str] = []
         missing: list[str] = []
 
-        store = (values["CASEKEEPER_STORE"] or "").strip().lower()
-        if store not in ("sqlite", "cosmos"):
-            problems.append(f"CASEKEEPER_STORE must be sqlite or cosmos, not {store!r}")
-        if store == "cosmos" and not values["CosmosDBConnection__accountEndpoint"]:
-            missing.append("CosmosDBConnection__accountEndpoint")
+        def choice(name: str, allowed: tuple[str, ...]) -> str:
+            value = (values[name] or "").lower()
+            if value not in allowed:
+                problems.append(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+                return allowed[0]
+            return value
 
-        call_timeout = _positive_float(values, "CALL_TIMEOUT_SECONDS", problems)
+        def number(name: str, *, positive: bool = True) -> Decimal:
+            raw = values[name] or ""
+            try:
+                value = Decimal(raw)
+            except InvalidOperation:
+                problems.append(f"{name} must be a number, not {raw!r}")
+                return Decimal(1)
+            if not value.is_finite() or (positive and value <= 0) or value < 0:
+                problems.append(f"{name} must be {'positive' if positive else 'non-negative'}, not {raw!r}")
+                return Decimal(1)
+            return value
+
+        def require(name: str) -> str | None:
+            if not values[name]:
+                missing.append(name)
+            return values[name]
+
+        store = choice("CASEKEEPER_STORE", ("sqlite", "cosmos"))
+        queue = choice("CASEKEEPER_QUEUE", ("servicebus", "local"))
+        cosmos_endpoint = (
+            require("CosmosDBConnection__accountEndpoint")
+            if store == "cosmos"
+            else values["CosmosDBConnection__accountEndpoint"]
+        )
+        namespace = (
+            require("ServiceBusConnection__fullyQualifiedNamespace")
+            if queue == "servicebus"
+            else values["ServiceBusConnection__fullyQualifiedNamespace"]
+        )
+        secrets = tuple(s.strip() for s in (require("WEBHOOK_SECRET") or "").split(",") if s.strip())
+        call_timeout = float(number("CALL_TIMEOUT_SECONDS"))
+        supplier_timeout = float(number("SUPPLIER_TIMEOUT_SECONDS"))
+        if supplier_timeout >= call_timeout:
+            problems.append("SUPPLIER_TIMEOUT_SECONDS must be below CALL_TIMEOUT_SECONDS")
+        rules = Rules(
+            tolerance=number("VARIANCE_TOLERANCE", positive=False), approval_threshold=number("APPROVAL_THRESHOLD")
+        )
+        openai = (values["AZURE_OPENAI_ENDPOINT"], values["AZURE_OPENAI_DEPLOYMENT"])
+        if bool(openai[0]) != bool(openai[1]):
+            problems.append("AZURE_OPENAI_ENDPOINT and AZURE_OPENAI_DEPLOYMENT go together")
+        schedule = values["CHECKPOINT_HEALTH_SCHEDULE"] or ""
+        if len(schedule.split()) != 6:
+            problems.append(f"CHECKPOINT_HEALTH_SCHEDULE must be a 6-field NCRONTAB expression, not {schedule!r}")
 
         if missing:
-            problems.append("missing: " + ", ".join(missing))
+            problems.insert(0, "missing: " + ", ".join(missing))
         if problems:
             raise ConfigurationError("invalid settings: " + "; ".join(problems), missing=tuple(missing))
         return cls(
             store="cosmos" if store == "cosmos" else "sqlite",
-            sqlite_path=Path(values["CASEKEEPER_SQLITE_PATH"] or ".casekeeper/casekeeper.sqlite"),
-            cosmos_endpoint=values["CosmosDBConnection__accountEndpoint"],
+            sqlite_path=Path(values["CASEKEEPER_SQLITE_PATH"] or ""),
+            cosmos_endpoint=cosmos_endpoint,
             cosmos_database=values["COSMOS_DATABASE"] or "casekeeper",
             cosmos_key=values["COSMOS_KEY"],
+            queue="local" if queue == "local" else "servicebus",
+            local_queue_path=Path(values["CASEKEEPER_LOCAL_QUEUE_PATH"] or ""),
+            service_bus_namespace=namespace,
+            case_events_queue=values["CASE_EVENTS_QUEUE"] or "case-events",
+            webhook_secrets=secrets,
             call_timeout=call_timeout,
             supplier_portal_url=(values["SUPPLIER_PORTAL_URL"] or "").rstrip("/"),
+            supplier_timeout=supplier_timeout,
+            rules=rules,
+            azure_openai_endpoint=openai[0],
+            azure_openai_deployment=openai[1],
+            checkpoint_health_schedule=schedule,
+            checkpoint_lag=float(number("CHECKPOINT_LAG_SECONDS")),
+            alert_webhook_url=values["ALERT_WEBHOOK_URL"],
+            appinsights_connection_string=values["APPLICATIONINSIGHTS_CONNECTION_STRING"],
         )
-
-
-def _positive_float(values: Mapping[str, str | None], name: str, problems: list[str]) -> float:
-    raw = values[name] or ""
-    try:
-        value = float(Decimal(raw))
-    except (InvalidOperation, ValueError):
-        problems.append(f"{name} must be a number, not {raw!r}")
-        return 0.0
-    if value <= 0:
-        problems.append(f"{name} must be positive, not {raw!r}")
-    return value

@@ -47,6 +47,8 @@ log = logging.getLogger("casekeeper.reconcile")
 
 HEALTH = "health"
 KIND_LOOKUP_FAILURES = "lookup_failures"
+RECONCILED_SUFFIX = "(commit finished by reconciliation)"
+"""Ends the reason of a status commit that reconciliation made, not a workflow run."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ class Reconciler:
     cases: CaseRepository
     store: DocumentStore
     policies: Mapping[str, ActionPolicy]
-    alert: Callable[[str, dict[str, Any]], None] = field(default=lambda message, fields: None)
+    alert: Callable[[str, dict[str, Any]], object] = field(default=lambda message, fields: None)
     review_status: str = "needs_review"
     max_lookup_failures: int = 3
     max_attempts: int = 3
@@ -113,7 +115,7 @@ class Reconciler:
                 effect.case_id,
                 effect.case_version,
                 str(intent["status"]),
-                reason=f"{intent.get('reason', '')} (commit finished by reconciliation)".strip(),
+                reason=f"{intent.get('reason', '')} {RECONCILED_SUFFIX}".strip(),
                 effect_key=effect.key,
                 data=data,
                 expected=case,

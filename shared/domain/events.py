@@ -35,6 +35,8 @@ class CaseEvent:
     case_id: str
     data: dict[str, Any] = field(default_factory=dict)
     delivery_id: str | None = None
+    envelope: dict[str, Any] = field(default_factory=dict)
+    """Transport fields carried beside the event (a retry count, the original message id)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.type, "caseId": self.case_id, "data": self.data}

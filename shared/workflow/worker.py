@@ -124,7 +124,7 @@ class CaseWorker:
         result = EventResult(
             event.case_id, event.type, last.outcome, last.status, last.version, last.detail, tuple(steps)
         )
-        log.info(
+        log.debug(
             "case %s: %s -> %s (%s v%s)",
             result.case_id,
             result.event_type,

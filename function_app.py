@@ -1,0 +1,24 @@
+"""Casekeeper's Azure Functions app (Python v2 programming model).
+
+The Functions host imports this module to index the functions: it opens no connection. Everything is
+built on first use by ``shared.bootstrap.services()``.
+"""
+
+import azure.functions as func
+
+from shared.functions.http import bp as http_bp
+from shared.functions.reconciler import bp as reconciler_bp
+from shared.functions.timer import bp as timer_bp
+from shared.functions.worker import bp as worker_bp
+
+
+def create_app() -> func.FunctionApp:
+    """A new app with every Blueprint registered. ``get_functions()`` may be called once per app, so
+    the local host and tests each make their own."""
+    application = func.FunctionApp()
+    for blueprint in (http_bp, worker_bp, reconciler_bp, timer_bp):
+        application.register_functions(blueprint)
+    return application
+
+
+app = create_app()

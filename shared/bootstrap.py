@@ -1,0 +1,156 @@
+"""The composition root: the one place that wires settings, stores, clients and policy together.
+
+Importing this module (which ``function_app.py`` does, and the Functions host does to index the
+functions) opens nothing. :func:`services` builds everything on first use from the environment, once
+per process, and reuses it; :func:`use` installs a prepared :class:`Services` (the local host, tests).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.alerts import Alerter
+from shared.core.cases import CaseRepository
+from shared.core.clock import Clock
+from shared.core.ledger import Ledger
+from shared.core.ports import DocumentStore
+from shared.core.reconcile import Reconciler
+from shared.ingress import Ingress
+from shared.messaging import EventSender
+from shared.settings import Settings
+from shared.supplier.portal import SupplierPortal
+from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
+from shared.workflow.capture import install as install_capture
+from shared.workflow.executors import WorkflowDeps
+from shared.workflow.proposers import AgentProposer, Proposer, RulesProposer
+from shared.workflow.worker import CaseWorker
+
+
+class SystemClock:
+    """The wall clock, for human-facing timestamps only (safety decisions use the store's clock)."""
+
+    def now(self) -> float:
+        return time.time()
+
+
+@dataclass
+class Services:
+    settings: Settings
+    store: DocumentStore
+    clock: Clock
+    cases: CaseRepository
+    ledger: Ledger
+    supplier: SupplierPortal
+    worker: CaseWorker
+    reconciler: Reconciler
+    sender: EventSender
+    ingress: Ingress
+    alerts: Alerter
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def close(self) -> None:
+        self.supplier.close()
+        closer = getattr(self.sender, "close", None)
+        if callable(closer):
+            closer()
+        self.store.close()
+
+
+def open_store(settings: Settings) -> DocumentStore:
+    """The configured store. Creating it does no network I/O (Cosmos connects on first use)."""
+    if settings.store == "cosmos":
+        from shared.stores.cosmos import cosmos_store_from_settings
+
+        assert settings.cosmos_endpoint is not None
+        return cosmos_store_from_settings(settings.cosmos_endpoint, settings.cosmos_database, settings.cosmos_key)
+    from shared.stores.sqlite import SqliteDocumentStore
+
+    return SqliteDocumentStore(settings.sqlite_path)
+
+
+def open_sender(settings: Settings) -> EventSender:
+    if settings.queue == "local":
+        from shared.localhost.queue import LocalSessionQueue
+        from shared.messaging import LocalQueueEventSender
+
+        return LocalQueueEventSender(LocalSessionQueue(settings.local_queue_path), settings.case_events_queue)
+    from shared.messaging import ServiceBusEventSender
+
+    assert settings.service_bus_namespace is not None
+    return ServiceBusEventSender(settings.service_bus_namespace, settings.case_events_queue)
+
+
+def build(
+    settings: Settings,
+    *,
+    store: DocumentStore | None = None,
+    sender: EventSender | None = None,
+    clock: Clock | None = None,
+    proposer: Proposer | None = None,
+) -> Services:
+    """Wire everything. Pass ``store``/``sender``/``clock``/``proposer`` to replace the configured ones."""
+    store = store if store is not None else open_store(settings)
+    sender = sender if sender is not None else open_sender(settings)
+    clock = clock or SystemClock()
+    cases = CaseRepository(store, clock)
+    ledger = Ledger(store, cases, call_timeout=settings.call_timeout)
+    supplier = SupplierPortal(settings.supplier_portal_url, timeout=settings.supplier_timeout)
+    if proposer is None:
+        if settings.azure_openai_endpoint and settings.azure_openai_deployment:
+            proposer = AgentProposer.from_azure_openai(settings.azure_openai_endpoint, settings.azure_openai_deployment)
+        else:
+            proposer = RulesProposer()
+    alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
+    deps = WorkflowDeps(cases=cases, ledger=ledger, supplier=supplier, proposer=proposer, rules=settings.rules)
+    reconciler = Reconciler(
+        ledger,
+        cases,
+        store,
+        {REQUEST_CREDIT_NOTE: credit_note_policy(supplier)},
+        alert=lambda message, fields: alerts.raise_alert(
+            "effect_escalated", message, fields, dedupe_key=str(fields.get("effectKey"))
+        ),
+    )
+    install_capture(store)
+    return Services(
+        settings=settings,
+        store=store,
+        clock=clock,
+        cases=cases,
+        ledger=ledger,
+        supplier=supplier,
+        worker=CaseWorker(deps, store),
+        reconciler=reconciler,
+        sender=sender,
+        ingress=Ingress(settings.webhook_secrets, sender, clock),
+        alerts=alerts,
+    )
+
+
+class _Holder:
+    """The process's one :class:`Services`, built lazily under a lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.services: Services | None = None
+
+
+_holder = _Holder()
+
+
+def services() -> Services:
+    """The process's services, built from the environment on first use."""
+    with _holder.lock:
+        if _holder.services is None:
+            _holder.services = build(Settings.from_mapping(os.environ))
+        return _holder.services
+
+
+def use(prepared: Services | None) -> None:
+    """Install ``prepared`` as the process's services (``None``: build from the environment next time)."""
+    with _holder.lock:
+        _holder.services = prepared

@@ -1,0 +1,41 @@
+"""HTTP triggers: ``POST /api/events`` (HMAC-signed, anonymous), approvals and case reads (function keys)."""
+
+from __future__ import annotations
+
+import azure.functions as func
+
+from shared.bootstrap import services
+from shared.handlers import http as handlers
+from shared.ingress import Response
+
+bp = func.Blueprint()
+
+
+def _reply(response: Response) -> func.HttpResponse:
+    return func.HttpResponse(response.json(), status_code=response.status, mimetype="application/json")
+
+
+@bp.function_name("events")
+@bp.route(route="events", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS)
+def events(req: func.HttpRequest) -> func.HttpResponse:
+    """The event webhook. Anonymous at the host: the HMAC signature is its authentication."""
+    return _reply(handlers.post_event(services(), req.headers, req.get_body()))
+
+
+@bp.function_name("approvals")
+@bp.route(route="cases/{caseId}/approvals/{requestId}", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+def approvals(req: func.HttpRequest) -> func.HttpResponse:
+    case_id, request_id = req.route_params["caseId"], req.route_params["requestId"]
+    return _reply(handlers.post_approval(services(), case_id, request_id, req.get_body()))
+
+
+@bp.function_name("get_case")
+@bp.route(route="cases/{caseId}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def get_case(req: func.HttpRequest) -> func.HttpResponse:
+    return _reply(handlers.get_case(services(), req.route_params["caseId"]))
+
+
+@bp.function_name("health")
+@bp.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+def health(req: func.HttpRequest) -> func.HttpResponse:
+    return _reply(handlers.health(services()))

@@ -1,0 +1,29 @@
+"""The case worker: a session-enabled Service Bus trigger, session id = case id (rule R10).
+
+Settlement comes from ``shared.handlers.case_events``: returning completes the message
+(``autoCompleteMessages``), raising abandons it for redelivery (Service Bus triggers ignore
+``@retry``; past ``maxDeliveryCount`` the broker dead-letters it).
+"""
+
+from __future__ import annotations
+
+import azure.functions as func
+
+from shared.bootstrap import services
+from shared.handlers.case_events import handle_case_message
+
+bp = func.Blueprint()
+
+
+@bp.function_name("case_worker")
+@bp.service_bus_queue_trigger(
+    arg_name="msg", connection="ServiceBusConnection", queue_name="%CASE_EVENTS_QUEUE%", is_sessions_enabled=True
+)
+async def case_worker(msg: func.ServiceBusMessage) -> None:
+    await handle_case_message(
+        services(),
+        msg.get_body(),
+        session_id=msg.session_id,
+        message_id=msg.message_id or "",
+        delivery_count=msg.delivery_count or 1,
+    )

@@ -1,0 +1,69 @@
+"""The reconciler: reacts to changes of the effect ledger (Cosmos DB change feed on ``effects``).
+
+- a ``done`` effect whose case does not show the commit: the commit is retried (F5);
+- a ``started`` effect: a re-check is scheduled into the case's session for when its call timeout
+  expires (its start time by the store's clock, plus a margin); the re-check applies rule R3.
+
+Both are idempotent, so a batch delivered twice (the feed is at-least-once) does no harm: the
+commit is conditional, and a re-check's message id is derived from the effect's key and attempt,
+so the broker drops the second copy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.bootstrap import Services
+from shared.core.ledger import Effect, EffectStatus
+from shared.core.ports import Document
+from shared.handlers.case_events import schedule_recheck
+
+log = logging.getLogger("casekeeper.reconciler")
+
+RECHECK_MARGIN_SECONDS = 5.0
+
+
+@dataclass
+class ChangeSummary:
+    commits_finished: list[str] = field(default_factory=list)
+    rechecks_scheduled: list[str] = field(default_factory=list)
+    ignored: int = 0
+
+
+def effect_from_change(raw: Mapping[str, Any]) -> Effect | None:
+    """An ``Effect`` from a change-feed document (body plus Cosmos system fields), or None if not one."""
+    if raw.get("kind") != "effect" or "caseId" not in raw or "id" not in raw:
+        return None
+    body = {k: v for k, v in raw.items() if not k.startswith("_")}
+    doc = Document(
+        "effects", str(raw["caseId"]), str(raw["id"]), body, str(raw.get("_etag", "")), float(raw.get("_ts", 0))
+    )
+    return Effect.from_document(doc)
+
+
+def handle_effect_changes(svc: Services, changes: Iterable[Mapping[str, Any]]) -> ChangeSummary:
+    summary = ChangeSummary()
+    for raw in changes:
+        effect = effect_from_change(raw)
+        if effect is None:
+            summary.ignored += 1
+            continue
+        if effect.status is EffectStatus.DONE:
+            if svc.reconciler.finish_commit(effect) in ("committed", "needs_review"):
+                summary.commits_finished.append(effect.key)
+        elif effect.status is EffectStatus.STARTED:
+            at = effect.ts + svc.ledger.call_timeout + RECHECK_MARGIN_SECONDS
+            schedule_recheck(svc, effect.case_id, effect.key, effect.attempts, at)
+            summary.rechecks_scheduled.append(effect.key)
+        else:
+            summary.ignored += 1
+    if summary.commits_finished or summary.rechecks_scheduled:
+        log.info(
+            "reconciler: %d commits finished, %d re-checks scheduled",
+            len(summary.commits_finished),
+            len(summary.rechecks_scheduled),
+        )
+    return summary

@@ -1,0 +1,120 @@
+"""The timer (rule R7): checkpoint health, and the backstop sweep of stuck effects.
+
+Each tick:
+
+1. **Checkpoint failures.** Every failure recorded by the capture (``shared.workflow.capture``) and not
+   yet alerted becomes one alert (case, iteration, error); the failure is then marked alerted, so it
+   alerts once, not once per tick.
+2. **Lagging runs.** A case whose last workflow commit is newer than its newest checkpoint (or that
+   has none) by more than ``CHECKPOINT_LAG_SECONDS`` has a run whose checkpoints stopped: alert once
+   per case version. Cases are examined once, in a window that trails now by the lag, so a run still
+   in progress is never flagged.
+3. **Sweep.** ``started`` effects older than the call timeout get a re-check scheduled. The change
+   feed shows a row only when it changes; a row that stops changing would otherwise wait forever.
+   The re-check's message id is derived from the effect's key and attempt, so a re-check already
+   pending is not duplicated.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from shared.bootstrap import Services
+from shared.core.cases import CASES, Case
+from shared.core.ports import Query
+from shared.core.reconcile import RECONCILED_SUFFIX
+from shared.handlers.case_events import schedule_recheck
+from shared.workflow.build import WORKFLOW_NAME
+from shared.workflow.capture import failures_since, mark_alerted
+from shared.workflow.checkpoints import CaseCheckpointStorage
+from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
+
+log = logging.getLogger("casekeeper.health")
+
+CURSOR_KIND = "cursor"
+CURSOR_ID = "checkpoint-health"
+
+
+@dataclass
+class HealthReport:
+    failures_alerted: list[str] = field(default_factory=list)
+    lagging_cases: list[str] = field(default_factory=list)
+    rechecks_scheduled: list[str] = field(default_factory=list)
+
+
+def run_health_checks(svc: Services) -> HealthReport:
+    report = HealthReport()
+    _alert_checkpoint_failures(svc, report)
+    _alert_lagging_runs(svc, report)
+    _sweep_started_effects(svc, report)
+    log.info(
+        "checkpoint health: %d failures alerted, %d lagging runs, %d re-checks scheduled",
+        len(report.failures_alerted),
+        len(report.lagging_cases),
+        len(report.rechecks_scheduled),
+    )
+    return report
+
+
+def _alert_checkpoint_failures(svc: Services, report: HealthReport) -> None:
+    for failure in failures_since(svc.store, None, alerted=False):
+        fields = {
+            "caseId": failure.case_id,
+            "iteration": failure.iteration,
+            "error": f"{failure.error_type}: {failure.error_message}",
+            "lastGoodCheckpointId": failure.last_good_checkpoint_id,
+            "failureId": failure.id,
+        }
+        message = (
+            f"checkpoint save failed for case {failure.case_id} at iteration {failure.iteration}: "
+            f"{failure.error_type}: {failure.error_message[:300]}"
+        )
+        svc.alerts.raise_alert("checkpoint_failure", message, fields, dedupe_key=failure.id)
+        if mark_alerted(svc.store, failure):
+            report.failures_alerted.append(failure.id)
+
+
+def _alert_lagging_runs(svc: Services, report: HealthReport) -> None:
+    lag = svc.settings.checkpoint_lag
+    store_now = svc.store.now()
+    cursor_doc = svc.store.read("health", CURSOR_KIND, CURSOR_ID)
+    since = float(cursor_doc.body["casesTs"]) - 1.0 if cursor_doc is not None else None  # _ts: whole seconds
+    until = store_now - lag
+    changed = svc.store.query(CASES, Query(ts_after=since, ts_before=until))
+    for doc in changed:
+        case = Case.from_document(doc)
+        if _lags(svc, case, lag):
+            newest = CaseCheckpointStorage(svc.store, case.id, ALLOWED_CHECKPOINT_TYPES).latest_record(WORKFLOW_NAME)
+            fields = {
+                "caseId": case.id,
+                "caseVersion": case.version,
+                "status": case.status,
+                "newestCheckpointId": newest.checkpoint_id if newest else None,
+            }
+            message = (
+                f"case {case.id}: its run's newest checkpoint is older than its last commit (v{case.version}) "
+                f"by more than {lag:.0f}s; a resume would replay from there"
+            )
+            if svc.alerts.raise_alert("checkpoint_lag", message, fields, dedupe_key=f"{case.id}:v{case.version}"):
+                report.lagging_cases.append(case.id)
+    svc.store.upsert("health", CURSOR_KIND, CURSOR_ID, {"id": CURSOR_ID, "kind": CURSOR_KIND, "casesTs": until})
+
+
+def _lags(svc: Services, case: Case, lag: float) -> bool:
+    if not case.history:
+        return False
+    last = case.history[-1]
+    # Only a commit made by a workflow run is followed by a checkpoint; fact changes and commits finished
+    # by the reconciler are not.
+    if last.facts_changed or (last.reason or "").endswith(RECONCILED_SUFFIX):
+        return False
+    newest = CaseCheckpointStorage(svc.store, case.id, ALLOWED_CHECKPOINT_TYPES).latest_record(WORKFLOW_NAME)
+    return newest is None or newest.ts < case.ts - lag
+
+
+def _sweep_started_effects(svc: Services, report: HealthReport) -> None:
+    for effect in svc.ledger.started_older_than(svc.ledger.call_timeout):
+        schedule_recheck(svc, effect.case_id, effect.key, effect.attempts, time.time())
+        report.rechecks_scheduled.append(effect.key)

@@ -1,0 +1,49 @@
+"""Events set aside: malformed or impossible, never retried forever, never dropped silently.
+
+The stock Python Service Bus binding cannot dead-letter a message explicitly, so a rejected event
+is recorded here (container ``health``, kind ``rejected_event``) with its reason and body, and the
+message is completed. ``GET /api/cases/{id}`` and ``casekeeper case show`` list them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from shared.core.ports import DocumentStore, Query
+
+KIND = "rejected_event"
+MAX_BODY_CHARS = 8000
+
+log = logging.getLogger("casekeeper.rejected")
+
+
+def set_aside(
+    store: DocumentStore,
+    *,
+    message_id: str,
+    case_id: str | None,
+    reason: str,
+    fields: dict[str, str],
+    body: bytes,
+    delivery_count: int,
+) -> None:
+    text = body.decode("utf-8", errors="replace")
+    record = {
+        "id": message_id,
+        "kind": KIND,
+        "caseId": case_id,
+        "reason": reason,
+        "fields": fields,
+        "body": text[:MAX_BODY_CHARS],
+        "truncated": len(text) > MAX_BODY_CHARS,
+        "deliveryCount": delivery_count,
+    }
+    store.upsert("health", KIND, message_id, record)
+    log.warning("event %s set aside: %s", message_id, reason, extra={"caseId": case_id, "messageId": message_id})
+
+
+def rejected_events(store: DocumentStore, case_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    equals = {"caseId": case_id} if case_id is not None else {}
+    docs = store.query("health", Query(partition=KIND, equals=equals, order_by_ts="desc", limit=limit))
+    return [{k: d.body.get(k) for k in ("id", "caseId", "reason", "fields", "body", "deliveryCount")} for d in docs]

@@ -1,0 +1,93 @@
+"""The functions as the Functions host calls them: indexed from ``function_app``, invoked with
+``azure.functions`` objects, wired to a real SQLite store, the local session queue and the supplier stub."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import azure.functions as func
+import pytest
+
+import function_app
+from shared import bootstrap
+from shared.bootstrap import Services
+from shared.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
+from shared.localhost.queue import LocalSessionQueue
+from shared.settings import Settings
+from shared.supplier.stub import SupplierStub
+from shared.workflow.capture import uninstall
+
+SECRET = "test-secret-one"
+
+
+@pytest.fixture
+def supplier() -> Iterator[SupplierStub]:
+    stub = SupplierStub(port=0)
+    stub.start()
+    try:
+        yield stub
+    finally:
+        stub.stop()
+
+
+def settings_for(tmp_path: Path, supplier_url: str, **overrides: str) -> Settings:
+    env = {
+        "CASEKEEPER_STORE": "sqlite",
+        "CASEKEEPER_SQLITE_PATH": str(tmp_path / "store.sqlite"),
+        "CASEKEEPER_QUEUE": "local",
+        "CASEKEEPER_LOCAL_QUEUE_PATH": str(tmp_path / "queue.sqlite"),
+        "WEBHOOK_SECRET": f"old-secret,{SECRET}",
+        "SUPPLIER_PORTAL_URL": supplier_url,
+        "CALL_TIMEOUT_SECONDS": "120",
+        **overrides,
+    }
+    return Settings.from_mapping(env)
+
+
+@pytest.fixture
+def svc(tmp_path: Path, supplier: SupplierStub) -> Iterator[Services]:
+    services = bootstrap.build(settings_for(tmp_path, supplier.url))
+    bootstrap.use(services)
+    try:
+        yield services
+    finally:
+        bootstrap.use(None)
+        uninstall()
+        services.close()
+
+
+@pytest.fixture
+def queue(svc: Services) -> LocalSessionQueue:
+    return LocalSessionQueue(svc.settings.local_queue_path)
+
+
+@pytest.fixture(scope="session")
+def functions() -> dict[str, Any]:
+    """The indexed functions by name (``get_functions()`` may run once per app instance)."""
+    return {f.get_function_name(): f for f in function_app.create_app().get_functions()}
+
+
+def user_function(functions: dict[str, Any], name: str) -> Callable[..., Any]:
+    return functions[name].get_user_function()  # type: ignore[no-any-return]
+
+
+def signed_request(
+    body: bytes,
+    *,
+    delivery: str | None = "d-1",
+    secret: str = SECRET,
+    at: float | None = None,
+    content_type: str = "application/json",
+    signature: str | None = None,
+) -> func.HttpRequest:
+    headers = {"Content-Type": content_type}
+    if signature is not None:
+        headers[SIGNATURE_HEADER] = signature
+    elif secret:
+        headers[SIGNATURE_HEADER] = sign(secret, body, int(at if at is not None else time.time()))
+    if delivery is not None:
+        headers[DELIVERY_HEADER] = delivery
+    return func.HttpRequest(method="POST", url="http://localhost/api/events", headers=headers, body=body)

@@ -1,0 +1,184 @@
+"""The HTTP functions invoked as the host would, with ``azure.functions.HttpRequest``.
+
+Every rejected request is checked to have enqueued nothing: the local session queue is read back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import azure.functions as func
+import pytest
+
+from shared.bootstrap import Services
+from shared.localhost.queue import LocalSessionQueue
+from tests.triggers.conftest import SECRET, signed_request, user_function
+
+QUEUE = "case-events"
+
+
+def event(**overrides: Any) -> bytes:
+    body = {
+        "type": "invoice.received",
+        "caseId": "INV-1001",
+        "data": {
+            "invoiceId": "INV-1001",
+            "supplierId": "SUP-1",
+            "poNumber": "PO-1",
+            "invoiceAmount": "1250.00",
+            "poAmount": "1000.00",
+            "currency": "EUR",
+        },
+    }
+    body.update(overrides)
+    return json.dumps(body).encode()
+
+
+def call(functions: dict[str, Any], name: str, req: func.HttpRequest) -> tuple[int, dict[str, Any]]:
+    response = user_function(functions, name)(req)
+    return response.status_code, json.loads(response.get_body())
+
+
+def test_a_signed_event_is_enqueued_into_its_case_session(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    status, body = call(functions, "events", signed_request(event(), delivery="dlv-1"))
+    assert (status, body) == (202, {"accepted": True, "deliveryId": "dlv-1"})
+    [msg] = queue.peek(QUEUE)
+    assert (msg.session_id, msg.message_id) == ("INV-1001", "dlv-1")
+    assert json.loads(msg.body)["data"]["invoiceAmount"] == "1250.00"
+
+
+def test_a_redelivered_webhook_is_dropped_by_the_broker(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    for _ in range(3):
+        assert call(functions, "events", signed_request(event(), delivery="dlv-same"))[0] == 202
+    assert len(queue.peek(QUEUE)) == 1
+
+
+def test_the_previous_secret_still_verifies_during_rotation(functions: dict[str, Any], svc: Services) -> None:
+    assert call(functions, "events", signed_request(event(), secret="old-secret"))[0] == 202
+
+
+@pytest.mark.parametrize(
+    ("request_factory", "status", "reason"),
+    [
+        (lambda: signed_request(event(), secret=""), 401, "missing Casekeeper-Signature"),
+        (lambda: signed_request(event(), secret="wrong"), 401, "does not match"),
+        (lambda: signed_request(event(), at=time.time() - 301), 401, "more than 300s"),
+        (lambda: signed_request(event(), signature="v1=abc"), 401, "malformed"),
+        (lambda: signed_request(event(), delivery=None), 400, "Casekeeper-Delivery"),
+        (lambda: signed_request(b"x" * (256 * 1024 + 1)), 413, "at most"),
+        (lambda: signed_request(event(), content_type="text/plain"), 415, "application/json"),
+        (lambda: signed_request(b"{not json"), 415, "not valid UTF-8 JSON"),
+        (lambda: signed_request(event(type="invoice.paid")), 400, "type must be one of"),
+        (lambda: signed_request(event(type="approval.answered")), 400, "type must be one of"),
+        (lambda: signed_request(event(caseId="")), 400, "caseId"),
+        (lambda: signed_request(event(data={"poAmount": 12.5})), 400, "data."),
+    ],
+    ids=[
+        "unsigned",
+        "wrong-secret",
+        "expired",
+        "malformed-signature",
+        "no-delivery-id",
+        "too-large",
+        "not-json-type",
+        "not-json-body",
+        "unknown-type",
+        "internal-type",
+        "empty-case-id",
+        "bad-fields",
+    ],
+)
+def test_bad_input_is_refused_whole_and_nothing_is_enqueued(
+    functions: dict[str, Any],
+    svc: Services,
+    queue: LocalSessionQueue,
+    request_factory: Any,
+    status: int,
+    reason: str,
+) -> None:
+    got, body = call(functions, "events", request_factory())
+    assert got == status
+    assert reason in body["error"]
+    assert queue.peek(QUEUE) == []
+
+
+def test_every_offending_field_is_named(functions: dict[str, Any], svc: Services) -> None:
+    data = {
+        "invoiceId": "INV-1",
+        "supplierId": "",
+        "poNumber": "PO",
+        "invoiceAmount": "12.345",
+        "poAmount": 10,
+        "currency": "euro",
+        "extra": True,
+    }
+    status, body = call(functions, "events", signed_request(event(data=data)))
+    assert status == 400
+    assert set(body["fields"]) == {"data.supplierId", "data.invoiceAmount", "data.currency", "data.extra"}
+
+
+def approval(case_id: str, request_id: str, payload: dict[str, Any]) -> func.HttpRequest:
+    return func.HttpRequest(
+        method="POST",
+        url=f"http://localhost/api/cases/{case_id}/approvals/{request_id}",
+        headers={"Content-Type": "application/json"},
+        route_params={"caseId": case_id, "requestId": request_id},
+        body=json.dumps(payload).encode(),
+    )
+
+
+def test_an_approval_is_enqueued_into_the_case_session(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    svc.cases.create("INV-1001", {"x": 1})
+    answer = {"decision": "approve", "caseVersion": 2, "approver": "ana"}
+    status, body = call(functions, "approvals", approval("INV-1001", "apr-1", answer))
+    assert (status, body) == (202, {"accepted": True, "requestId": "apr-1"})
+    call(functions, "approvals", approval("INV-1001", "apr-1", answer))  # the same answer twice: one message
+    [msg] = queue.peek(QUEUE)
+    assert msg.session_id == "INV-1001"
+    assert json.loads(msg.body)["data"] == {"requestId": "apr-1", **answer}
+
+
+def test_bad_approvals_are_refused(functions: dict[str, Any], svc: Services, queue: LocalSessionQueue) -> None:
+    assert call(functions, "approvals", approval("ghost", "apr-1", {"decision": "approve"}))[0] == 404
+    svc.cases.create("INV-1001", {})
+    status, body = call(functions, "approvals", approval("INV-1001", "apr-1", {"decision": "maybe", "caseVersion": 0}))
+    assert status == 400
+    assert set(body["fields"]) == {"decision", "caseVersion", "approver"}
+    assert queue.peek(QUEUE) == []
+
+
+def test_get_case_shows_the_case_its_effects_and_the_pending_approval(functions: dict[str, Any], svc: Services) -> None:
+    svc.cases.create("INV-1", {"invoiceId": "INV-1"})
+    req = func.HttpRequest(
+        method="GET", url="http://localhost/api/cases/INV-1", body=b"", route_params={"caseId": "INV-1"}
+    )
+    status, body = call(functions, "get_case", req)
+    assert status == 200
+    assert body["case"] == {
+        "id": "INV-1",
+        "status": "open",
+        "version": 1,
+        "schemaVersion": 1,
+        "facts": {"invoiceId": "INV-1"},
+    }
+    assert body["effects"] == [] and body["pendingApproval"] is None
+    missing = func.HttpRequest(method="GET", url="http://localhost/api/cases/x", body=b"", route_params={"caseId": "x"})
+    assert call(functions, "get_case", missing)[0] == 404
+
+
+def test_health(functions: dict[str, Any], svc: Services) -> None:
+    req = func.HttpRequest(method="GET", url="http://localhost/api/health", body=b"")
+    assert call(functions, "health", req) == (200, {"status": "ok", "store": "sqlite", "queue": "local"})
+
+
+def test_the_secret_is_never_echoed(functions: dict[str, Any], svc: Services) -> None:
+    _, body = call(functions, "events", signed_request(event(), secret="wrong"))
+    assert SECRET not in json.dumps(body)

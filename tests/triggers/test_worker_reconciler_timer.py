@@ -1,0 +1,189 @@
+"""The case worker, the reconciler and the timer, invoked with ``ServiceBusMessage``, ``DocumentList``
+and ``TimerRequest`` as the host would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import azure.functions as func
+import pytest
+
+from shared.bootstrap import Services
+from shared.core.errors import OutcomeUnknown, StoreUnavailable
+from shared.core.keys import effect_key
+from shared.core.ledger import EffectStatus
+from shared.core.ports import Query
+from shared.domain.events import CaseEvent
+from shared.localhost.queue import LocalSessionQueue, to_service_bus_message
+from shared.localhost.schedule import timer_request
+from shared.supplier.stub import SupplierStub
+from tests.triggers.conftest import user_function
+
+QUEUE = "case-events"
+INVOICE = {
+    "invoiceId": "INV-1",
+    "supplierId": "S-1",
+    "poNumber": "PO-1",
+    "invoiceAmount": "1100.00",
+    "poAmount": "1000.00",
+    "currency": "EUR",
+}
+
+
+def deliver(functions: dict[str, Any], queue: LocalSessionQueue) -> Any:
+    """Receive the next message as the host would, invoke the worker, settle like autoComplete does."""
+    msg = queue.receive(QUEUE)
+    assert msg is not None
+    try:
+        result = asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
+    except Exception:
+        queue.abandon(msg)
+        raise
+    queue.complete(msg)
+    return result
+
+
+def send(svc: Services, event: CaseEvent, message_id: str) -> None:
+    svc.sender.send(event, message_id=message_id)
+
+
+def test_the_worker_handles_an_invoice_end_to_end(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue, supplier: SupplierStub
+) -> None:
+    send(svc, CaseEvent("invoice.received", "C-1", INVOICE), "m-1")
+    deliver(functions, queue)
+    assert svc.cases.require("C-1").status == "credit_requested"
+    assert [r["method"] for r in supplier.requests] == ["POST"]
+    assert queue.counts(QUEUE)["active"] == 0
+
+
+def test_an_in_flight_effect_schedules_a_copy_and_completes_the_original(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    svc.cases.create("C-1", INVOICE)
+    with pytest.raises(OutcomeUnknown):  # another attempt holds the claim, outcome unknown yet
+        svc.ledger.run(
+            case_id="C-1",
+            action="request_credit_note",
+            decided_on_version=1,
+            call=lambda key: (_ for _ in ()).throw(OutcomeUnknown("held")),
+        )
+    send(svc, CaseEvent("case.investigate", "C-1", {}), "m-2")
+    before = time.time()
+    deliver(functions, queue)  # returns normally: the original completes
+    [copy] = queue.peek(QUEUE)
+    assert copy.session_id == "C-1" and copy.message_id != "m-2"
+    assert copy.scheduled_enqueue_time is not None and copy.scheduled_enqueue_time > before + 100
+    assert json.loads(copy.body)["retry"] == 1
+
+
+def test_a_malformed_message_is_set_aside_with_its_reason(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    queue.send(
+        QUEUE,
+        b'{"type": "po.updated", "caseId": "C-9", "data": {"poAmount": 1.5}}',
+        session_id="C-9",
+        message_id="bad-1",
+    )
+    deliver(functions, queue)
+    [rejected] = svc.store.query("health", Query(partition="rejected_event"))
+    assert rejected.body["caseId"] == "C-9" and "data.poAmount" in rejected.body["fields"]
+    assert queue.counts(QUEUE)["active"] == 0  # completed, not retried forever
+
+
+def test_an_event_for_an_unknown_case_is_set_aside(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    send(svc, CaseEvent("po.updated", "ghost", {"poAmount": "1.00"}), "m-3")
+    deliver(functions, queue)
+    [rejected] = svc.store.query("health", Query(partition="rejected_event"))
+    assert "unknown case" in rejected.body["reason"]
+
+
+def test_a_transient_store_error_is_raised_so_the_broker_redelivers(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    send(svc, CaseEvent("invoice.received", "C-1", INVOICE), "m-4")
+
+    def throttled(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("429 throttled")  # what the Cosmos adapter raises for a 429
+
+    monkeypatch.setattr(svc.store, "create", throttled)
+    with pytest.raises(StoreUnavailable):
+        deliver(functions, queue)
+    monkeypatch.undo()
+    deliver(functions, queue)  # redelivered, delivery count 2
+    assert svc.cases.require("C-1").status == "credit_requested"
+
+
+def test_the_reconciler_finishes_a_commit_and_schedules_rechecks(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    svc.cases.create("C-1", INVOICE)
+    key = effect_key("C-1", "request_credit_note", 1)
+    commit = {"status": "credit_requested", "reason": "over-billed", "clearPendingApproval": False}
+    request = {"amount": "100.00", "currency": "EUR", "invoiceId": "INV-1", "supplierId": "S-1", "commit": commit}
+    outcome = svc.ledger.run(
+        case_id="C-1",
+        action="request_credit_note",
+        decided_on_version=1,
+        call=lambda k: {"creditNoteId": "CN-7"},
+        request=request,
+    )  # F5: no commit yet
+    svc.cases.create("C-2", INVOICE)
+    with pytest.raises(OutcomeUnknown):
+        svc.ledger.run(
+            case_id="C-2",
+            action="request_credit_note",
+            decided_on_version=1,
+            request=request,
+            call=lambda k: (_ for _ in ()).throw(OutcomeUnknown("reset")),
+        )
+    started = svc.ledger.get("C-2", effect_key("C-2", "request_credit_note", 1))
+    assert started is not None and started.status is EffectStatus.STARTED
+    docs = func.DocumentList(
+        [
+            func.Document.from_dict(
+                {
+                    **svc.store.read("effects", e.case_id, e.key).body,
+                    "_ts": int(e.ts),  # type: ignore[union-attr]
+                    "_etag": e.etag,
+                }
+            )
+            for e in (outcome.effect, started)
+        ]
+    )
+    user_function(functions, "reconciler")(docs)
+    case = svc.cases.require("C-1")
+    assert case.status == "credit_requested" and case.data["creditRequest"]["creditNoteId"] == "CN-7"
+    assert case.transition_from(1).effect_key == key  # type: ignore[union-attr]
+    [recheck] = queue.peek(QUEUE)
+    assert recheck.session_id == "C-2" and json.loads(recheck.body)["type"] == "effect.recheck"
+    assert recheck.scheduled_enqueue_time == pytest.approx(started.ts + 120 + 5, abs=1.5)
+    user_function(functions, "reconciler")(docs)  # the feed is at-least-once: a second delivery is harmless
+    assert len(queue.peek(QUEUE)) == 1 and svc.cases.require("C-1").version == 2
+
+
+def test_the_timer_alerts_each_checkpoint_failure_once(functions: dict[str, Any], svc: Services) -> None:
+    failure = {
+        "id": "f-1",
+        "kind": "checkpoint_failure",
+        "caseId": "C-1",
+        "workflowName": "w",
+        "iteration": 3,
+        "error": {"type": "WorkflowCheckpointException", "message": "refusing to save"},
+        "lastGoodCheckpointId": "cp-2",
+        "at": "2026-12-02T10:00:00+00:00",
+        "alerted": False,
+    }
+    svc.store.create("health", "checkpoint_failure", "f-1", failure)
+    for _ in range(3):
+        user_function(functions, "checkpoint_health")(timer_request(past_due=False, schedule_status=None))
+    [alert] = svc.alerts.recent()
+    assert alert.alert_kind == "checkpoint_failure"
+    assert alert.fields["caseId"] == "C-1" and alert.fields["iteration"] == 3
+    assert "refusing to save" in alert.message
