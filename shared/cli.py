@@ -24,7 +24,21 @@ def _supplier_stub(argv: list[str]) -> int:
     return main(argv)
 
 
+def _dev(argv: list[str]) -> int:
+    from shared.localhost.host import main
+
+    return main(argv)
+
+
+def _send(argv: list[str]) -> int:
+    from shared.send import main
+
+    return main(argv)
+
+
 COMMANDS: dict[str, Command] = {
+    "dev": ("serve the function app locally on SQLite (HTTP, session queue, change feed, timers)", _dev),
+    "send": ("sign and post an event to the ingress", _send),
     "demo": ("drive the failure modes against a local supplier and print what the supplier saw", _demo),
     "supplier-stub": ("serve the supplier portal API locally, logging every request", _supplier_stub),
 }

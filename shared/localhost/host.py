@@ -1,0 +1,334 @@
+"""``casekeeper dev``: the embedded local host. It serves the very same functions as Azure, on SQLite.
+
+It discovers the functions from ``function_app``'s indexed bindings and serves each with a local
+stand-in for what only Azure has:
+
+==================  =================================================================================
+binding             local stand-in
+==================  =================================================================================
+httpTrigger         a real HTTP server, routes under ``/api/`` (``http_server``)
+serviceBusTrigger   the durable SQLite session queue (``queue``): one receiver per session, FIFO,
+                    peek-lock with renewal, redelivery, dead-lettering, scheduled messages, dedupe
+cosmosDBTrigger     a change feed over the SQLite store in commit order, continuation persisted
+                    (``changefeed``), retried per the function's ``@retry`` policy
+timerTrigger        the NCRONTAB schedule (``schedule``)
+==================  =================================================================================
+
+Settings come from the environment, falling back to ``local.settings.json``; the stores live under
+``--data``. Everything is durable: after ``kill -9`` and a restart on the same ``--data``, nothing
+accepted is lost and a message that was being handled is redelivered when its lock expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shared import bootstrap
+from shared.bootstrap import Services
+from shared.localhost.changefeed import LocalChangeFeed, to_document_list
+from shared.localhost.http_server import HttpFrontend, Route
+from shared.localhost.queue import LocalSessionQueue, LockLost, to_service_bus_message
+from shared.localhost.schedule import NcrontabSchedule, timer_request
+from shared.messaging import LocalQueueEventSender
+from shared.settings import SETTINGS, Settings
+from shared.stores.sqlite import SqliteDocumentStore
+
+log = logging.getLogger("casekeeper.dev")
+
+SECRET_FILE = "webhook-secret"  # noqa: S105 - a file name, not a secret
+
+
+@dataclass
+class DevOptions:
+    host: str = "127.0.0.1"
+    port: int = 7071
+    data: Path = Path(".casekeeper/dev")
+    lock_duration: float = 30.0
+    max_delivery_count: int = 10
+    sessions: int | None = None  # default: host.json's maxConcurrentSessions
+    poll_interval: float = 0.2
+    app_dir: Path = field(default_factory=Path.cwd)
+
+
+def load_environment(options: DevOptions, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Settings for the local host: ``local.settings.json`` (``Values``), overridden by the environment.
+
+    The queue is always the local one, and unless Cosmos DB is configured the store is SQLite, both
+    under ``--data``. Without ``WEBHOOK_SECRET`` a secret is generated once and kept in ``--data``.
+    """
+    values: dict[str, str] = {}
+    local = options.app_dir / "local.settings.json"
+    if local.exists():
+        values.update({k: str(v) for k, v in json.loads(local.read_text()).get("Values", {}).items()})
+    values.update(base if base is not None else os.environ)
+    data = options.data.resolve()
+    data.mkdir(parents=True, exist_ok=True)
+    values["CASEKEEPER_QUEUE"] = "local"
+    values["CASEKEEPER_LOCAL_QUEUE_PATH"] = str(data / "queue.sqlite")
+    if values.get("CASEKEEPER_STORE", "sqlite").lower() != "cosmos":
+        values["CASEKEEPER_STORE"] = "sqlite"
+        values["CASEKEEPER_SQLITE_PATH"] = str(data / "casekeeper.sqlite")
+    if not values.get("WEBHOOK_SECRET"):
+        secret_file = data / SECRET_FILE
+        if not secret_file.exists():
+            secret_file.write_text(secrets.token_hex(32) + "\n")
+            secret_file.chmod(0o600)
+        values["WEBHOOK_SECRET"] = secret_file.read_text().strip()
+    return values
+
+
+def _resolve(value: str, env: Mapping[str, str]) -> str:
+    """``%NAME%`` binding expressions, as the Functions host resolves them from app settings."""
+    if value.startswith("%") and value.endswith("%"):
+        name = value.strip("%")
+        default = next((s.default for s in SETTINGS if s.name == name), None)
+        resolved = env.get(name) or default
+        if resolved is None:
+            raise ValueError(f"binding refers to setting {name}, which is not set")
+        return resolved
+    return value
+
+
+def _host_json(app_dir: Path) -> dict[str, Any]:
+    path = app_dir / "host.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+class LocalHost:
+    def __init__(self, options: DevOptions, env: Mapping[str, str]) -> None:
+        self.options = options
+        self.env = dict(env)
+        settings = Settings.from_mapping(self.env)
+        self.queue = LocalSessionQueue(
+            settings.local_queue_path,
+            lock_duration=options.lock_duration,
+            max_delivery_count=options.max_delivery_count,
+        )
+        self.services: Services = bootstrap.build(
+            settings, sender=LocalQueueEventSender(self.queue, settings.case_events_queue)
+        )
+        bootstrap.use(self.services)
+        self.loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self.loop.run_forever, name="dev-loop", daemon=True)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._routes: list[Route] = []
+        self._plan: list[str] = []
+        self._discover()
+        self.http = HttpFrontend(options.host, options.port, self._routes, self.loop)
+
+    # --- discovery ----------------------------------------------------------------------------------
+
+    def _discover(self) -> None:
+        import function_app
+
+        host_json = _host_json(self.options.app_dir)
+        sb_settings = host_json.get("extensions", {}).get("serviceBus", {})
+        sessions = self.options.sessions or int(sb_settings.get("maxConcurrentSessions", 8))
+        for fn in function_app.create_app().get_functions():
+            name = str(fn.get_function_name())
+            user = fn.get_user_function()
+            [trigger] = [json.loads(b) for b in fn.get_raw_bindings() if json.loads(b)["type"].endswith("Trigger")]
+            kind = trigger["type"]
+            if kind == "httpTrigger":
+                self._routes.append(Route.build(name, trigger["route"], trigger["methods"], user))
+                self._plan.append(f"http    {name:<18} {','.join(trigger['methods']):<5} /api/{trigger['route']}")
+            elif kind == "serviceBusTrigger":
+                queue_name = _resolve(trigger["queueName"], self.env)
+                for i in range(sessions):
+                    self._thread(f"sb-{name}-{i}", self._consume, user, queue_name)
+                self._plan.append(f"queue   {name:<18} {queue_name} (sessions, {sessions} at a time)")
+            elif kind == "cosmosDBTrigger":
+                container = _resolve(trigger["containerName"], self.env)
+                store = self.services.store
+                if not isinstance(store, SqliteDocumentStore):
+                    log.warning(
+                        "%s: no local change feed for a Cosmos DB store; the timer's sweep is the backstop", name
+                    )
+                    continue
+                feed = LocalChangeFeed(store, container, f"{name}:{container}")
+                retry = fn.get_settings_dict("retry_policy") or {}
+                self._thread(f"feed-{name}", self._follow, user, feed, retry)
+                self._plan.append(f"feed    {name:<18} {container} (change feed, lease in the store file)")
+            elif kind == "timerTrigger":
+                schedule = NcrontabSchedule(_resolve(trigger["schedule"], self.env))
+                self._thread(f"timer-{name}", self._tick, user, schedule)
+                self._plan.append(f"timer   {name:<18} {schedule}")
+            else:
+                log.warning("function %s: trigger %s has no local stand-in; not served", name, kind)
+
+    def _thread(self, name: str, target: Callable[..., None], *args: Any) -> None:
+        self._threads.append(threading.Thread(target=target, args=args, name=name, daemon=True))
+
+    # --- invocation ---------------------------------------------------------------------------------
+
+    def _invoke(self, function: Callable[..., Any], *args: Any) -> Any:
+        result = function(*args)
+        if inspect.isawaitable(result):
+            return asyncio.run_coroutine_threadsafe(_await(result), self.loop).result()
+        return result
+
+    def _consume(self, function: Callable[..., Any], queue_name: str) -> None:
+        while not self._stop.is_set():
+            try:
+                msg = self.queue.receive(queue_name, timeout=0.5)
+            except Exception:
+                log.exception("receive from %s failed", queue_name)
+                self._stop.wait(1.0)
+                continue
+            if msg is None:
+                continue
+            renewing = threading.Event()
+            renewer = threading.Thread(target=self._renew, args=(msg, renewing), daemon=True)
+            renewer.start()
+            try:
+                self._invoke(function, to_service_bus_message(msg))
+            except Exception as exc:
+                renewing.set()
+                log.warning(
+                    "case %s: message %s failed (%s: %s); redelivering (delivery %d of %d)",
+                    msg.session_id,
+                    msg.message_id,
+                    type(exc).__name__,
+                    exc,
+                    msg.delivery_count,
+                    self.options.max_delivery_count,
+                )
+                with contextlib.suppress(LockLost):
+                    self.queue.abandon(msg)
+                continue
+            renewing.set()
+            try:
+                self.queue.complete(msg)
+            except LockLost:
+                log.warning("case %s: lock on message %s was lost before completion", msg.session_id, msg.message_id)
+
+    def _renew(self, msg: Any, done: threading.Event) -> None:
+        """Keep the session lock while a handler runs (``maxAutoLockRenewalDuration``)."""
+        while not done.wait(self.options.lock_duration / 3):
+            try:
+                self.queue.renew_lock(msg)
+            except LockLost:
+                return
+
+    def _follow(self, function: Callable[..., Any], feed: LocalChangeFeed, retry: Mapping[str, Any]) -> None:
+        attempts = int(retry.get("max_retry_count", 0))
+        while not self._stop.is_set():
+            batch = feed.poll()
+            if not len(batch):
+                self._stop.wait(self.options.poll_interval)
+                continue
+            for attempt in range(attempts + 1):
+                try:
+                    self._invoke(function, to_document_list(batch))
+                    break
+                except Exception:
+                    log.exception("change feed batch failed (attempt %d of %d)", attempt + 1, attempts + 1)
+                    if self._stop.wait(min(2.0**attempt, 30.0)):
+                        return
+            else:
+                # As the Cosmos DB trigger does once retries are exhausted; the timer's sweep is the backstop.
+                log.error("change feed batch skipped after %d attempts", attempts + 1)
+            feed.commit(batch)
+
+    def _tick(self, function: Callable[..., Any], schedule: NcrontabSchedule) -> None:
+        due = schedule.next_after(time.time())
+        while not self._stop.wait(max(0.0, due - time.time())):
+            past_due = time.time() - due > 1.0
+            try:
+                self._invoke(function, timer_request(past_due=past_due, schedule_status=None))
+            except Exception:
+                log.exception("timer function failed")
+            due = schedule.next_after(time.time())
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop_thread.start()
+        self.http.start()
+        for thread in self._threads:
+            thread.start()
+
+    def describe(self) -> str:
+        lines = [f"Casekeeper local host on {self.http.url}  (data: {self.options.data})", *self._plan]
+        return "\n".join(lines)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop taking work, let handlers in progress finish (bounded), close everything."""
+        self._stop.set()
+        self.http.stop()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._loop_thread.join(5.0)
+        bootstrap.use(None)
+        self.services.close()
+        self.queue.close()
+
+    def run_until_signalled(self) -> None:
+        done = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: done.set())
+        self.start()
+        print(self.describe(), flush=True)
+        done.wait()
+        log.info("shutting down")
+        self.stop()
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def build_parser() -> Any:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="casekeeper dev", description="Serve Casekeeper's functions locally.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=7071)
+    parser.add_argument("--data", type=Path, default=Path(".casekeeper/dev"), help="where the stores live")
+    parser.add_argument("--lock-duration", type=float, default=30.0, help="queue message lock, seconds")
+    parser.add_argument("--max-delivery-count", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=None, help="sessions handled at once (host.json)")
+    parser.add_argument("--app-dir", type=Path, default=Path.cwd(), help="where function_app.py and host.json are")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("agent_framework").setLevel(logging.WARNING)  # per-superstep INFO lines drown the rest
+    options = DevOptions(
+        host=args.host,
+        port=args.port,
+        data=args.data,
+        lock_duration=args.lock_duration,
+        max_delivery_count=args.max_delivery_count,
+        sessions=args.sessions,
+        app_dir=args.app_dir.resolve(),
+    )
+    sys.path.insert(0, str(options.app_dir))
+    try:
+        host = LocalHost(options, load_environment(options))
+    except Exception as exc:  # configuration errors: say what is wrong, in one line
+        print(f"casekeeper dev: cannot start: {exc}", file=sys.stderr)
+        return 1
+    host.run_until_signalled()
+    return 0

@@ -1,0 +1,66 @@
+"""``casekeeper send``: sign and post one event to a Casekeeper ingress (local or in Azure)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from shared.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
+from shared.localhost.host import SECRET_FILE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="casekeeper send",
+        description="Sign and POST an event, e.g.: casekeeper send invoice.received INV-1 invoiceId=INV-1 "
+        "supplierId=SUP-1 poNumber=PO-1 invoiceAmount=1250.00 poAmount=1000.00 currency=EUR",
+    )
+    parser.add_argument("type", help="invoice.received | po.updated | credit_note.issued | case.investigate")
+    parser.add_argument("case_id")
+    parser.add_argument("fields", nargs="*", help="data fields as name=value (values are sent as strings)")
+    parser.add_argument("--url", default="http://127.0.0.1:7071", help="the app's base URL")
+    parser.add_argument("--secret", help="webhook secret (default: WEBHOOK_SECRET, else --data's generated one)")
+    parser.add_argument("--data", type=Path, default=Path(".casekeeper/dev"), help="the local host's data folder")
+    parser.add_argument("--delivery", help="delivery id (default: a new one); the same id is deduplicated")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    import os
+
+    args = build_parser().parse_args(argv)
+    secret = args.secret or os.environ.get("WEBHOOK_SECRET", "").split(",")[-1].strip()
+    if not secret:
+        secret_file = args.data / SECRET_FILE
+        if not secret_file.exists():
+            hint = f"pass --secret, set WEBHOOK_SECRET or start 'casekeeper dev --data {args.data}' first"
+            print(f"casekeeper send: no secret: {hint}", file=sys.stderr)
+            return 2
+        secret = secret_file.read_text().strip()
+    data: dict[str, str] = {}
+    for item in args.fields:
+        name, sep, value = item.partition("=")
+        if not sep:
+            print(f"casekeeper send: field {item!r} is not name=value", file=sys.stderr)
+            return 2
+        data[name] = value
+    body = json.dumps({"type": args.type, "caseId": args.case_id, "data": data}).encode()
+    delivery = args.delivery or f"cli-{uuid.uuid4().hex}"
+    headers = {
+        "Content-Type": "application/json",
+        SIGNATURE_HEADER: sign(secret, body, int(time.time())),
+        DELIVERY_HEADER: delivery,
+    }
+    try:
+        response = httpx.post(args.url.rstrip("/") + "/api/events", content=body, headers=headers, timeout=30.0)
+    except httpx.HTTPError as exc:
+        print(f"casekeeper send: {exc}", file=sys.stderr)
+        return 1
+    print(f"{response.status_code} {response.text}")
+    return 0 if response.is_success else 1
