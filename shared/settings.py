@@ -40,7 +40,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("WEBHOOK_SECRET", None, "HMAC secret(s) of the event webhook; comma-separated while rotating", True),
     Setting("CALL_TIMEOUT_SECONDS", "120", "how long a started effect is presumed in flight before it is reconciled"),
     Setting("SUPPLIER_PORTAL_URL", "http://127.0.0.1:8765", "base URL of the supplier portal API"),
-    Setting("SUPPLIER_TIMEOUT_SECONDS", "10", "HTTP timeout of one supplier call; must be below CALL_TIMEOUT_SECONDS"),
+    Setting(
+        "SUPPLIER_TIMEOUT_SECONDS",
+        "10",
+        "HTTP timeout per network operation of a supplier call; 3x it must be below CALL_TIMEOUT_SECONDS",
+    ),
     Setting("VARIANCE_TOLERANCE", "5.00", "variance within which an invoice is approved"),
     Setting("APPROVAL_THRESHOLD", "1000.00", "credit-note amount above which a person approves first"),
     Setting("AZURE_OPENAI_ENDPOINT", None, "Azure OpenAI endpoint; when set with the deployment, a model proposes"),
@@ -121,10 +125,17 @@ class Settings:
             else values["ServiceBusConnection__fullyQualifiedNamespace"]
         )
         secrets = tuple(s.strip() for s in (require("WEBHOOK_SECRET") or "").split(",") if s.strip())
+        for name in ("WEBHOOK_SECRET", "ALERT_WEBHOOK_URL"):
+            # An unresolved Key Vault reference reaches the app as its literal text; used as an HMAC key it
+            # would be guessable, so it is refused rather than trusted.
+            if (values[name] or "").startswith("@Microsoft.KeyVault("):
+                problems.append(f"{name} is an unresolved Key Vault reference (check the app's identity and vault)")
         call_timeout = float(number("CALL_TIMEOUT_SECONDS"))
         supplier_timeout = float(number("SUPPLIER_TIMEOUT_SECONDS"))
-        if supplier_timeout >= call_timeout:
-            problems.append("SUPPLIER_TIMEOUT_SECONDS must be below CALL_TIMEOUT_SECONDS")
+        # httpx applies the timeout per network operation (connect, write, read): a call can take about
+        # three times it. It must end before the ledger presumes the call lost.
+        if 3 * supplier_timeout >= call_timeout:
+            problems.append("3 x SUPPLIER_TIMEOUT_SECONDS must be below CALL_TIMEOUT_SECONDS")
         rules = Rules(
             tolerance=number("VARIANCE_TOLERANCE", positive=False), approval_threshold=number("APPROVAL_THRESHOLD")
         )

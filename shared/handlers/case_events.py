@@ -145,10 +145,11 @@ async def _recheck(svc: Services, event: ev.CaseEvent, root: str, retry: int) ->
     return Settlement("rechecked", f"{outcome.outcome}: {outcome.detail}")
 
 
-def schedule_recheck(svc: Services, case_id: str, key: str, attempt: int, at: float) -> None:
-    """Schedule R3 for an effect's current attempt; the message id makes repeated calls one message."""
+def schedule_recheck(svc: Services, case_id: str, key: str, attempt: int, at: float, *, tag: str = "feed") -> None:
+    """Schedule R3 for an effect's current attempt; the message id makes repeated calls with the same
+    ``tag`` one message."""
     event = ev.CaseEvent(ev.EFFECT_RECHECK, case_id, {"key": key})
-    root = derived_message_id("recheck", key, str(attempt))
+    root = derived_message_id("recheck", key, str(attempt), tag)
     _schedule(svc, event, root, at, retry=0, root=root)
 
 

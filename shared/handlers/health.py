@@ -115,6 +115,10 @@ def _lags(svc: Services, case: Case, lag: float) -> bool:
 
 
 def _sweep_started_effects(svc: Services, report: HealthReport) -> None:
+    now = time.time()
+    # One sweep re-check per effect per hour: the broker's duplicate window (a day, in infra) would
+    # otherwise swallow the sweep's copy of a re-check that was lost (dead-lettered) meanwhile.
+    bucket = f"sweep-{int(now // 3600)}"
     for effect in svc.ledger.started_older_than(svc.ledger.call_timeout):
-        schedule_recheck(svc, effect.case_id, effect.key, effect.attempts, time.time())
+        schedule_recheck(svc, effect.case_id, effect.key, effect.attempts, now, tag=bucket)
         report.rechecks_scheduled.append(effect.key)
