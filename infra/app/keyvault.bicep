@@ -1,0 +1,69 @@
+// Key Vault for the app's secrets: the webhook HMAC secret and, when given, the alert webhook URL
+// (chat webhook URLs carry their own token). The function app reads them through Key Vault
+// references resolved with its user-assigned identity (Key Vault Secrets User, rbac.bicep), so no
+// secret value is stored in the app's configuration, in this repository or in deployment outputs.
+// To rotate the webhook secret, set the secret to "new,old" (the ingress accepts a comma-separated
+// list), then later to "new"; the app picks up a new version within 24 hours or on restart.
+
+param location string
+param tags object
+
+@description('Vault name: 3-24 letters, digits and single hyphens, starting with a letter, globally unique.')
+@minLength(3)
+@maxLength(24)
+param name string
+
+@secure()
+@description('Value of the webhook-secret secret (WEBHOOK_SECRET).')
+param webhookSecret string
+
+@secure()
+@description('Value of the alert-webhook-url secret (ALERT_WEBHOOK_URL); empty: no secret is created.')
+param alertWebhookUrl string = ''
+
+@description('Purge protection cannot be turned off once on; it keeps a deleted vault recoverable for the retention period.')
+param enablePurgeProtection bool = true
+
+resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
+  name: name
+  location: location
+  tags: tags
+  properties: {
+    tenantId: tenant().tenantId
+    sku: {
+      family: 'A'
+      name: 'standard'
+    }
+    enableRbacAuthorization: true
+    enableSoftDelete: true
+    softDeleteRetentionInDays: 90
+    // The API refuses false once it is true, so "off" is expressed by leaving the property out.
+    enablePurgeProtection: enablePurgeProtection ? true : null
+    publicNetworkAccess: 'Enabled'
+  }
+}
+
+resource webhookSecretResource 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = {
+  parent: vault
+  name: 'webhook-secret'
+  properties: {
+    value: webhookSecret
+    contentType: 'text/plain'
+  }
+}
+
+resource alertWebhookUrlResource 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = if (!empty(alertWebhookUrl)) {
+  parent: vault
+  name: 'alert-webhook-url'
+  properties: {
+    value: alertWebhookUrl
+    contentType: 'text/uri-list'
+  }
+}
+
+output name string = vault.name
+output id string = vault.id
+// Versionless URIs (vaultUri ends with '/'): a Key Vault reference to one follows the secret's latest
+// version. Built from the vault, so no output reads a secret resource that may not be deployed.
+output webhookSecretUri string = '${vault.properties.vaultUri}secrets/${webhookSecretResource.name}'
+output alertWebhookUrlSecretUri string = empty(alertWebhookUrl) ? '' : '${vault.properties.vaultUri}secrets/alert-webhook-url'

@@ -1,0 +1,52 @@
+// The host storage account (AzureWebJobsStorage, identity-based) and the blob container the Flex
+// Consumption plan deploys the app package from. Shared-key access is off: nothing uses a key.
+
+param location string
+param tags object
+
+@description('Storage account name: 3-24 lowercase letters and digits, globally unique.')
+@minLength(3)
+@maxLength(24)
+param name string
+
+@description('Blob container holding the deployment package (functionAppConfig.deployment.storage).')
+param deploymentContainerName string
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  name: name
+  location: location
+  tags: tags
+  kind: 'StorageV2'
+  sku: {
+    name: 'Standard_LRS'
+  }
+  properties: {
+    accessTier: 'Hot'
+    allowBlobPublicAccess: false
+    allowSharedKeyAccess: false
+    defaultToOAuthAuthentication: true
+    dnsEndpointType: 'Standard'
+    minimumTlsVersion: 'TLS1_2'
+    supportsHttpsTrafficOnly: true
+    publicNetworkAccess: 'Enabled'
+    networkAcls: {
+      bypass: 'AzureServices'
+      defaultAction: 'Allow'
+    }
+  }
+
+  resource blobService 'blobServices' = {
+    name: 'default'
+
+    resource deploymentContainer 'containers' = {
+      name: deploymentContainerName
+      properties: {
+        publicAccess: 'None'
+      }
+    }
+  }
+}
+
+output name string = storage.name
+output id string = storage.id
+output blobEndpoint string = storage.properties.primaryEndpoints.blob

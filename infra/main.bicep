@@ -1,0 +1,360 @@
+// Casekeeper on Azure: one resource group holding the function app (Flex Consumption, Python), its
+// host storage, Cosmos DB, Service Bus, Key Vault and monitoring. Every connection is identity-based
+// (a user-assigned managed identity); no account key, connection string or secret is in this file,
+// in main.parameters.json or in the deployment's outputs.
+//
+// App settings of the function app, and what reads each one
+// ---------------------------------------------------------
+// Read by the code (shared/settings.py SETTINGS, validated at first use by Settings.from_mapping):
+//   CASEKEEPER_STORE                     = cosmos. shared/bootstrap.open_store picks the Cosmos DB store.
+//   CosmosDBConnection__accountEndpoint  = Cosmos DB endpoint. The code's Cosmos client, and the
+//                                          Functions host: the reconciler's trigger has connection
+//                                          "CosmosDBConnection".
+//   COSMOS_DATABASE                      = the database. The code, and the trigger's %COSMOS_DATABASE%.
+//   CASEKEEPER_QUEUE                     = servicebus. shared/bootstrap.open_sender sends to Service Bus.
+//   ServiceBusConnection__fullyQualifiedNamespace
+//                                        = <namespace>.servicebus.windows.net. The code's ServiceBusClient
+//                                          (shared/messaging.py), and the host: case_worker's trigger has
+//                                          connection "ServiceBusConnection".
+//   CASE_EVENTS_QUEUE                    = case-events. The sender, and the trigger's %CASE_EVENTS_QUEUE%.
+//   WEBHOOK_SECRET                       = Key Vault reference to the webhook-secret secret. shared/ingress
+//                                          verifies webhook HMAC signatures with it (comma-separated
+//                                          values while rotating).
+//   CALL_TIMEOUT_SECONDS                 = how long a started effect is presumed in flight (reconciler).
+//   SUPPLIER_PORTAL_URL                  = base URL of the supplier portal (shared/supplier/portal.py).
+//   SUPPLIER_TIMEOUT_SECONDS             = HTTP timeout of one supplier call (below CALL_TIMEOUT_SECONDS).
+//   VARIANCE_TOLERANCE                   = invoice variance rule (shared/domain/invoice.Rules).
+//   APPROVAL_THRESHOLD                   = credit-note amount above which a person approves first (Rules).
+//   AZURE_OPENAI_ENDPOINT                = when set with the deployment, a model proposes
+//   AZURE_OPENAI_DEPLOYMENT                (shared/workflow/proposers.AgentProposer); empty: rules propose.
+//   CHECKPOINT_HEALTH_SCHEDULE           = 6-field NCRONTAB. The host's timer (%CHECKPOINT_HEALTH_SCHEDULE%)
+//                                          for checkpoint_health; the code validates its shape.
+//   CHECKPOINT_LAG_SECONDS               = checkpoint-health lag threshold (shared/handlers/health).
+//   ALERT_WEBHOOK_URL                    = Key Vault reference when given, else empty. shared/alerts.Alerter
+//                                          POSTs every alert there.
+//   APPLICATIONINSIGHTS_CONNECTION_STRING
+//                                        = the Application Insights component. The host's telemetry, and
+//                                          the code's settings (app/functionapp.bicep sets it).
+// Read by the Functions host and the Azure SDKs:
+//   AzureWebJobsStorage__accountName     = host storage account, identity-based (with __credential =
+//                                          managedidentity and __clientId).
+//   CosmosDBConnection__credential, CosmosDBConnection__clientId, ServiceBusConnection__credential,
+//   ServiceBusConnection__clientId       = select the user-assigned identity for the triggers' connections.
+//   APPLICATIONINSIGHTS_AUTHENTICATION_STRING
+//                                        = Entra ID auth for the host's telemetry.
+//   AZURE_CLIENT_ID                      = the identity azure-identity's DefaultAzureCredential uses.
+// Set by the platform, not as app settings (Flex Consumption deprecates both as app settings):
+//   FUNCTIONS_EXTENSION_VERSION          = ~4, set by the Flex Consumption backend.
+//   FUNCTIONS_WORKER_RUNTIME             = python: functionAppConfig.runtime (python 3.11 by default;
+//                                          azure-functions 1.26.0 serves Python 3.10-3.12).
+// Deliberately not set in Azure (local development and tests only):
+//   CASEKEEPER_SQLITE_PATH, CASEKEEPER_LOCAL_QUEUE_PATH, and COSMOS_KEY (keys are disabled on the
+//   account; unset, the code uses managed identity).
+
+targetScope = 'resourceGroup'
+
+@minLength(1)
+@maxLength(64)
+@description('Name of the environment (e.g. dev, prod): tags every resource and seeds the unique resource names.')
+param environmentName string
+
+@minLength(1)
+@description('Region of every resource; it must offer the Flex Consumption plan.')
+param location string = resourceGroup().location
+
+@minLength(3)
+@maxLength(12)
+@description('Short prefix of resource names: lowercase letters and digits.')
+param appName string = 'casekeeper'
+
+@description('Extra tags for every resource.')
+param tags object = {}
+
+// -- function app --
+
+@allowed([
+  '3.10'
+  '3.11'
+  '3.12'
+])
+@description('Python version of the function app.')
+param pythonVersion string = '3.11'
+
+@minValue(40)
+@maxValue(1000)
+@description('Flex Consumption maximum instance count.')
+param maximumInstanceCount int = 40
+
+@allowed([
+  512
+  2048
+  4096
+])
+@description('Flex Consumption instance memory (MB).')
+param instanceMemoryMB int = 2048
+
+@description('Flex Consumption always-ready instances, e.g. [{ name: \'function:case_worker\', instanceCount: 1 }].')
+param alwaysReady array = []
+
+// -- Cosmos DB --
+
+@description('Cosmos DB database name (COSMOS_DATABASE).')
+param cosmosDatabaseName string = 'casekeeper'
+
+@description('Cosmos DB serverless (true) or database-level autoscale throughput (false). Fixed at account creation.')
+param cosmosServerless bool = true
+
+@minValue(1000)
+@description('Autoscale maximum RU/s when cosmosServerless is false.')
+param cosmosAutoscaleMaxThroughput int = 1000
+
+// -- Service Bus --
+
+@description('Queue of case events (CASE_EVENTS_QUEUE).')
+param caseEventsQueueName string = 'case-events'
+
+@description('Duplicate detection window of the queue (ISO 8601 duration, PT20S to P7D).')
+param duplicateDetectionWindow string = 'P1D'
+
+@description('Lock duration of the queue (at most PT5M).')
+param queueLockDuration string = 'PT5M'
+
+@minValue(1)
+@description('Deliveries before a message is dead-lettered.')
+param queueMaxDeliveryCount int = 10
+
+// -- secrets: passed at deployment time, stored in Key Vault only --
+
+@secure()
+@minLength(32)
+@description('HMAC secret of the event webhook (WEBHOOK_SECRET), at least 32 characters; "new,old" while rotating. Stored as a Key Vault secret.')
+param webhookSecret string
+
+@secure()
+@description('Optional URL every alert is POSTed to (ALERT_WEBHOOK_URL). Chat webhook URLs embed a token, so it is stored in Key Vault too.')
+param alertWebhookUrl string = ''
+
+@description('Key Vault purge protection (irreversible once on).')
+param keyVaultPurgeProtection bool = true
+
+// -- application settings --
+
+@minLength(1)
+@description('Base URL of the supplier portal API (SUPPLIER_PORTAL_URL).')
+param supplierPortalUrl string
+
+@minValue(1)
+@description('CALL_TIMEOUT_SECONDS: how long a started effect is presumed in flight before it is reconciled.')
+param callTimeoutSeconds int = 120
+
+@minValue(1)
+@description('SUPPLIER_TIMEOUT_SECONDS: timeout of one supplier call; must be below callTimeoutSeconds.')
+param supplierTimeoutSeconds int = 10
+
+@description('VARIANCE_TOLERANCE: variance within which an invoice is approved (decimal string).')
+param varianceTolerance string = '5.00'
+
+@description('APPROVAL_THRESHOLD: credit-note amount above which a person approves first (decimal string).')
+param approvalThreshold string = '1000.00'
+
+@description('CHECKPOINT_HEALTH_SCHEDULE: 6-field NCRONTAB schedule of the checkpoint-health timer.')
+param checkpointHealthSchedule string = '0 */5 * * * *'
+
+@minValue(1)
+@description('CHECKPOINT_LAG_SECONDS: checkpoint lag that raises a checkpoint-health alert.')
+param checkpointLagSeconds int = 600
+
+@description('Optional Azure OpenAI endpoint (AZURE_OPENAI_ENDPOINT); set together with azureOpenAIDeployment.')
+param azureOpenAIEndpoint string = ''
+
+@description('Optional Azure OpenAI chat deployment name (AZURE_OPENAI_DEPLOYMENT).')
+param azureOpenAIDeployment string = ''
+
+@description('Optional resource id of the Azure OpenAI account: when given, the app identity gets Cognitive Services OpenAI User on it.')
+param azureOpenAIResourceId string = ''
+
+// -- monitoring --
+
+@description('Application Insights accepts only Entra ID-authenticated telemetry.')
+param appInsightsDisableLocalAuth bool = true
+
+// -- names --
+
+var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName, location))
+var prefix = toLower(replace(appName, '-', ''))
+var allTags = union(tags, {
+  'azd-env-name': environmentName
+  application: 'casekeeper'
+})
+var names = {
+  identity: 'id-${prefix}-${resourceToken}'
+  logAnalytics: 'log-${prefix}-${resourceToken}'
+  applicationInsights: 'appi-${prefix}-${resourceToken}'
+  storage: take('st${prefix}${resourceToken}', 24)
+  cosmos: 'cosmos-${prefix}-${resourceToken}'
+  serviceBus: 'sb-${prefix}-${resourceToken}'
+  keyVault: take('kv${prefix}${resourceToken}', 24)
+  plan: 'plan-${prefix}-${resourceToken}'
+  functionApp: 'func-${prefix}-${resourceToken}'
+}
+var deploymentContainerName = 'app-package'
+
+// The Azure OpenAI account named by azureOpenAIResourceId:
+// /subscriptions/<sub>/resourceGroups/<rg>/providers/Microsoft.CognitiveServices/accounts/<name>
+// Without one, a placeholder id in this resource group keeps every index below in range, so the
+// (skipped) module's scope can be evaluated whatever order the engine evaluates it in.
+var grantOpenAI = !empty(azureOpenAIResourceId)
+var openAIIdParts = split(grantOpenAI ? azureOpenAIResourceId : '${resourceGroup().id}/providers/Microsoft.CognitiveServices/accounts/none', '/')
+
+// -- resources --
+
+module identity 'app/identity.bicep' = {
+  name: 'identity'
+  params: {
+    name: names.identity
+    location: location
+    tags: allTags
+  }
+}
+
+module monitoring 'app/monitoring.bicep' = {
+  name: 'monitoring'
+  params: {
+    location: location
+    tags: allTags
+    logAnalyticsName: names.logAnalytics
+    applicationInsightsName: names.applicationInsights
+    disableLocalAuth: appInsightsDisableLocalAuth
+  }
+}
+
+module storage 'app/storage.bicep' = {
+  name: 'storage'
+  params: {
+    location: location
+    tags: allTags
+    name: names.storage
+    deploymentContainerName: deploymentContainerName
+  }
+}
+
+module cosmos 'app/cosmos.bicep' = {
+  name: 'cosmos'
+  params: {
+    location: location
+    tags: allTags
+    accountName: names.cosmos
+    databaseName: cosmosDatabaseName
+    serverless: cosmosServerless
+    autoscaleMaxThroughput: cosmosAutoscaleMaxThroughput
+  }
+}
+
+module serviceBus 'app/servicebus.bicep' = {
+  name: 'servicebus'
+  params: {
+    location: location
+    tags: allTags
+    namespaceName: names.serviceBus
+    queueName: caseEventsQueueName
+    duplicateDetectionWindow: duplicateDetectionWindow
+    lockDuration: queueLockDuration
+    maxDeliveryCount: queueMaxDeliveryCount
+  }
+}
+
+module keyVault 'app/keyvault.bicep' = {
+  name: 'keyvault'
+  params: {
+    location: location
+    tags: allTags
+    name: names.keyVault
+    webhookSecret: webhookSecret
+    alertWebhookUrl: alertWebhookUrl
+    enablePurgeProtection: keyVaultPurgeProtection
+  }
+}
+
+module rbac 'app/rbac.bicep' = {
+  name: 'rbac'
+  params: {
+    principalId: identity.outputs.principalId
+    storageAccountName: storage.outputs.name
+    serviceBusNamespaceName: serviceBus.outputs.namespaceName
+    serviceBusQueueName: serviceBus.outputs.queueName
+    cosmosAccountName: cosmos.outputs.accountName
+    keyVaultName: keyVault.outputs.name
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+  }
+}
+
+module openAIRbac 'app/openai-rbac.bicep' = if (grantOpenAI) {
+  name: 'openai-rbac'
+  scope: resourceGroup(openAIIdParts[2], openAIIdParts[4])
+  params: {
+    principalId: identity.outputs.principalId
+    accountName: last(openAIIdParts)
+  }
+}
+
+// The application's settings: every name here is one the code reads (see the header).
+var appSettings = {
+  CASEKEEPER_STORE: 'cosmos'
+  CosmosDBConnection__accountEndpoint: cosmos.outputs.endpoint
+  CosmosDBConnection__credential: 'managedidentity'
+  CosmosDBConnection__clientId: identity.outputs.clientId
+  COSMOS_DATABASE: cosmos.outputs.databaseName
+  CASEKEEPER_QUEUE: 'servicebus'
+  ServiceBusConnection__fullyQualifiedNamespace: serviceBus.outputs.fullyQualifiedNamespace
+  ServiceBusConnection__credential: 'managedidentity'
+  ServiceBusConnection__clientId: identity.outputs.clientId
+  CASE_EVENTS_QUEUE: serviceBus.outputs.queueName
+  WEBHOOK_SECRET: '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.webhookSecretUri})'
+  CALL_TIMEOUT_SECONDS: string(callTimeoutSeconds)
+  SUPPLIER_PORTAL_URL: supplierPortalUrl
+  SUPPLIER_TIMEOUT_SECONDS: string(supplierTimeoutSeconds)
+  VARIANCE_TOLERANCE: varianceTolerance
+  APPROVAL_THRESHOLD: approvalThreshold
+  AZURE_OPENAI_ENDPOINT: azureOpenAIEndpoint
+  AZURE_OPENAI_DEPLOYMENT: azureOpenAIDeployment
+  CHECKPOINT_HEALTH_SCHEDULE: checkpointHealthSchedule
+  CHECKPOINT_LAG_SECONDS: string(checkpointLagSeconds)
+  ALERT_WEBHOOK_URL: empty(alertWebhookUrl) ? '' : '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.alertWebhookUrlSecretUri})'
+}
+
+module functionApp 'app/functionapp.bicep' = {
+  name: 'functionapp'
+  // Roles first: the host's first calls (storage, Key Vault references, Service Bus, Cosmos DB)
+  // then find them in place.
+  dependsOn: [
+    rbac
+  ]
+  params: {
+    location: location
+    tags: allTags
+    planName: names.plan
+    functionAppName: names.functionApp
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageAccountName: storage.outputs.name
+    deploymentContainerName: deploymentContainerName
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    pythonVersion: pythonVersion
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+    alwaysReady: alwaysReady
+    appSettings: appSettings
+  }
+}
+
+// -- outputs (no secrets) --
+
+output functionAppName string = functionApp.outputs.name
+output functionAppDefaultHostName string = functionApp.outputs.defaultHostName
+output cosmosEndpoint string = cosmos.outputs.endpoint
+output cosmosDatabaseName string = cosmos.outputs.databaseName
+output serviceBusNamespace string = serviceBus.outputs.namespaceName
+output serviceBusFullyQualifiedNamespace string = serviceBus.outputs.fullyQualifiedNamespace
+output caseEventsQueueName string = serviceBus.outputs.queueName
+output keyVaultName string = keyVault.outputs.name
+output managedIdentityClientId string = identity.outputs.clientId
