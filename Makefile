@@ -6,16 +6,25 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 NODE_STAMP := node_modules/.installed-stamp
+# The Functions worker's own indexing check runs on Python 3.13 (azure-functions-runtime); where a 3.13
+# interpreter exists (pyenv provides one here), setup builds .venv313 for it.
+PYTHON313 ?= $(shell command -v python3.13 2>/dev/null || ls $$(pyenv root 2>/dev/null)/versions/3.13*/bin/python3.13 2>/dev/null | head -n 1)
+STAMP313 := .venv313/.installed-stamp
 
 .PHONY: setup lint test run demo bench clean
 
-setup: $(STAMP) $(NODE_STAMP)
+setup: $(STAMP) $(NODE_STAMP) $(if $(PYTHON313),$(STAMP313))
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . \
 	  || $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+$(STAMP313): requirements.txt
+	$(PYTHON313) -m venv .venv313
+	.venv313/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt azure-functions-runtime==1.3.0
 	touch $@
 
 # The Cosmos DB test server (@vercel/cosmosdb-server), pinned in package-lock.json.
@@ -33,10 +42,13 @@ test: lint
 	@$(BIN)/pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: that is a failure"; exit $$rc; }
 
 run: setup
+	@scripts/run-local.sh
+
+demo: setup
 	$(BIN)/casekeeper demo
 
 bench: setup
 	$(BIN)/python -m benchmarks.guarded_effect
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv313 node_modules .mypy_cache .ruff_cache .pytest_cache
