@@ -50,6 +50,8 @@
 // Deliberately not set in Azure (local development and tests only):
 //   CASEKEEPER_SQLITE_PATH, CASEKEEPER_LOCAL_QUEUE_PATH, and COSMOS_KEY (keys are disabled on the
 //   account; unset, the code uses managed identity).
+//   OTEL_EXPORTER_OTLP_ENDPOINT and CASEKEEPER_TELEMETRY_FILE: telemetry goes to Application Insights
+//   here (shared/telemetry.configure); these pick OTLP or a console file where it is not configured.
 
 targetScope = 'resourceGroup'
 

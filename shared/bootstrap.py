@@ -23,6 +23,8 @@ from shared.ingress import Ingress
 from shared.messaging import EventSender
 from shared.settings import Settings
 from shared.supplier.portal import SupplierPortal
+from shared.telemetry import Telemetry
+from shared.telemetry import configure as configure_telemetry
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import install as install_capture
 from shared.workflow.executors import WorkflowDeps
@@ -50,6 +52,7 @@ class Services:
     sender: EventSender
     ingress: Ingress
     alerts: Alerter
+    telemetry: Telemetry
     extra: dict[str, Any] = field(default_factory=dict)
 
     def close(self) -> None:
@@ -91,13 +94,16 @@ def build(
     sender: EventSender | None = None,
     clock: Clock | None = None,
     proposer: Proposer | None = None,
+    telemetry: Telemetry | None = None,
 ) -> Services:
-    """Wire everything. Pass ``store``/``sender``/``clock``/``proposer`` to replace the configured ones."""
+    """Wire everything. Pass ``store``/``sender``/``clock``/``proposer``/``telemetry`` to replace the
+    configured ones."""
+    telemetry = telemetry or Telemetry()
     store = store if store is not None else open_store(settings)
     sender = sender if sender is not None else open_sender(settings)
     clock = clock or SystemClock()
     cases = CaseRepository(store, clock)
-    ledger = Ledger(store, cases, call_timeout=settings.call_timeout)
+    ledger = Ledger(store, cases, call_timeout=settings.call_timeout, observer=telemetry.observe_effect)
     supplier = SupplierPortal(settings.supplier_portal_url, timeout=settings.supplier_timeout)
     if proposer is None:
         if settings.azure_openai_endpoint and settings.azure_openai_deployment:
@@ -105,7 +111,9 @@ def build(
         else:
             proposer = RulesProposer()
     alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
-    deps = WorkflowDeps(cases=cases, ledger=ledger, supplier=supplier, proposer=proposer, rules=settings.rules)
+    deps = WorkflowDeps(
+        cases=cases, ledger=ledger, supplier=supplier, proposer=proposer, rules=settings.rules, telemetry=telemetry
+    )
     reconciler = Reconciler(
         ledger,
         cases,
@@ -128,6 +136,7 @@ def build(
         sender=sender,
         ingress=Ingress(settings.webhook_secrets, sender, clock),
         alerts=alerts,
+        telemetry=telemetry,
     )
 
 
@@ -146,7 +155,9 @@ def services() -> Services:
     """The process's services, built from the environment on first use."""
     with _holder.lock:
         if _holder.services is None:
-            _holder.services = build(Settings.from_mapping(os.environ))
+            settings = Settings.from_mapping(os.environ)
+            configure_telemetry(settings.appinsights_connection_string)
+            _holder.services = build(settings)
         return _holder.services
 
 

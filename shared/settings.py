@@ -53,6 +53,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CHECKPOINT_LAG_SECONDS", "600", "a run whose newest checkpoint is older than its last activity by this"),
     Setting("ALERT_WEBHOOK_URL", None, "when set, every alert is also POSTed here as JSON"),
     Setting("APPLICATIONINSIGHTS_CONNECTION_STRING", None, "telemetry to Application Insights when set", True),
+    Setting("OTEL_EXPORTER_OTLP_ENDPOINT", None, "telemetry over OTLP/HTTP when set (and no Application Insights)"),
+    Setting("CASEKEEPER_TELEMETRY_FILE", None, "console telemetry goes to this file instead of stderr"),
 )
 
 _DEFAULTS = {s.name: s.default for s in SETTINGS}

@@ -163,15 +163,18 @@ class Ledger:
         *,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         probe: Callable[[str], None] | None = None,
+        observer: Callable[[str, Effect], None] | None = None,
     ) -> None:
         """``probe`` is called at the named points ``F2`` (claimed, before the call) and ``F4`` (reply
-        received, before it is recorded): the crash tests end the process there."""
+        received, before it is recorded): the crash tests end the process there. ``observer`` hears
+        ``started``, ``done``, ``failed`` and ``stale`` (telemetry)."""
         if call_timeout <= 0:
             raise ValueError("call_timeout must be positive")
         self._store = store
         self._cases = cases
         self.call_timeout = call_timeout
         self._probe = probe or (lambda point: None)
+        self._observe = observer or (lambda event, effect: None)
 
     # --- the guarded call ---------------------------------------------------------------------
 
@@ -217,6 +220,7 @@ class Ledger:
                     f"effect {key} vanished after a conflict", container=EFFECTS, doc_id=key
                 ) from exc
             return self._replay(existing)
+        self._observe("started", claimed)
         return self._call_claimed(claimed, call)
 
     def retry_same_key(self, effect: Effect, call: Call, *, source: str = "reconciler") -> EffectOutcome:
@@ -251,6 +255,7 @@ class Ledger:
             # Close the claim: left started, reconciliation would later see an unknown outcome.
             reason = f"stale: decided on v{effect.case_version}, case is at v{current_version}"
             self._try_record(effect, EffectStatus.FAILED, reason=reason, stale=True, source="version-gate")
+            self._observe("stale", effect)
             raise StaleDecision(
                 key=effect.key,
                 case_id=effect.case_id,
@@ -265,12 +270,14 @@ class Ledger:
             recorded, ours = self._try_record(effect, EffectStatus.FAILED, reason=exc.reason, source="call")
             if not ours:  # someone recorded an outcome meanwhile: theirs stands
                 return self._replay(recorded)
+            self._observe("failed", recorded)
             raise EffectFailed(key=effect.key, case_id=effect.case_id, action=effect.action, reason=exc.reason) from exc
         # Any other exception: outcome unknown. The row stays started; it propagates unchanged.
         self._probe("F4")
         recorded, ours = self._try_record(effect, EffectStatus.DONE, result=dict(result), source="call")
         if not ours:
             return self._replay(recorded)
+        self._observe("done", recorded)
         return EffectOutcome(recorded, replayed=False, case=case)
 
     def _try_record(

@@ -52,7 +52,17 @@ async def handle_case_message(
 
     Logs one line per message handled: case, event type, outcome.
     """
-    settlement = await _handle(svc, body, session_id=session_id, message_id=message_id, delivery_count=delivery_count)
+    attributes = {
+        "casekeeper.case_id": session_id,
+        "casekeeper.event_type": _peek_type(body),
+        "messaging.message.id": message_id,
+        "messaging.servicebus.message.delivery_count": delivery_count,
+    }
+    with svc.telemetry.span("case_event", attributes) as span:
+        settlement = await _handle(
+            svc, body, session_id=session_id, message_id=message_id, delivery_count=delivery_count
+        )
+        span.set_attribute("casekeeper.settlement", settlement.action)
     result = settlement.result
     where = f" ({result.status} v{result.version})" if result is not None else ""
     log.info(
@@ -126,7 +136,9 @@ async def _handle(
 
 async def _recheck(svc: Services, event: ev.CaseEvent, root: str, retry: int) -> Settlement:
     key = str(event.data["key"])
-    outcome = svc.reconciler.recheck(event.case_id, key)
+    with svc.telemetry.span("reconcile.recheck", {"casekeeper.case_id": event.case_id, "casekeeper.effect_key": key}):
+        outcome = svc.reconciler.recheck(event.case_id, key)
+    svc.telemetry.reconciled(outcome.outcome)
     log.info(
         "case %s: re-check of effect %s -> %s (%s)",
         event.case_id,

@@ -52,7 +52,9 @@ def handle_effect_changes(svc: Services, changes: Iterable[Mapping[str, Any]]) -
             summary.ignored += 1
             continue
         if effect.status is EffectStatus.DONE:
-            if svc.reconciler.finish_commit(effect) in ("committed", "needs_review"):
+            finished = svc.reconciler.finish_commit(effect)
+            if finished in ("committed", "needs_review"):
+                svc.telemetry.reconciled(f"commit_{finished}")
                 summary.commits_finished.append(effect.key)
         elif effect.status is EffectStatus.STARTED:
             at = effect.ts + svc.ledger.call_timeout + RECHECK_MARGIN_SECONDS

@@ -45,6 +45,7 @@ from shared.localhost.schedule import NcrontabSchedule, timer_request
 from shared.messaging import LocalQueueEventSender
 from shared.settings import SETTINGS, Settings
 from shared.stores.sqlite import SqliteDocumentStore
+from shared.telemetry import configure as configure_telemetry
 
 log = logging.getLogger("casekeeper.dev")
 
@@ -81,6 +82,7 @@ def load_environment(options: DevOptions, base: Mapping[str, str] | None = None)
     if values.get("CASEKEEPER_STORE", "sqlite").lower() != "cosmos":
         values["CASEKEEPER_STORE"] = "sqlite"
         values["CASEKEEPER_SQLITE_PATH"] = str(data / "casekeeper.sqlite")
+    values.setdefault("CASEKEEPER_TELEMETRY_FILE", str(data / "telemetry.jsonl"))
     if not values.get("WEBHOOK_SECRET"):
         secret_file = data / SECRET_FILE
         if not secret_file.exists():
@@ -112,6 +114,8 @@ class LocalHost:
         self.options = options
         self.env = dict(env)
         settings = Settings.from_mapping(self.env)
+        os.environ.setdefault("CASEKEEPER_TELEMETRY_FILE", self.env["CASEKEEPER_TELEMETRY_FILE"])
+        configure_telemetry(settings.appinsights_connection_string)
         self.queue = LocalSessionQueue(
             settings.local_queue_path,
             lock_duration=options.lock_duration,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Never
 
@@ -37,6 +37,7 @@ from shared.domain.invoice import (
     needs_approval,
     validate,
 )
+from shared.telemetry import Telemetry
 from shared.workflow.actions import credit_request_data
 from shared.workflow.messages import (
     AnswerWithoutCheckpoint,
@@ -71,6 +72,7 @@ class WorkflowDeps:
     rules: Rules
     probe: Callable[[str], None] = lambda point: None
     """Called at named points (``F5``, ``F6``); the crash tests kill the process there."""
+    telemetry: Telemetry = field(default_factory=Telemetry)
 
 
 @dataclass
@@ -201,6 +203,7 @@ class ApprovalGate(Executor):
             case = await asyncio.to_thread(cases.require, snap.case_id)
             pending = case.data.get("pendingApproval") or {}
             if pending.get("requestId") != request.request_id or case.status != Status.AWAITING_APPROVAL:
+                self._deps.telemetry.lost_commit("approval-gate")
                 await ctx.yield_output(_superseded(case, f"case moved on from v{snap.version} before asking"))
                 return
             # A replay after the commit: ask again with the same id; the framework dedupes nothing,
@@ -277,7 +280,15 @@ class Commit(Executor):
         if order.action is not None:
             key = effect_key(order.case_id, order.action, order.decided_on_version)
             try:
-                outcome = await asyncio.to_thread(self._run_effect, order)
+                with deps.telemetry.span(
+                    f"effect {order.action}",
+                    {
+                        "casekeeper.case_id": order.case_id,
+                        "casekeeper.effect_key": key,
+                        "casekeeper.case_version": order.decided_on_version,
+                    },
+                ):
+                    outcome = await asyncio.to_thread(self._run_effect, order)
             except StaleDecision as exc:
                 case = await asyncio.to_thread(deps.cases.require, order.case_id)
                 await ctx.yield_output(_superseded(case, str(exc), effect_key=key))
@@ -294,16 +305,25 @@ class Commit(Executor):
                 expected = outcome.case
                 data.update(credit_request_data(key, outcome.result, order.amount, order.currency))
         deps.probe("F5")
-        committed = await asyncio.to_thread(
-            deps.cases.commit_status,
-            order.case_id,
-            order.decided_on_version,
-            target,
-            reason=reason,
-            effect_key=key,
-            data=data,
-            expected=expected,
-        )
+        with deps.telemetry.span(
+            "commit_status",
+            {
+                "casekeeper.case_id": order.case_id,
+                "casekeeper.case_version": order.decided_on_version,
+                "casekeeper.status": target,
+            },
+        ) as span:
+            committed = await asyncio.to_thread(
+                deps.cases.commit_status,
+                order.case_id,
+                order.decided_on_version,
+                target,
+                reason=reason,
+                effect_key=key,
+                data=data,
+                expected=expected,
+            )
+            span.set_attribute("casekeeper.committed", committed)
         deps.probe("F6")
         case = await asyncio.to_thread(deps.cases.require, order.case_id)
         if committed:
@@ -314,6 +334,7 @@ class Commit(Executor):
             detail = f"already committed: {target} on v{order.decided_on_version}"
             await ctx.yield_output(RunOutcome(case.id, "already_applied", case.status, case.version, detail, key))
             return
+        deps.telemetry.lost_commit("commit")
         await ctx.yield_output(
             _superseded(case, f"another writer moved the case from v{order.decided_on_version}", key)
         )

@@ -359,10 +359,18 @@ class CaseWorker:
     ) -> RunOutcome:
         storage = self._checkpoints(case_id)
         workflow = self._build(self._deps)
-        if message is not None:
-            result = await workflow.run(message, checkpoint_storage=storage)
-        else:
-            result = await workflow.run(checkpoint_id=checkpoint_id, responses=responses, checkpoint_storage=storage)
+        attributes = {
+            "casekeeper.case_id": case_id,
+            "casekeeper.resumed_from": checkpoint_id,
+            "casekeeper.message": type(message).__name__ if message is not None else None,
+        }
+        with self._deps.telemetry.span("workflow.run", attributes):
+            if message is not None:
+                result = await workflow.run(message, checkpoint_storage=storage)
+            else:
+                result = await workflow.run(
+                    checkpoint_id=checkpoint_id, responses=responses, checkpoint_storage=storage
+                )
         outputs = [o for o in result.get_outputs() if isinstance(o, RunOutcome)]
         await asyncio.to_thread(storage.prune, self._checkpoints_kept)
         if not outputs:

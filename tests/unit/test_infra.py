@@ -51,7 +51,16 @@ REQUIRED_APP_SETTINGS = (
     "AzureWebJobsStorage__accountName",
 )
 # Names in shared.settings.SETTINGS that stay unset in Azure on purpose (local development and tests).
-LOCAL_ONLY_SETTINGS = frozenset({"CASEKEEPER_SQLITE_PATH", "CASEKEEPER_LOCAL_QUEUE_PATH", "COSMOS_KEY"})
+LOCAL_ONLY_SETTINGS = frozenset(
+    {
+        "CASEKEEPER_SQLITE_PATH",
+        "CASEKEEPER_LOCAL_QUEUE_PATH",
+        "COSMOS_KEY",
+        # Telemetry goes to Application Insights in Azure; these choose OTLP or a console file elsewhere.
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "CASEKEEPER_TELEMETRY_FILE",
+    }
+)
 # Flex Consumption sets these itself; the Functions docs list them as deprecated app settings there.
 PLATFORM_SETTINGS = ("FUNCTIONS_EXTENSION_VERSION", "FUNCTIONS_WORKER_RUNTIME")
 
