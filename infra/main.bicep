@@ -30,6 +30,8 @@
 //   CHECKPOINT_HEALTH_SCHEDULE           = 6-field NCRONTAB. The host's timer (%CHECKPOINT_HEALTH_SCHEDULE%)
 //                                          for checkpoint_health; the code validates its shape.
 //   CHECKPOINT_LAG_SECONDS               = checkpoint-health lag threshold (shared/handlers/health).
+//   CHECKPOINT_MAX_BYTES                 = checkpoints larger than this are refused at save (Cosmos DB
+//                                          documents are at most 2 MB); shared/workflow/checkpoints.
 //   ALERT_WEBHOOK_URL                    = Key Vault reference when given, else empty. shared/alerts.Alerter
 //                                          POSTs every alert there.
 //   APPLICATIONINSIGHTS_CONNECTION_STRING
@@ -165,6 +167,11 @@ param checkpointHealthSchedule string = '0 */5 * * * *'
 @minValue(1)
 @description('CHECKPOINT_LAG_SECONDS: checkpoint lag that raises a checkpoint-health alert.')
 param checkpointLagSeconds int = 600
+
+@minValue(1000)
+@maxValue(2000000)
+@description('CHECKPOINT_MAX_BYTES: checkpoints larger than this are refused at save time.')
+param checkpointMaxBytes int = 1500000
 
 @description('Optional Azure OpenAI endpoint (AZURE_OPENAI_ENDPOINT); set together with azureOpenAIDeployment.')
 param azureOpenAIEndpoint string = ''
@@ -321,6 +328,7 @@ var appSettings = {
   AZURE_OPENAI_DEPLOYMENT: azureOpenAIDeployment
   CHECKPOINT_HEALTH_SCHEDULE: checkpointHealthSchedule
   CHECKPOINT_LAG_SECONDS: string(checkpointLagSeconds)
+  CHECKPOINT_MAX_BYTES: string(checkpointMaxBytes)
   ALERT_WEBHOOK_URL: empty(alertWebhookUrl) ? '' : '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.alertWebhookUrlSecretUri})'
 }
 

@@ -122,6 +122,8 @@ def build(
         alert=lambda message, fields: alerts.raise_alert(
             "effect_escalated", message, fields, dedupe_key=str(fields.get("effectKey"))
         ),
+        # A failed lookup is retried a few times before a person is asked; pace it by the call timeout.
+        lookup_backoff=max(1.0, min(60.0, settings.call_timeout / 4)),
     )
     install_capture(store)
     return Services(
@@ -131,7 +133,7 @@ def build(
         cases=cases,
         ledger=ledger,
         supplier=supplier,
-        worker=CaseWorker(deps, store),
+        worker=CaseWorker(deps, store, checkpoint_max_bytes=settings.checkpoint_max_bytes),
         reconciler=reconciler,
         sender=sender,
         ingress=Ingress(settings.webhook_secrets, sender, clock),

@@ -51,6 +51,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("AZURE_OPENAI_DEPLOYMENT", None, "Azure OpenAI chat deployment name"),
     Setting("CHECKPOINT_HEALTH_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of the checkpoint-health timer"),
     Setting("CHECKPOINT_LAG_SECONDS", "600", "a run whose newest checkpoint is older than its last activity by this"),
+    Setting("CHECKPOINT_MAX_BYTES", "1500000", "checkpoints larger than this are refused at save (Cosmos: 2 MB/doc)"),
     Setting("ALERT_WEBHOOK_URL", None, "when set, every alert is also POSTed here as JSON"),
     Setting("APPLICATIONINSIGHTS_CONNECTION_STRING", None, "telemetry to Application Insights when set", True),
     Setting("OTEL_EXPORTER_OTLP_ENDPOINT", None, "telemetry over OTLP/HTTP when set (and no Application Insights)"),
@@ -80,6 +81,7 @@ class Settings:
     azure_openai_deployment: str | None
     checkpoint_health_schedule: str
     checkpoint_lag: float
+    checkpoint_max_bytes: int
     alert_webhook_url: str | None
     appinsights_connection_string: str | None
 
@@ -171,6 +173,7 @@ class Settings:
             azure_openai_deployment=openai[1],
             checkpoint_health_schedule=schedule,
             checkpoint_lag=float(number("CHECKPOINT_LAG_SECONDS")),
+            checkpoint_max_bytes=int(number("CHECKPOINT_MAX_BYTES")),
             alert_webhook_url=values["ALERT_WEBHOOK_URL"],
             appinsights_connection_string=values["APPLICATIONINSIGHTS_CONNECTION_STRING"],
         )

@@ -5,10 +5,11 @@ Each tick:
 1. **Checkpoint failures.** Every failure recorded by the capture (``shared.workflow.capture``) and not
    yet alerted becomes one alert (case, iteration, error); the failure is then marked alerted, so it
    alerts once, not once per tick.
-2. **Lagging runs.** A case whose last workflow commit is newer than its newest checkpoint (or that
-   has none) by more than ``CHECKPOINT_LAG_SECONDS`` has a run whose checkpoints stopped: alert once
-   per case version. Cases are examined once, in a window that trails now by the lag, so a run still
-   in progress is never flagged.
+2. **Lagging runs.** A case whose last workflow commit is not covered by its checkpoints (none was
+   saved, the newest is older than the commit by more than ``CHECKPOINT_LAG_SECONDS``, or saves failed
+   for several supersteps since it) has a run that a resume would replay from far back: alert once per
+   case version. Cases are examined once, in a window that trails now by the lag, so a run still in
+   progress is never flagged.
 3. **Sweep.** ``started`` effects older than the call timeout get a re-check scheduled. The change
    feed shows a row only when it changes; a row that stops changing would otherwise wait forever.
    The re-check's message id is derived from the effect's key and attempt, so a re-check already
@@ -82,36 +83,40 @@ def _alert_lagging_runs(svc: Services, report: HealthReport) -> None:
     cursor_doc = svc.store.read("health", CURSOR_KIND, CURSOR_ID)
     since = float(cursor_doc.body["casesTs"]) - 1.0 if cursor_doc is not None else None  # _ts: whole seconds
     until = store_now - lag
-    changed = svc.store.query(CASES, Query(ts_after=since, ts_before=until))
-    for doc in changed:
+    for doc in svc.store.query(CASES, Query(ts_after=since, ts_before=until)):
         case = Case.from_document(doc)
-        if _lags(svc, case, lag):
-            newest = CaseCheckpointStorage(svc.store, case.id, ALLOWED_CHECKPOINT_TYPES).latest_record(WORKFLOW_NAME)
-            fields = {
-                "caseId": case.id,
-                "caseVersion": case.version,
-                "status": case.status,
-                "newestCheckpointId": newest.checkpoint_id if newest else None,
-            }
-            message = (
-                f"case {case.id}: its run's newest checkpoint is older than its last commit (v{case.version}) "
-                f"by more than {lag:.0f}s; a resume would replay from there"
-            )
-            if svc.alerts.raise_alert("checkpoint_lag", message, fields, dedupe_key=f"{case.id}:v{case.version}"):
-                report.lagging_cases.append(case.id)
+        behind = _lag(svc, case, lag)
+        if behind is None:
+            continue
+        fields = {"caseId": case.id, "caseVersion": case.version, "status": case.status, "behind": behind}
+        message = f"case {case.id}: its run's checkpoints lag its last commit (v{case.version}): {behind}"
+        if svc.alerts.raise_alert("checkpoint_lag", message, fields, dedupe_key=f"{case.id}:v{case.version}"):
+            report.lagging_cases.append(case.id)
     svc.store.upsert("health", CURSOR_KIND, CURSOR_ID, {"id": CURSOR_ID, "kind": CURSOR_KIND, "casesTs": until})
 
 
-def _lags(svc: Services, case: Case, lag: float) -> bool:
+SUPERSTEPS_BEHIND = 2
+"""Failed saves since the newest checkpoint that make a run count as lagging (rule R7: "several")."""
+
+
+def _lag(svc: Services, case: Case, lag: float) -> str | None:
+    """How the case's newest checkpoint lags its last workflow commit, or ``None`` when it does not."""
     if not case.history:
-        return False
+        return None
     last = case.history[-1]
     # Only a commit made by a workflow run is followed by a checkpoint; fact changes and commits finished
     # by the reconciler are not.
     if last.facts_changed or (last.reason or "").endswith(RECONCILED_SUFFIX):
-        return False
+        return None
     newest = CaseCheckpointStorage(svc.store, case.id, ALLOWED_CHECKPOINT_TYPES).latest_record(WORKFLOW_NAME)
-    return newest is None or newest.ts < case.ts - lag
+    if newest is None:
+        return "no checkpoint was saved"
+    if newest.ts < case.ts - lag:
+        return f"newest checkpoint {newest.checkpoint_id} is {case.ts - newest.ts:.0f}s older than the commit"
+    failed = [f for f in failures_since(svc.store, newest.ts - 1.0) if f.case_id == case.id]
+    if len(failed) >= SUPERSTEPS_BEHIND:
+        return f"newest checkpoint {newest.checkpoint_id} is {len(failed)} supersteps behind (saves failed since)"
+    return None
 
 
 def _sweep_started_effects(svc: Services, report: HealthReport) -> None:

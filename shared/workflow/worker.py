@@ -41,7 +41,12 @@ from shared.domain.invoice import (
 )
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.capture import capturing
-from shared.workflow.checkpoints import CaseCheckpointStorage, CheckpointRecord, CheckpointUnusable
+from shared.workflow.checkpoints import (
+    MAX_DOCUMENT_BYTES,
+    CaseCheckpointStorage,
+    CheckpointRecord,
+    CheckpointUnusable,
+)
 from shared.workflow.executors import WorkflowDeps
 from shared.workflow.messages import (
     ALLOWED_CHECKPOINT_TYPES,
@@ -101,9 +106,11 @@ class CaseWorker:
         build: Callable[[WorkflowDeps], Workflow] = build_workflow,
         checkpoints_kept: int = CHECKPOINTS_KEPT,
         allowed_checkpoint_types: frozenset[str] = ALLOWED_CHECKPOINT_TYPES,
+        checkpoint_max_bytes: int = MAX_DOCUMENT_BYTES,
     ) -> None:
         self._deps = deps
         self._allowed_types = allowed_checkpoint_types
+        self._checkpoint_max_bytes = checkpoint_max_bytes
         self._store = store
         self._build = build
         self._checkpoints_kept = checkpoints_kept
@@ -289,7 +296,9 @@ class CaseWorker:
     # --- running the workflow ------------------------------------------------------------------
 
     def _checkpoints(self, case_id: str) -> CaseCheckpointStorage:
-        return CaseCheckpointStorage(self._store, case_id, self._allowed_types)
+        return CaseCheckpointStorage(
+            self._store, case_id, self._allowed_types, max_document_bytes=self._checkpoint_max_bytes
+        )
 
     def _check_resumable(self, storage: CaseCheckpointStorage, record: CheckpointRecord) -> None:
         """Raises ``CheckpointUnusable`` unless this build can restore ``record``."""
