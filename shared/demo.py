@@ -35,9 +35,11 @@ from shared.core.cases import Case, CaseRepository
 from shared.core.errors import EffectInFlight, NeedsReconciliation, OutcomeUnknown, StaleDecision
 from shared.core.keys import effect_key
 from shared.core.ledger import Effect, EffectOutcome, EffectStatus, Ledger
+from shared.core.reconcile import Reconciler
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.supplier.portal import SupplierPortal
 from shared.supplier.stub import NOTES_PATH, Faults, SupplierStub
+from shared.workflow.actions import credit_note_policy
 
 DEMO_CALL_TIMEOUT = 2.0
 """The ledger's call timeout in the demo, in seconds (production default: 120 s)."""
@@ -169,7 +171,14 @@ class _Demo:
             action=ACTION,
             decided_on_version=version,
             call=self.call_for(inv),
-            request={"amount": str(inv.variance), "currency": inv.currency},
+            # What reconciliation needs to look the effect up, retry it, and finish the commit.
+            request={
+                "amount": str(inv.variance),
+                "currency": inv.currency,
+                "invoiceId": inv.invoice_id,
+                "supplierId": inv.supplier_id,
+                "commit": {"status": DECIDED, "reason": "credit note requested"},
+            },
         )
 
     def run_until_settled(self, inv: _Invoice, version: int) -> tuple[EffectOutcome, int]:
@@ -379,19 +388,17 @@ def unknown_outcome(demo: _Demo, number: int) -> ScenarioResult:
     except NeedsReconciliation:
         steps.append(f"re-run after the {DEMO_CALL_TIMEOUT:.0f} s call timeout -> NeedsReconciliation;")
 
-    # Reconciliation (R3): never retry blindly; ask the supplier by the same key first.
-    committed = False
-    found = demo.portal.find_credit_note(key)
+    # Reconciliation (R3), the real reconciler: never retry blindly; ask the supplier by the same key.
+    reconciler = Reconciler(demo.ledger, demo.cases, demo.store, {ACTION: credit_note_policy(demo.portal)})
+    recheck = reconciler.recheck(inv.case_id, key)
+    final = demo.effect(inv, key)
+    found = final.result if recheck.outcome == "recorded" else None
+    committed = recheck.committed
     if found is not None:
-        row = demo.ledger.record_outcome(
-            demo.effect(inv, key), EffectStatus.DONE, result=found, source="demo-reconciler"
-        )
-        committed = demo.commit(inv, 1, row)
-        steps.append(f"lookup by key found {found['creditNoteId']};")
+        steps.append(f"reconciler looked the key up: found {found.get('creditNoteId')};")
         steps.append("recorded done;" + (" case committed." if committed else " case NOT committed."))
     else:
-        steps.append("lookup by key found nothing.")
-    final = demo.effect(inv, key)
+        steps.append(f"reconciler: {recheck.outcome} ({recheck.detail}).")
 
     posts, lookups = demo.supplier_requests(key)
     check.expect(posts == 1, f"supplier received {posts} POSTs, expected 1")
