@@ -36,9 +36,23 @@ def _send(argv: list[str]) -> int:
     return main(argv)
 
 
+def _operator(module: str) -> Callable[[list[str]], int]:
+    def run(argv: list[str]) -> int:
+        import importlib
+
+        main: Callable[[list[str]], int] = importlib.import_module(f"shared.operator.{module}").main
+        return main(argv)
+
+    return run
+
+
 COMMANDS: dict[str, Command] = {
     "dev": ("serve the function app locally on SQLite (HTTP, session queue, change feed, timers)", _dev),
     "send": ("sign and post an event to the ingress", _send),
+    "case": ("case show ID: the case, its versions, effects, approvals and checkpoints", _operator("cases")),
+    "effects": ("effects pending | effects resolve KEY: what is stuck, and settling it", _operator("effects")),
+    "drain": ("drain check: in-flight runs this build could not resume (exit 1 if any)", _operator("drain")),
+    "alerts": ("recent alerts", _operator("alerts")),
     "demo": ("drive the failure modes against a local supplier and print what the supplier saw", _demo),
     "supplier-stub": ("serve the supplier portal API locally, logging every request", _supplier_stub),
 }

@@ -1,0 +1,85 @@
+"""``casekeeper alerts``: the recent alerts (rules R3, R7), newest first, and whether the webhook got them.
+
+Alerts are read from their durable records (container ``health``, kind ``alert``; see
+:mod:`shared.alerts`). Delivery is ``delivered`` / ``NOT delivered`` when ``ALERT_WEBHOOK_URL`` was set
+when the alert was raised, ``no webhook`` otherwise.
+
+Exit codes: 0 listed (also when there are none), 2 usage or store selection error. Reads only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from shared.alerts import Alert
+from shared.operator.context import (
+    StoreSelectionError,
+    common_arguments,
+    compact,
+    error,
+    open_services,
+    print_json,
+    time_text,
+)
+
+PROG = "casekeeper alerts"
+DEFAULT_LIMIT = 20
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, parents=[common_arguments()], description="Recent alerts, newest first."
+    )
+    parser.add_argument("--limit", type=_positive, default=DEFAULT_LIMIT, metavar="N", help="at most N alerts")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        svc = open_services(args)
+    except StoreSelectionError as exc:
+        error(PROG, str(exc))
+        return 2
+    try:
+        # Newest first by when it was raised: a delivery mark rewrites the record and moves its store time.
+        alerts = sorted(svc.alerts.recent(args.limit), key=lambda a: a.at, reverse=True)
+    finally:
+        svc.close()
+    if args.json:
+        print_json({"alerts": [_alert_json(a) for a in alerts]})
+        return 0
+    if not alerts:
+        print("no alerts")
+        return 0
+    for alert in alerts:
+        fields = " ".join(f"{k}={compact(v)}" for k, v in alert.fields.items())
+        print(f"{time_text(alert.at)}  {alert.alert_kind:<18} {_delivery(alert.delivered):<15} {alert.message}")
+        if fields:
+            print(f"{'':22}{fields}")
+    return 0
+
+
+def _delivery(delivered: bool | None) -> str:
+    if delivered is None:
+        return "no webhook"
+    return "delivered" if delivered else "NOT delivered"
+
+
+def _alert_json(alert: Alert) -> dict[str, Any]:
+    return {
+        "id": alert.id,
+        "kind": alert.alert_kind,
+        "at": alert.at,
+        "message": alert.message,
+        "fields": alert.fields,
+        "delivered": alert.delivered,
+    }

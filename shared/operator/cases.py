@@ -1,0 +1,255 @@
+"""``casekeeper case show ID``: everything the store knows about one case, for a person or a machine.
+
+Shown: the case (status, version, schema version) and its facts; its history (from version -> status,
+reason, effect key); its effects (key, action, status, attempts, age by the store's clock, result or
+reason, resolution); the pending approval and the past approval requests and decisions; notes; events
+set aside for it; and its checkpoints, each with whether this build could resume it (:mod:`.runs`).
+
+Approval decisions are read back from the history: the approval gate commits them with the reasons
+``approved by WHO`` / ``rejected by WHO`` and asks with ``approval requested for AMOUNT CURRENCY``
+(``shared.workflow.executors``); a commit that reconciliation finished carries a suffix.
+
+Exit codes: 0 shown, 1 no such case, 2 usage or store selection error. Reads only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from shared.bootstrap import Services
+from shared.core.cases import Case
+from shared.core.ledger import Effect
+from shared.core.reconcile import RECONCILED_SUFFIX
+from shared.handlers.rejected import rejected_events
+from shared.operator.context import (
+    StoreSelectionError,
+    age_text,
+    common_arguments,
+    compact,
+    error,
+    open_services,
+    print_json,
+    short,
+    time_text,
+)
+from shared.operator.runs import RUN_TEXT, Build, CheckpointView, graph_hash_of, inspect_checkpoint
+from shared.workflow.build import WORKFLOW_NAME, build_workflow
+from shared.workflow.checkpoints import CaseCheckpointStorage
+from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
+
+PROG = "casekeeper case"
+AWAITING_APPROVAL = "awaiting_approval"
+_DECISION = re.compile(r"^(approved|rejected) by (.+?)(?: " + re.escape(RECONCILED_SUFFIX) + r")?$")
+_ASKED = "approval requested"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Look at one case.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    show = commands.add_parser(
+        "show",
+        parents=[common_arguments()],
+        help="the case, its history, effects, approvals, notes, rejected events and checkpoints",
+        description="Show one case: what happened to it, what is pending, and what a deploy would strand.",
+    )
+    show.add_argument("case_id", metavar="ID")
+    return parser
+
+
+def main(
+    argv: list[str] | None = None,
+    *,
+    build: Build = build_workflow,
+    allowed_types: frozenset[str] = ALLOWED_CHECKPOINT_TYPES,
+) -> int:
+    """``build`` and ``allowed_types`` stand for the current build (tests pass another)."""
+    args = build_parser().parse_args(argv)
+    try:
+        svc = open_services(args)
+    except StoreSelectionError as exc:
+        error(PROG, str(exc))
+        return 2
+    try:
+        view = case_view(svc, args.case_id, graph_hash_of(build, svc), allowed_types)
+    finally:
+        svc.close()
+    if view is None:
+        if args.json:
+            print_json({"error": f"no case {args.case_id!r}"})
+        error(PROG, f"no case {args.case_id!r} in this store")
+        return 1
+    if args.json:
+        print_json(view)
+    else:
+        print(render(view))
+    return 0
+
+
+def case_view(svc: Services, case_id: str, graph_hash: str, allowed_types: frozenset[str]) -> dict[str, Any] | None:
+    """The case as one JSON-ready document; ``None`` when there is no such case."""
+    case = svc.cases.get(case_id)
+    if case is None:
+        return None
+    storage = CaseCheckpointStorage(svc.store, case_id, allowed_types)
+    checkpoints = [
+        inspect_checkpoint(svc.store, storage, record, graph_hash) for record in storage.records(WORKFLOW_NAME)
+    ]
+    return {
+        "case": {
+            "id": case.id,
+            "status": case.status,
+            "version": case.version,
+            "schemaVersion": case.schema_version,
+            "facts": case.facts,
+        },
+        "history": [
+            {
+                "fromVersion": t.from_version,
+                "toVersion": t.from_version + 1,
+                "status": t.status,
+                "reason": t.reason,
+                "effectKey": t.effect_key,
+                "factsChanged": t.facts_changed,
+                "at": t.at,
+            }
+            for t in case.history
+        ],
+        "effects": [_effect_json(e, svc.ledger.age(e)) for e in svc.ledger.for_case(case_id)],
+        "approvals": {"pending": case.data.get("pendingApproval") or None, "history": _approval_history(case)},
+        "data": {k: v for k, v in case.data.items() if k != "pendingApproval"},
+        "notes": list(case.notes),
+        "rejectedEvents": rejected_events(svc.store, case_id),
+        "checkpoints": {
+            "graphHash": graph_hash,
+            "list": [c.to_json() for c in checkpoints],
+            "newestRun": _newest_run(checkpoints),
+        },
+    }
+
+
+def _effect_json(effect: Effect, age: float) -> dict[str, Any]:
+    return {
+        "key": effect.key,
+        "shortKey": short(effect.key),
+        "action": effect.action,
+        "caseVersion": effect.case_version,
+        "status": effect.status.value,
+        "attempts": effect.attempts,
+        "ageSeconds": round(age, 3),
+        "result": effect.result,
+        "reason": effect.reason,
+        "stale": effect.stale,
+        "resolution": effect.resolution,
+        "request": effect.request,
+        "history": list(effect.history),
+    }
+
+
+def _approval_history(case: Case) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for t in case.history:
+        reason = t.reason or ""
+        decision = _DECISION.match(reason)
+        if t.status == AWAITING_APPROVAL and reason.startswith(_ASKED):
+            events.append({"event": "requested", "onVersion": t.from_version + 1, "detail": reason, "at": t.at})
+        elif decision is not None:
+            events.append(
+                {
+                    "event": decision.group(1),
+                    "by": decision.group(2),
+                    "onVersion": t.from_version,
+                    "status": t.status,
+                    "effectKey": t.effect_key,
+                    "at": t.at,
+                }
+            )
+    return events
+
+
+def _newest_run(checkpoints: list[CheckpointView]) -> str | None:
+    return checkpoints[-1].run if checkpoints else None
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+
+def render(view: dict[str, Any]) -> str:
+    """The view for a person: one section per kind of record, "(none)" rather than nothing."""
+    case = view["case"]
+    lines = [f"case {case['id']}: {case['status']} at v{case['version']} (schema v{case['schemaVersion']})"]
+    lines += _section("facts", [f"{name:<14} {compact(value)}" for name, value in case["facts"].items()])
+    lines += _section("data", [f"{name:<14} {compact(value)}" for name, value in view["data"].items()])
+    lines += _section("history (from version -> status)", [_transition_line(t) for t in view["history"]])
+    lines += _section("effects", [line for e in view["effects"] for line in _effect_lines(e)])
+    lines += _section("approvals", _approval_lines(view["approvals"]))
+    lines += _section("notes", [_note_line(n) for n in view["notes"]])
+    lines += _section("rejected events", [f"{r['id']}: {r['reason']}" for r in view["rejectedEvents"]])
+    cps = view["checkpoints"]
+    title = f"checkpoints (oldest first; this build's graph {cps['graphHash'][:12]})"
+    lines += _section(title, [_checkpoint_line(c) for c in cps["list"]])
+    if cps["newestRun"] is not None:
+        lines.append(f"  newest: run {RUN_TEXT[cps['newestRun']]}")
+    return "\n".join(lines)
+
+
+def _section(title: str, rows: list[str]) -> list[str]:
+    return ["", title, *(f"  {row}" for row in rows or ["(none)"])]
+
+
+def _transition_line(t: dict[str, Any]) -> str:
+    line = f"v{t['fromVersion']} -> {t['status']:<18} {t['reason'] or ''}"
+    if t["effectKey"]:
+        line += f"  [effect {short(t['effectKey'])}]"
+    if t["factsChanged"]:
+        line += "  [facts changed]"
+    return f"{line}  ({time_text(t['at'])})"
+
+
+def _effect_lines(e: dict[str, Any]) -> list[str]:
+    lines = [
+        f"{e['shortKey']}  {e['action']}  {e['status']}  decided on v{e['caseVersion']}  "
+        f"attempts {e['attempts']}  last change {age_text(e['ageSeconds'])} ago"
+    ]
+    if e["result"] is not None:
+        lines.append(f"    result: {compact(e['result'])}")
+    if e["reason"]:
+        lines.append(f"    reason: {e['reason']}{' (stale)' if e['stale'] else ''}")
+    if e["resolution"]:
+        r = e["resolution"]
+        lines.append(f"    resolved by {r.get('by')} at {time_text(float(r.get('at', 0)))}: {r.get('why')}")
+    return lines
+
+
+def _approval_lines(approvals: dict[str, Any]) -> list[str]:
+    pending = approvals["pending"]
+    lines = []
+    if pending:
+        lines.append(
+            f"pending: {pending.get('requestId')} for {pending.get('amount')} {pending.get('currency')} "
+            f"({pending.get('action')}), asked on v{pending.get('caseVersion')}"
+        )
+    for event in approvals["history"]:
+        if event["event"] == "requested":
+            lines.append(f"v{event['onVersion']}: {event['detail']}")
+        else:
+            lines.append(f"v{event['onVersion']}: {event['event']} by {event['by']} -> {event['status']}")
+    return lines
+
+
+def _note_line(note: dict[str, Any]) -> str:
+    extra = {k: v for k, v in note.items() if k not in ("text", "at", "atVersion")}
+    detail = "  " + " ".join(f"{k}={compact(v)}" for k, v in extra.items()) if extra else ""
+    return f"v{note.get('atVersion')}: {note.get('text')}{detail}"
+
+
+def _checkpoint_line(c: dict[str, Any]) -> str:
+    pending = ",".join(c["pendingRequestIds"]) or "-"
+    messages = "?" if c["pendingMessages"] is None else str(c["pendingMessages"])
+    problems = "; ".join(f"{p['text']}: {p['summary']}" for p in c["problems"])
+    resumable = "resumable" if c["resumable"] else f"NOT resumable: {problems}"
+    return (
+        f"{c['checkpointId']}  seq {c['seq']}  iteration {c['iteration']}  "
+        f"pending requests {pending}  pending messages {messages}  {resumable}"
+    )

@@ -1,0 +1,178 @@
+"""What every operator command shares: choosing the store, building the services, printing.
+
+Store selection (the same options on every command):
+
+- ``--data DIR`` (default ``.casekeeper/dev``): the local host's SQLite store, ``DIR/casekeeper.sqlite``.
+  The store must exist: an operator command never creates one.
+- ``--from-settings``: the app's settings (the environment, falling back to ``local.settings.json`` in
+  the current directory, as the local host reads them) and whatever store they configure.
+
+The services come from the composition root (:func:`shared.bootstrap.build`), so the reconciler's
+policies (what a finished commit writes) are the app's own, with a sender that refuses to send:
+operator commands never enqueue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shared import bootstrap
+from shared.bootstrap import Services
+from shared.core.errors import ConfigurationError
+from shared.domain.events import CaseEvent
+from shared.settings import Settings
+from shared.workflow import capture
+from shared.workflow.proposers import RulesProposer
+
+DEFAULT_DATA = Path(".casekeeper/dev")
+STORE_FILE = "casekeeper.sqlite"
+"""The local host keeps its store at ``<data>/casekeeper.sqlite`` (``shared.localhost.host``)."""
+
+# With --data, only these are taken from the app's settings: they change what the commands report
+# (the call timeout decides whether a started effect is still in flight), and the local host reads them
+# from the same places. Everything else is irrelevant to a command that calls nobody.
+_TUNING = ("CALL_TIMEOUT_SECONDS", "SUPPLIER_TIMEOUT_SECONDS")
+_UNUSED_SECRET = "operator-commands-verify-no-webhooks"  # noqa: S105 - required by Settings, never used
+
+
+class StoreSelectionError(Exception):
+    """The store the options name cannot be opened (absent, or the settings are invalid)."""
+
+
+class RefusingSender:
+    """An ``EventSender`` that never sends. Operator commands change the store directly, conditionally;
+    none of them needs the queue, and one that tried would be a bug, so it fails loudly."""
+
+    def send(self, event: CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
+        raise RuntimeError(
+            f"operator commands never enqueue events (tried {event.type} for case {event.case_id}, "
+            f"message {message_id})"
+        )
+
+
+def common_arguments() -> argparse.ArgumentParser:
+    """A parent parser with the store selection and ``--json``, for every command and subcommand."""
+    parent = argparse.ArgumentParser(add_help=False)
+    where = parent.add_mutually_exclusive_group()
+    where.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"the local host's data folder; its store is DIR/{STORE_FILE} (default: {DEFAULT_DATA})",
+    )
+    where.add_argument(
+        "--from-settings",
+        action="store_true",
+        help="open the store the app's settings configure (environment, then ./local.settings.json)",
+    )
+    parent.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    return parent
+
+
+def app_settings_values(app_dir: Path | None = None, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The app's settings as the local host reads them: ``local.settings.json`` ``Values``, overridden
+    by the environment."""
+    values: dict[str, str] = {}
+    local = (app_dir or Path.cwd()) / "local.settings.json"
+    if local.exists():
+        values.update({k: str(v) for k, v in json.loads(local.read_text()).get("Values", {}).items()})
+    values.update(os.environ if env is None else env)
+    return values
+
+
+def settings_for(args: argparse.Namespace) -> Settings:
+    """The settings the store options select. Raises :class:`StoreSelectionError`."""
+    app = app_settings_values()
+    if args.from_settings:
+        values = app
+    else:
+        data: Path = args.data if args.data is not None else DEFAULT_DATA
+        values = {name: app[name] for name in _TUNING if name in app}
+        values.update(
+            {
+                "CASEKEEPER_STORE": "sqlite",
+                "CASEKEEPER_SQLITE_PATH": str(data / STORE_FILE),
+                "CASEKEEPER_QUEUE": "local",
+                "CASEKEEPER_LOCAL_QUEUE_PATH": str(data / "queue.sqlite"),
+                "WEBHOOK_SECRET": _UNUSED_SECRET,
+            }
+        )
+    try:
+        settings = Settings.from_mapping(values)
+    except ConfigurationError as exc:
+        raise StoreSelectionError(str(exc)) from exc
+    if settings.store == "sqlite" and not settings.sqlite_path.is_file():
+        hint = "pass --data DIR for another local host" if not args.from_settings else "check CASEKEEPER_SQLITE_PATH"
+        raise StoreSelectionError(f"no store at {settings.sqlite_path} ({hint})")
+    return settings
+
+
+def open_services(args: argparse.Namespace) -> Services:
+    """Build the app's services over the selected store. Close them with ``Services.close()``.
+
+    Raises :class:`StoreSelectionError`. Nothing here does network I/O (Cosmos DB connects on first use).
+    """
+    settings = settings_for(args)
+    store = bootstrap.open_store(settings)
+    before = capture.installed()
+    try:
+        # The rules proposer: operator commands propose nothing, and a model client is not built for it.
+        return bootstrap.build(settings, store=store, sender=RefusingSender(), proposer=RulesProposer())
+    except ConfigurationError as exc:
+        store.close()
+        raise StoreSelectionError(str(exc)) from exc
+    except BaseException:
+        store.close()
+        raise
+    finally:
+        # build() installs the process-wide checkpoint-failure capture for its store. No workflow runs
+        # here, so put back what the process had: an in-process caller (a test, a REPL) keeps its own.
+        if before is None:
+            capture.uninstall()
+        else:
+            capture.install(before.store, meter_provider=before.meter_provider)
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+def error(command: str, message: str) -> None:
+    print(f"{command}: {message}", file=sys.stderr)
+
+
+def short(key: str | None) -> str:
+    """An effect key as people read it: the first 12 of its 64 hex characters."""
+    return key[:12] if key else "-"
+
+
+def age_text(seconds: float) -> str:
+    """``45s``, ``12m05s``, ``3h04m``, ``2d03h``."""
+    s = max(int(seconds), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def time_text(epoch: float) -> str:
+    """Seconds since the epoch as UTC, to the second."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def compact(value: Any) -> str:
+    """A value on one line: strings as they are, everything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(", ", ": "), default=str)

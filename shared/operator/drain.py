@@ -1,0 +1,142 @@
+"""``casekeeper drain check``: before a deploy, the in-flight runs this build could not resume (rule R8).
+
+Run it with the build about to be deployed, against the store it will run on. A run is **in flight**
+when its case's newest checkpoint is not of a finished run (:mod:`.runs`): it is paused for an approval
+(pending request ids) or was interrupted mid-superstep (pending messages), or that cannot be told. An
+in-flight run **cannot be resumed** when its checkpoint's graph hash is not this build's
+(``graph changed``), it does not decode under this build's allow-list (``type would not load``), or it
+vanished while being read (``missing``). Finished runs do not count: the next event starts a new run.
+
+Nothing is lost if such a run is deployed over anyway: the worker rebuilds it from the case document
+(its model calls repeat, its effects do not, R1-R2). The check says where that will happen, so a deploy
+can wait for approvals to be answered, or go ahead knowingly.
+
+**Enumeration.** Cases first, then each case's newest checkpoint, rather than one cross-partition query
+of the ``checkpoints`` container. The storage port has no projection, so that query would return every
+stored checkpoint body of every case (each up to 1.5 MB) in one list; per case, the work is a
+single-partition query bounded by the worker's pruning (20 checkpoints), and "newest" is chosen exactly
+as the worker chooses it (``CaseCheckpointStorage.latest_record``). The case query reads small documents
+of every status: an interrupted run can belong to a case in any status (it may have died just after its
+commit). Checkpoints left by a case document that was deleted are not seen; no event can resume them.
+
+Exit codes: 0 every in-flight run can be resumed, 1 some cannot, 2 usage or store selection error.
+Reads only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from shared.bootstrap import Services
+from shared.core.cases import CASES, Case
+from shared.core.ports import Query
+from shared.operator.context import StoreSelectionError, common_arguments, error, open_services, print_json
+from shared.operator.runs import Build, CheckpointView, graph_hash_of, inspect_checkpoint
+from shared.workflow.build import WORKFLOW_NAME, build_workflow
+from shared.workflow.checkpoints import CaseCheckpointStorage
+from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
+
+PROG = "casekeeper drain"
+
+
+@dataclass(frozen=True)
+class InFlightRun:
+    case_id: str
+    case_status: str
+    case_version: int
+    checkpoint: CheckpointView
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "caseId": self.case_id,
+            "caseStatus": self.case_status,
+            "caseVersion": self.case_version,
+            "run": self.checkpoint.run,
+            **self.checkpoint.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    graph_hash: str
+    in_flight: tuple[InFlightRun, ...]
+
+    @property
+    def stranded(self) -> tuple[InFlightRun, ...]:
+        return tuple(run for run in self.in_flight if not run.checkpoint.resumable)
+
+    def summary(self) -> str:
+        return f"{len(self.in_flight)} in-flight runs, {len(self.stranded)} cannot be resumed by this build"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "graphHash": self.graph_hash,
+            "inFlight": len(self.in_flight),
+            "cannotResume": [run.to_json() for run in self.stranded],
+            "resumable": [run.to_json() for run in self.in_flight if run.checkpoint.resumable],
+            "summary": self.summary(),
+        }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Checks to run before a deploy (rule R8).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser(
+        "check",
+        parents=[common_arguments()],
+        help="list the in-flight runs this build could not resume",
+        description="List the in-flight runs (paused for approval, or interrupted) whose newest checkpoint "
+        "this build could not resume: graph changed, a type would not load, or missing. Exits 1 if any.",
+    )
+    return parser
+
+
+def main(
+    argv: list[str] | None = None,
+    *,
+    build: Build = build_workflow,
+    allowed_types: frozenset[str] = ALLOWED_CHECKPOINT_TYPES,
+) -> int:
+    """``build`` and ``allowed_types`` stand for the build to check (tests pass a changed one)."""
+    args = build_parser().parse_args(argv)
+    try:
+        svc = open_services(args)
+    except StoreSelectionError as exc:
+        error(PROG, str(exc))
+        return 2
+    try:
+        report = check(svc, graph_hash_of(build, svc), allowed_types)
+    finally:
+        svc.close()
+    if args.json:
+        print_json(report.to_json())
+    else:
+        for run in report.stranded:
+            cp = run.checkpoint
+            why = "; ".join(p.text() for p in cp.problems)
+            print(
+                f"{run.case_id}  {run.case_status} v{run.case_version}  run {cp.run}  "
+                f"checkpoint {cp.record.checkpoint_id} (seq {cp.record.seq}): {why}"
+            )
+        if report.stranded:
+            print("these runs will be rebuilt from the case document after the deploy (model calls repeat)")
+        print(report.summary())
+    return 1 if report.stranded else 0
+
+
+def check(svc: Services, graph_hash: str, allowed_types: frozenset[str]) -> DrainReport:
+    """Every in-flight run, judged against the build with ``graph_hash`` and ``allowed_types``."""
+    in_flight: list[InFlightRun] = []
+    for doc in svc.store.query(CASES, Query()):
+        case = Case.from_document(doc)
+        storage = CaseCheckpointStorage(svc.store, case.id, allowed_types)
+        record = storage.latest_record(WORKFLOW_NAME)
+        if record is None:
+            continue
+        view = inspect_checkpoint(svc.store, storage, record, graph_hash)
+        if view.in_flight:
+            in_flight.append(InFlightRun(case.id, case.status, case.version, view))
+    in_flight.sort(key=lambda run: run.case_id)
+    return DrainReport(graph_hash, tuple(in_flight))
