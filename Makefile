@@ -8,7 +8,9 @@ STAMP := $(VENV)/.installed-stamp
 NODE_STAMP := node_modules/.installed-stamp
 # The Functions worker's own indexing check runs on Python 3.13 (azure-functions-runtime); where a 3.13
 # interpreter exists (pyenv provides one here), setup builds .venv313 for it.
-PYTHON313 ?= $(shell command -v python3.13 2>/dev/null || ls $$(pyenv root 2>/dev/null)/versions/3.13*/bin/python3.13 2>/dev/null | head -n 1)
+# The first candidate that actually runs: a pyenv shim is on PATH even when its version is not active.
+PYTHON313 ?= $(shell for p in $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.13*/bin/python3.13 2>/dev/null) \
+  $$(command -v python3.13 2>/dev/null); do "$$p" -c 'import sys' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 STAMP313 := .venv313/.installed-stamp
 
 .PHONY: setup lint test run demo bench clean
@@ -18,8 +20,7 @@ setup: $(STAMP) $(NODE_STAMP) $(if $(PYTHON313),$(STAMP313))
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . \
-	  || $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 
 $(STAMP313): requirements.txt
