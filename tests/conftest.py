@@ -11,6 +11,7 @@ import pytest
 
 from shared.core.ports import DocumentStore
 from shared.stores.sqlite import SqliteDocumentStore
+from shared.supplier.stub import SupplierStub
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -36,6 +37,17 @@ class StoreSpec:
 
         assert self.cosmos_endpoint and self.cosmos_database
         return cosmos_store_from_settings(self.cosmos_endpoint, self.cosmos_database, self.cosmos_key)
+
+
+@pytest.fixture
+def supplier() -> Iterator[SupplierStub]:
+    """The supplier stub on a free loopback port: real HTTP, every request recorded."""
+    stub = SupplierStub(port=0)
+    stub.start()
+    try:
+        yield stub
+    finally:
+        stub.stop()
 
 
 @pytest.fixture(scope="session")

@@ -19,16 +19,13 @@ one name would each get every batch, and the second commit of a batch raises
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shared.core.errors import ConcurrencyConflict, StoreError, StoreUnavailable
+from shared.core.errors import ConcurrencyConflict
 from shared.core.ports import CONTAINERS
 from shared.stores.sqlite import SqliteDocumentStore
+from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
 
 if TYPE_CHECKING:
     from azure.functions import DocumentList
@@ -82,11 +79,8 @@ class LocalChangeFeed:
         self.store = store
         self.container = container
         self.name = name
-        self._busy_timeout = busy_timeout
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        with self._write() as conn:
+        self._db = SqliteConnections(self.store.path, busy_timeout=busy_timeout, what="change feed")
+        with self._db.write() as conn:
             conn.execute(_SCHEMA)
             conn.execute(
                 f"INSERT INTO change_feed_continuations (name, container, seq, updated) VALUES (?, ?, 0, {_NOW}) "
@@ -101,48 +95,18 @@ class LocalChangeFeed:
 
     # --- connections ----------------------------------------------------------------------------
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(
-                self.store.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            # FULL: a committed continuation survives a power cut; otherwise a batch is delivered again.
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
-        return conn
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        with _translate():
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
     def close(self) -> None:
         """Close this feed's own connections (the store is the caller's to close)."""
-        with self._lock:
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
+        self._db.close()
 
     # --- the feed -------------------------------------------------------------------------------
 
     @property
     def continuation(self) -> int:
         """The persisted continuation: the ``seq`` of the last change committed as handled."""
-        with _translate():
+        with translate_sqlite_errors():
             row = (
-                self._conn()
+                self._db.get()
                 .execute("SELECT seq FROM change_feed_continuations WHERE name = ?", (self.name,))
                 .fetchone()
             )
@@ -175,7 +139,7 @@ class LocalChangeFeed:
         """
         if batch.feed != self.name or batch.container != self.container:
             raise ValueError(f"batch of feed {batch.feed!r} ({batch.container}) committed to {self.name!r}")
-        with self._write() as conn:
+        with self._db.write() as conn:
             (current,) = conn.execute(
                 "SELECT seq FROM change_feed_continuations WHERE name = ?", (self.name,)
             ).fetchone()
@@ -197,17 +161,3 @@ def to_document_list(batch: ChangeBatch) -> DocumentList:
     import azure.functions as func
 
     return func.DocumentList([func.Document.from_dict(dict(doc)) for doc in batch.documents])
-
-
-@contextmanager
-def _translate() -> Iterator[None]:
-    """SQLite's errors, translated once: a lock timeout is transient, everything else is a StoreError."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        text = str(exc).lower()
-        if "locked" in text or "busy" in text:
-            raise StoreUnavailable(f"sqlite busy: {exc}") from exc
-        raise StoreError(f"sqlite: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise StoreError(f"sqlite: {exc}") from exc

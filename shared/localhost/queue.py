@@ -36,17 +36,16 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from shared.core.errors import CasekeeperError, StoreError, StoreUnavailable
+from shared.core.errors import CasekeeperError
+from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
 
 if TYPE_CHECKING:
     from azure.functions.servicebus import ServiceBusMessage
@@ -209,51 +208,16 @@ class LocalSessionQueue:
         self.max_delivery_count = int(max_delivery_count)
         self.duplicate_window = float(duplicate_window)
         self._clock = clock
-        self._busy_timeout = busy_timeout
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._closed = False
+        self._db = SqliteConnections(self.path, busy_timeout=busy_timeout, what="queue")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with _translate():
-            self._conn().executescript(_SCHEMA)
+        with translate_sqlite_errors():
+            self._db.get().executescript(_SCHEMA)
 
     # --- connections ----------------------------------------------------------------------------
 
-    def _conn(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreError("queue is closed")
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            # FULL: an acknowledged send survives a power cut, not only a process kill.
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
-        return conn
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        with _translate():
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
     def close(self) -> None:
         """Close every connection this instance opened; later calls raise ``StoreError``."""
-        self._closed = True
-        with self._lock:
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
+        self._db.close()
 
     # --- sending --------------------------------------------------------------------------------
 
@@ -285,7 +249,7 @@ class LocalSessionQueue:
         properties = _encode_properties(application_properties or {})
         if scheduled_enqueue_time is not None and not math.isfinite(scheduled_enqueue_time):
             raise ValueError(f"scheduled_enqueue_time must be finite, got {scheduled_enqueue_time!r}")
-        with self._write() as conn:
+        with self._db.write() as conn:
             now = self._clock()
             # Forget ids older than the window first, so any row left is a duplicate.
             conn.execute(
@@ -340,7 +304,7 @@ class LocalSessionQueue:
             delay = min(delay * 2, 0.05)
 
     def _receive_once(self, queue: str) -> ReceivedMessage | None:
-        with self._write() as conn:
+        with self._db.write() as conn:
             now = self._clock()
             while True:
                 # The oldest visible message over sessions with no live lock. Within a session every
@@ -375,7 +339,7 @@ class LocalSessionQueue:
 
     def complete(self, msg: ReceivedMessage) -> None:
         """Remove the message for good. Raises :class:`LockLost` when its lock is no longer held."""
-        with self._write() as conn:
+        with self._db.write() as conn:
             now = self._clock()
             cur = conn.execute(
                 "DELETE FROM queue_messages WHERE seq = ? AND lock_token = ? AND locked_until > ?",
@@ -391,7 +355,7 @@ class LocalSessionQueue:
         used up ``max_delivery_count`` goes straight to the dead-letter queue, as in Service Bus.
         Raises :class:`LockLost` when its lock is no longer held.
         """
-        with self._write() as conn:
+        with self._db.write() as conn:
             now = self._clock()
             row = conn.execute(
                 "UPDATE queue_messages SET lock_token = NULL, locked_until = NULL "
@@ -408,7 +372,7 @@ class LocalSessionQueue:
 
         Raises :class:`LockLost` when its lock is no longer held.
         """
-        with self._write() as conn:
+        with self._db.write() as conn:
             now = self._clock()
             held = conn.execute(
                 "SELECT 1 FROM queue_messages WHERE seq = ? AND lock_token = ? AND locked_until > ?",
@@ -424,7 +388,7 @@ class LocalSessionQueue:
         Raises :class:`LockLost` when the lock already expired or was taken over: renewal cannot
         revive a lock, so a handler that runs long must renew well before ``locked_until``.
         """
-        with self._write() as conn:
+        with self._db.write() as conn:
             now = self._clock()
             row = conn.execute(
                 "UPDATE queue_messages SET locked_until = ? "
@@ -443,10 +407,10 @@ class LocalSessionQueue:
 
         Locks nothing and changes nothing.
         """
-        with _translate():
+        with translate_sqlite_errors():
             now = self._clock()
             rows = (
-                self._conn()
+                self._db.get()
                 .execute(
                     f"SELECT {_MESSAGE_COLUMNS}, locked_until FROM queue_messages WHERE queue = ? "
                     "ORDER BY enqueued_time, seq",
@@ -465,9 +429,9 @@ class LocalSessionQueue:
 
     def dead_letters(self, queue: str) -> list[DeadLetter]:
         """The dead-letter queue of ``queue``, oldest first."""
-        with _translate():
+        with translate_sqlite_errors():
             rows = (
-                self._conn()
+                self._db.get()
                 .execute(
                     f"SELECT {_MESSAGE_COLUMNS}, reason, description, dead_lettered_time FROM queue_dead_letters "
                     "WHERE queue = ? ORDER BY dead_lettered_time, seq",
@@ -486,9 +450,9 @@ class LocalSessionQueue:
         ``active``: visible now, locked or not; ``locked``: the part of ``active`` under a live lock;
         ``scheduled``: not visible yet; ``dead_lettered``: in the dead-letter queue.
         """
-        with _translate():
+        with translate_sqlite_errors():
             now = self._clock()
-            conn = self._conn()
+            conn = self._db.get()
             active, locked, scheduled = conn.execute(
                 "SELECT "
                 "  coalesce(sum(enqueued_time <= ?), 0), "
@@ -529,20 +493,6 @@ def to_service_bus_message(msg: ReceivedMessage) -> ServiceBusMessage:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-@contextmanager
-def _translate() -> Iterator[None]:
-    """SQLite's errors, translated once: a lock timeout is transient, everything else is a StoreError."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        text = str(exc).lower()
-        if "locked" in text or "busy" in text:
-            raise StoreUnavailable(f"sqlite busy: {exc}") from exc
-        raise StoreError(f"sqlite: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise StoreError(f"sqlite: {exc}") from exc
 
 
 def _check_name(what: str, value: str) -> None:

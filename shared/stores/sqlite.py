@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from shared.core.errors import AlreadyExists, ConcurrencyConflict, StoreError, StoreUnavailable
+from shared.core.errors import AlreadyExists, ConcurrencyConflict
 from shared.core.ports import CONTAINERS, Document, Query, partition_of
+from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _FIELD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -46,43 +45,12 @@ class SqliteDocumentStore:
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
-        self._busy_timeout = busy_timeout
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._closed = False
+        self._db = SqliteConnections(self.path, busy_timeout=busy_timeout, what="store")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with _translate():
-            self._conn().executescript(_SCHEMA)
+        with translate_sqlite_errors():
+            self._db.get().executescript(_SCHEMA)
 
     # --- connections ----------------------------------------------------------------------------
-
-    def _conn(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreError("store is closed")
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            # FULL: an acknowledged ledger write survives a power cut, not only a process kill.
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
-        return conn
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        with _translate():
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
 
     def _next_seq(self, conn: sqlite3.Connection) -> int:
         row = conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'seq' RETURNING value").fetchone()
@@ -92,7 +60,7 @@ class SqliteDocumentStore:
 
     def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         data = _checked(container, partition, doc_id, body)
-        with self._write() as conn:
+        with self._db.write() as conn:
             seq = self._next_seq(conn)
             try:
                 conn.execute(
@@ -105,9 +73,9 @@ class SqliteDocumentStore:
             return self._read_in(conn, container, partition, doc_id)
 
     def read(self, container: str, partition: str, doc_id: str) -> Document | None:
-        with _translate():
+        with translate_sqlite_errors():
             row = (
-                self._conn()
+                self._db.get()
                 .execute(
                     "SELECT container, partition, id, body, etag, ts FROM documents "
                     "WHERE container = ? AND partition = ? AND id = ?",
@@ -119,7 +87,7 @@ class SqliteDocumentStore:
 
     def replace(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str) -> Document:
         data = _checked(container, partition, doc_id, body)
-        with self._write() as conn:
+        with self._db.write() as conn:
             seq = self._next_seq(conn)
             cur = conn.execute(
                 f"UPDATE documents SET body = ?, etag = ?, ts = {_NOW}, seq = ? "
@@ -136,7 +104,7 @@ class SqliteDocumentStore:
 
     def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         data = _checked(container, partition, doc_id, body)
-        with self._write() as conn:
+        with self._db.write() as conn:
             seq = self._next_seq(conn)
             conn.execute(
                 f"INSERT INTO documents (container, partition, id, body, etag, ts, seq) "
@@ -148,7 +116,7 @@ class SqliteDocumentStore:
             return self._read_in(conn, container, partition, doc_id)
 
     def delete(self, container: str, partition: str, doc_id: str, *, etag: str | None = None) -> bool:
-        with self._write() as conn:
+        with self._db.write() as conn:
             row = conn.execute(
                 "SELECT etag FROM documents WHERE container = ? AND partition = ? AND id = ?",
                 (container, partition, doc_id),
@@ -192,20 +160,16 @@ class SqliteDocumentStore:
         if query.limit is not None:
             sql.append("LIMIT ?")
             args.append(int(query.limit))
-        with _translate():
-            rows = self._conn().execute(" ".join(sql), args).fetchall()
+        with translate_sqlite_errors():
+            rows = self._db.get().execute(" ".join(sql), args).fetchall()
         return [_document(r) for r in rows]
 
     def now(self) -> float:
-        with _translate():
-            return float(self._conn().execute(f"SELECT {_NOW}").fetchone()[0])
+        with translate_sqlite_errors():
+            return float(self._db.get().execute(f"SELECT {_NOW}").fetchone()[0])
 
     def close(self) -> None:
-        self._closed = True
-        with self._lock:
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
+        self._db.close()
 
     # --- the change feed (what the local host replays) --------------------------------------------
 
@@ -216,9 +180,9 @@ class SqliteDocumentStore:
         appears once, at its newest position. Returns ``(seq, document)`` pairs; pass the last ``seq``
         back as the continuation.
         """
-        with _translate():
+        with translate_sqlite_errors():
             rows = (
-                self._conn()
+                self._db.get()
                 .execute(
                     "SELECT seq, container, partition, id, body, etag, ts FROM documents "
                     "WHERE container = ? AND seq > ? ORDER BY seq LIMIT ?",
@@ -235,22 +199,6 @@ class SqliteDocumentStore:
             (container, partition, doc_id),
         ).fetchone()
         return _document(row)
-
-
-@contextmanager
-def _translate() -> Iterator[None]:
-    """SQLite's errors, translated once: a lock timeout is transient, everything else is a StoreError."""
-    try:
-        yield
-    except (AlreadyExists, ConcurrencyConflict):
-        raise
-    except sqlite3.OperationalError as exc:
-        text = str(exc).lower()
-        if "locked" in text or "busy" in text:
-            raise StoreUnavailable(f"sqlite busy: {exc}") from exc
-        raise StoreError(f"sqlite: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise StoreError(f"sqlite: {exc}") from exc
 
 
 def _checked(container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> str:

@@ -10,12 +10,9 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
-
-import pytest
 
 from shared.core.cases import CaseRepository
 from shared.core.clock import ManualClock
@@ -74,16 +71,6 @@ def test_eight_concurrent_commits_on_one_version_commit_once(store: DocumentStor
     case = cases.require("c1")
     assert case.version == 2
     assert case.status == f"status-{committed.index(True)}"
-
-
-@pytest.fixture
-def supplier() -> Iterator[SupplierStub]:
-    stub = SupplierStub(port=0)
-    stub.start()
-    try:
-        yield stub
-    finally:
-        stub.stop()
 
 
 def _process_attempt(spec: StoreSpec, supplier_url: str, start_at: float, out: Any) -> None:

@@ -13,7 +13,7 @@ import pytest
 from shared.operator import drain
 from shared.supplier.stub import Faults, SupplierStub
 from tests.e2e.conftest import DevHost, invoice
-from tests.workflow.test_resume import build_v2
+from tests.support.changed_build import build_v2
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +43,6 @@ EVENT = {
     },
 }
 KEY = effect_key("C-crash", "request_credit_note", 1)
-
-
-@pytest.fixture
-def supplier() -> Iterator[SupplierStub]:
-    stub = SupplierStub(port=0)
-    stub.start()
-    try:
-        yield stub
-    finally:
-        stub.stop()
 
 
 def run_worker(spec: StoreSpec, supplier: SupplierStub, die_at: str | None = None) -> tuple[int, dict[str, Any]]:

@@ -42,16 +42,6 @@ def store(data: Path) -> Iterator[SqliteDocumentStore]:
 
 
 @pytest.fixture
-def supplier() -> Iterator[SupplierStub]:
-    stub = SupplierStub(port=0)
-    stub.start()
-    try:
-        yield stub
-    finally:
-        stub.stop()
-
-
-@pytest.fixture
 def app(store: SqliteDocumentStore, supplier: SupplierStub) -> Harness:
     return make_harness(store, supplier.url)
 

@@ -5,35 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from agent_framework import Workflow, WorkflowBuilder
 
 from shared.domain import events as ev
 from shared.operator.drain import main
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.supplier.stub import SupplierStub
-from shared.workflow.build import WORKFLOW_NAME
-from shared.workflow.executors import ApprovalGate, Commit, Intake, Propose, WorkflowDeps
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, ApprovalRequest, CommitOrder, type_key
 from tests.operator.conftest import Ran
 from tests.support.app import Harness, invoice, make_harness
+from tests.support.changed_build import build_v2
 
 Run = Callable[..., Ran]
-
-
-class GateV2(ApprovalGate):
-    """The next build's gate: another class, so the graph signature changes."""
-
-
-def build_v2(deps: WorkflowDeps) -> Workflow:
-    intake, propose, gate, commit = Intake(deps), Propose(deps), GateV2(deps), Commit(deps)
-    return (
-        WorkflowBuilder(name=WORKFLOW_NAME, start_executor=intake)
-        .add_edge(intake, propose)
-        .add_edge(intake, gate)
-        .add_edge(propose, gate)
-        .add_edge(gate, commit)
-        .build()
-    )
 
 
 def pause_for_approval(app: Harness, case_id: str) -> dict[str, object]:

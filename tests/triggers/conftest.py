@@ -23,16 +23,6 @@ from shared.workflow.capture import uninstall
 SECRET = "test-secret-one"
 
 
-@pytest.fixture
-def supplier() -> Iterator[SupplierStub]:
-    stub = SupplierStub(port=0)
-    stub.start()
-    try:
-        yield stub
-    finally:
-        stub.stop()
-
-
 def settings_for(tmp_path: Path, supplier_url: str, **overrides: str) -> Settings:
     env = {
         "CASEKEEPER_STORE": "sqlite",

@@ -17,16 +17,6 @@ def _uninstall_capture() -> Iterator[None]:
 
 
 @pytest.fixture
-def supplier() -> Iterator[SupplierStub]:
-    stub = SupplierStub(port=0)
-    stub.start()
-    try:
-        yield stub
-    finally:
-        stub.stop()
-
-
-@pytest.fixture
 def app(store: DocumentStore, supplier: SupplierStub) -> Harness:
     return make_harness(store, supplier.url)
 

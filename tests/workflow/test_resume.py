@@ -5,32 +5,14 @@ from __future__ import annotations
 import logging
 
 import pytest
-from agent_framework import Workflow, WorkflowBuilder
 
 from shared.core.ports import DocumentStore, Query
 from shared.domain import events as ev
 from shared.supplier.stub import SupplierStub
-from shared.workflow.build import WORKFLOW_NAME
-from shared.workflow.executors import ApprovalGate, Commit, Intake, Propose, WorkflowDeps
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, CommitOrder, type_key
 from tests.support.app import invoice, make_harness
+from tests.support.changed_build import build_v2
 from tests.workflow.conftest import posts
-
-
-class GateV2(ApprovalGate):
-    """A new build's gate: another class, so the graph signature changes."""
-
-
-def build_v2(deps: WorkflowDeps) -> Workflow:
-    intake, propose, gate, commit = Intake(deps), Propose(deps), GateV2(deps), Commit(deps)
-    return (
-        WorkflowBuilder(name=WORKFLOW_NAME, start_executor=intake)
-        .add_edge(intake, propose)
-        .add_edge(intake, gate)
-        .add_edge(propose, gate)
-        .add_edge(gate, commit)
-        .build()
-    )
 
 
 def test_a_changed_graph_rebuilds_the_paused_run_from_the_case_document(
