@@ -26,7 +26,7 @@ from agent_framework import Executor, WorkflowContext, handler, response_handler
 from shared.core.cases import Case, CaseRepository
 from shared.core.errors import EffectFailed, InvalidProposal, NeedsReconciliation, StaleDecision
 from shared.core.keys import approval_request_id, effect_key
-from shared.core.ledger import EffectOutcome, Ledger
+from shared.core.ledger import OPEN_STATUSES, EffectOutcome, Ledger
 from shared.domain.invoice import (
     INVESTIGABLE,
     Action,
@@ -105,6 +105,21 @@ class Intake(Executor):
                     version=case.version,
                     detail=f"case is {case.status}; only open or needs_review cases are investigated",
                 )
+            )
+            return
+        # An effect whose outcome nobody knows yet may have happened: deciding again would act a second
+        # time under a new key. Reconciliation (or a person) settles it first (rules R3, R4).
+        unsettled = [
+            e for e in await asyncio.to_thread(self._deps.ledger.for_case, case.id) if e.status in OPEN_STATUSES
+        ]
+        if unsettled:
+            effect = unsettled[0]
+            detail = (
+                f"effect {effect.action} ({effect.key[:12]}, decided on v{effect.case_version}) is "
+                f"{effect.status.value}: it is settled before the case is decided again"
+            )
+            await ctx.yield_output(
+                RunOutcome(case.id, "waiting_for_reconciliation", case.status, case.version, detail, effect.key)
             )
             return
         await ctx.send_message(CaseSnapshot(case.id, case.version, case.status, case.facts))
