@@ -203,6 +203,32 @@ class CaseRepository:
 
         return self._conditional(case_id, expected_version, mutate)
 
+    def escalate(
+        self,
+        case_id: str,
+        status: str,
+        reason: str,
+        *,
+        effect_key: str | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Move the case to ``status`` from whatever version it is at: for handing it to a person, not for
+        a decision (which commits on the version it was made on).
+
+        With ``effect_key``, the transition records which effect caused it, once: returns ``False`` when
+        a transition to ``status`` carrying that key is already in the history. Raises ``CaseNotFound``;
+        ``ConcurrencyConflict`` if the case keeps changing past the retry bound.
+        """
+        for _ in range(_MAX_CONFLICT_RETRIES):
+            case = self.require(case_id)
+            if effect_key is not None and any(t.effect_key == effect_key and t.status == status for t in case.history):
+                return False
+            if self.commit_status(
+                case_id, case.version, status, reason=reason, effect_key=effect_key, data=data, expected=case
+            ):
+                return True
+        raise ConcurrencyConflict(f"case {case_id!r} kept changing while escalating", container=CASES, doc_id=case_id)
+
     def note(self, case_id: str, text: str, **fields: Any) -> Case:
         """Append an operator-facing note; does not move the version. Raises ``CaseNotFound``."""
         for _ in range(_MAX_CONFLICT_RETRIES):

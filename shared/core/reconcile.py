@@ -133,7 +133,7 @@ class Reconciler:
             f"effect {effect.action} ({effect.key[:12]}) happened on v{effect.case_version} "
             f"but the case moved to v{case.version} before it was committed"
         )
-        self._to_review(effect.case_id, reason, data)
+        self._to_review(effect.case_id, reason, data, effect_key=effect.key)
         return "needs_review"
 
     # --- started effects ----------------------------------------------------------------------------
@@ -146,8 +146,16 @@ class Reconciler:
         if effect.status is EffectStatus.DONE:
             finished = self.finish_commit(effect)
             return RecheckResult("settled", key, case_id, f"done; commit {finished}", committed=finished == "committed")
-        if effect.status is not EffectStatus.STARTED:
-            return RecheckResult("settled", key, case_id, f"already {effect.status.value}")
+        # The follow-ups below are derived from the row on every re-check, so a re-check redelivered after
+        # a crash (between the ledger write and the follow-up) does the follow-up again; each is idempotent.
+        if effect.status is EffectStatus.FAILED and effect.stale:
+            return RecheckResult("stale", key, case_id, effect.reason or "stale", reinvestigate=True)
+        if effect.status is EffectStatus.FAILED:
+            reason = f"{effect.action} was refused: {effect.reason}"
+            self._to_review(case_id, reason, {}, effect_key=effect.key)
+            return RecheckResult("failed", key, case_id, effect.reason or "failed")
+        if effect.status is EffectStatus.NEEDS_RECONCILIATION:
+            return self._escalated(effect, effect.reason or "needs reconciliation")
         age = self.ledger.age(effect)
         if age < self.ledger.call_timeout:
             return RecheckResult(
@@ -198,7 +206,9 @@ class Reconciler:
         except StaleDecision as exc:
             return RecheckResult("stale", *ctx, str(exc), reinvestigate=True)
         except EffectFailed as exc:
-            self._to_review(effect.case_id, f"retried {effect.action} was refused: {exc.reason}", {})
+            self._to_review(
+                effect.case_id, f"retried {effect.action} was refused: {exc.reason}", {}, effect_key=effect.key
+            )
             return RecheckResult("failed", *ctx, exc.reason)
         except (OutcomeUnknown, EffectInFlight) as exc:
             return RecheckResult(
@@ -215,26 +225,24 @@ class Reconciler:
 
     def _escalate(self, effect: Effect, reason: str) -> RecheckResult:
         try:
-            self.ledger.mark_needs_reconciliation(effect, reason)
+            marked = self.ledger.mark_needs_reconciliation(effect, reason)
         except OutcomeAlreadyRecorded:
             return self.recheck(effect.case_id, effect.key)
-        self._to_review(effect.case_id, f"effect {effect.action} needs reconciliation: {reason}", {})
+        return self._escalated(marked, reason)
+
+    def _escalated(self, effect: Effect, reason: str) -> RecheckResult:
+        """The case to a person and one alert: both idempotent, so repeating them is harmless."""
+        self._to_review(
+            effect.case_id, f"effect {effect.action} needs reconciliation: {reason}", {}, effect_key=effect.key
+        )
         fields = {"caseId": effect.case_id, "effectKey": effect.key, "action": effect.action, "reason": reason}
         self.alert(f"effect {effect.key[:12]} of case {effect.case_id} needs a person: {reason}", fields)
         return RecheckResult("escalated", effect.key, effect.case_id, reason)
 
-    def _to_review(self, case_id: str, reason: str, data: dict[str, Any]) -> None:
-        for _ in range(5):
-            case = self.cases.get(case_id)
-            if case is None:
-                return
-            if case.status == self.review_status:
-                self.cases.note(case_id, reason)
-                return
-            if self.cases.commit_status(
-                case_id, case.version, self.review_status, reason=reason, data=data, expected=case
-            ):
-                return
+    def _to_review(self, case_id: str, reason: str, data: dict[str, Any], *, effect_key: str) -> None:
+        """Hand the case to a person, recording which effect caused it (once per effect)."""
+        if self.cases.get(case_id) is not None:
+            self.cases.escalate(case_id, self.review_status, reason, effect_key=effect_key, data=data)
 
     def _count_lookup_failure(self, effect: Effect, exc: OutcomeUnknown) -> int:
         doc_id = f"{effect.key}-{effect.attempts}"

@@ -24,9 +24,9 @@ from typing import Any, Never
 from agent_framework import Executor, WorkflowContext, handler, response_handler
 
 from shared.core.cases import Case, CaseRepository
-from shared.core.errors import EffectFailed, InvalidProposal, NeedsReconciliation, StaleDecision
+from shared.core.errors import EffectFailed, EffectInFlight, InvalidProposal, NeedsReconciliation, StaleDecision
 from shared.core.keys import approval_request_id, effect_key
-from shared.core.ledger import OPEN_STATUSES, EffectOutcome, Ledger
+from shared.core.ledger import OPEN_STATUSES, Effect, EffectOutcome, EffectStatus, Ledger
 from shared.domain.invoice import (
     INVESTIGABLE,
     Action,
@@ -47,6 +47,7 @@ from shared.workflow.messages import (
     CommitOrder,
     Investigate,
     Proposed,
+    RebuiltAnswer,
     RunOutcome,
 )
 from shared.workflow.proposers import Proposer
@@ -75,14 +76,6 @@ class WorkflowDeps:
     telemetry: Telemetry = field(default_factory=Telemetry)
 
 
-@dataclass
-class RebuiltAnswer:
-    """An answer routed to the gate without a pause checkpoint (the run was rebuilt)."""
-
-    request: ApprovalRequest
-    answer: ApprovalAnswer
-
-
 class Intake(Executor):
     """Load the case and its facts; stop early when there is nothing to decide."""
 
@@ -109,9 +102,20 @@ class Intake(Executor):
             return
         # An effect whose outcome nobody knows yet may have happened: deciding again would act a second
         # time under a new key. Reconciliation (or a person) settles it first (rules R3, R4).
-        unsettled = [
-            e for e in await asyncio.to_thread(self._deps.ledger.for_case, case.id) if e.status in OPEN_STATUSES
-        ]
+        effects = await asyncio.to_thread(self._deps.ledger.for_case, case.id)
+        unsettled = [e for e in effects if e.status in OPEN_STATUSES or _done_but_uncommitted(e, case)]
+        for effect in unsettled:
+            if effect.status is EffectStatus.STARTED:
+                age = await asyncio.to_thread(self._deps.ledger.age, effect)
+                if age < self._deps.ledger.call_timeout:
+                    # Mid-call in another attempt: look again when it has had its time (the caller
+                    # reschedules; R3).
+                    raise EffectInFlight(
+                        key=effect.key,
+                        case_id=effect.case_id,
+                        action=effect.action,
+                        retry_after=self._deps.ledger.call_timeout - age,
+                    )
         if unsettled:
             effect = unsettled[0]
             detail = (
@@ -350,6 +354,19 @@ class Commit(Executor):
             await ctx.yield_output(RunOutcome(case.id, "already_applied", case.status, case.version, detail, key))
             return
         deps.telemetry.lost_commit("commit")
+        if key is not None:
+            effect = await asyncio.to_thread(deps.ledger.get, order.case_id, key)
+            if effect is not None and effect.status is EffectStatus.DONE:
+                # The effect happened, but the case moved on before its commit: deciding again would act
+                # a second time under a new key. A person looks instead (rule R4).
+                reason = (
+                    f"effect {effect.action} ({key[:12]}) happened on v{order.decided_on_version} but the case "
+                    f"moved to v{case.version} before it was committed"
+                )
+                await asyncio.to_thread(deps.cases.escalate, order.case_id, Status.NEEDS_REVIEW, reason, effect_key=key)
+                after = await asyncio.to_thread(deps.cases.require, order.case_id)
+                await ctx.yield_output(RunOutcome(after.id, "needs_review", after.status, after.version, reason, key))
+                return
         await ctx.yield_output(
             _superseded(case, f"another writer moved the case from v{order.decided_on_version}", key)
         )
@@ -396,6 +413,18 @@ class Commit(Executor):
 
 def _proposal_amount(p: Proposed) -> Proposal:
     return Proposal(Action(p.action), amount=Decimal(p.amount) if p.amount else None, currency=p.currency)
+
+
+def _done_but_uncommitted(effect: Effect, case: Case) -> bool:
+    """A ``done`` effect that no transition of the case records: its commit has not landed (yet).
+
+    Effects older than the case's (bounded) history are taken as settled: their transitions are gone.
+    """
+    if effect.status is not EffectStatus.DONE:
+        return False
+    if case.history and effect.case_version < case.history[0].from_version:
+        return False
+    return not any(t.effect_key == effect.key for t in case.history)
 
 
 def _superseded(case: Case, detail: str, effect_key: str | None = None) -> RunOutcome:

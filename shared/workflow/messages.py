@@ -104,6 +104,14 @@ class ApprovalRequest:
 
 
 @dataclass
+class RebuiltAnswer:
+    """An answer routed to the gate without a pause checkpoint (the run was rebuilt)."""
+
+    request: ApprovalRequest
+    answer: ApprovalAnswer
+
+
+@dataclass
 class CommitOrder:
     """What the commit step executes: an optional effect, then a conditional status change."""
 
@@ -146,6 +154,7 @@ CHECKPOINT_TYPES: tuple[type, ...] = (
     CaseSnapshot,
     Proposed,
     ApprovalRequest,
+    RebuiltAnswer,
     CommitOrder,
     RunOutcome,
 )

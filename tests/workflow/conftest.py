@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.core.ports import DocumentStore
+from shared.core.ports import DocumentStore, Query
 from shared.supplier.stub import SupplierStub
 from shared.workflow.capture import uninstall
 from tests.support.app import Harness, make_harness
@@ -17,8 +17,13 @@ def _uninstall_capture() -> Iterator[None]:
 
 
 @pytest.fixture
-def app(store: DocumentStore, supplier: SupplierStub) -> Harness:
-    return make_harness(store, supplier.url)
+def app(store: DocumentStore, supplier: SupplierStub, request: pytest.FixtureRequest) -> Iterator[Harness]:
+    harness = make_harness(store, supplier.url)
+    yield harness
+    # Every path through the workflow must checkpoint cleanly: a failed save is the quiet failure mode
+    # (a type missing from the allow-list), and it would otherwise pass unnoticed.
+    failures = store.query("health", Query(partition="checkpoint_failure"))
+    assert not failures, [f.body["error"] for f in failures]
 
 
 def posts(supplier: SupplierStub) -> list[dict[str, object]]:

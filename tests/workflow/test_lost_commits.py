@@ -1,0 +1,69 @@
+"""A commit lost after its effect happened (rule R4): the case goes to a person, never re-decided
+automatically, and the supplier never gets a second request under a new key."""
+
+from __future__ import annotations
+
+import contextlib
+
+from shared.core.cases import CaseRepository
+from shared.core.clock import ManualClock
+from shared.core.ports import DocumentStore
+from shared.core.reconcile import Reconciler
+from shared.domain import events as ev
+from shared.supplier.stub import SupplierStub
+from shared.workflow.actions import credit_note_policy
+from tests.support.app import invoice, make_harness
+from tests.workflow.conftest import posts
+
+
+def test_a_writer_between_the_effect_and_its_commit_sends_the_case_to_review(
+    store: DocumentStore, supplier: SupplierStub
+) -> None:
+    edits = CaseRepository(store, ManualClock())
+
+    def po_edited_meanwhile(point: str) -> None:
+        # Something that bypasses the session (an operator, a second app) edits the PO at F5.
+        if point == "F5" and edits.require("C-1").version == 1:
+            assert edits.update_facts("C-1", 1, {"poAmount": "1010.00"}, reason="edited elsewhere")
+
+    app = make_harness(store, supplier.url, probe=po_edited_meanwhile)
+    result = app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1250.40"))
+    assert result.outcome == "needs_review" and result.status == "needs_review"
+    assert "happened on v1" in result.detail
+    assert len(posts(supplier)) == 1
+    [effect] = app.ledger.for_case("C-1")
+    assert app.cases.require("C-1").history[-1].effect_key == effect.key  # the escalation names the effect
+    # Reconciliation finding the same done effect later does not escalate it again.
+    reconciler = Reconciler(
+        app.ledger, app.cases, store, {"request_credit_note": credit_note_policy(app.deps.supplier)}
+    )
+    version = app.cases.require("C-1").version
+    assert reconciler.finish_commit(effect) == "needs_review"
+    assert app.cases.require("C-1").version == version
+    assert len(posts(supplier)) == 1
+
+
+def test_rechecks_redo_their_follow_ups_after_a_crash(store: DocumentStore, supplier: SupplierStub) -> None:
+    from shared.core.errors import OutcomeUnknown
+
+    app = make_harness(store, supplier.url)
+    alerts: list[str] = []
+    reconciler = Reconciler(app.ledger, app.cases, store, {}, alert=lambda message, fields: alerts.append(message))
+    app.cases.create("C-2", invoice("1100.00"))
+    with contextlib.suppress(OutcomeUnknown):
+        app.ledger.run(
+            case_id="C-2",
+            action="request_credit_note",
+            decided_on_version=1,
+            request={},
+            call=lambda key: (_ for _ in ()).throw(OutcomeUnknown("reset")),
+        )
+    [effect] = app.ledger.for_case("C-2")
+    # Escalated, then the process died before the case went to review and before the alert:
+    app.ledger.mark_needs_reconciliation(effect, "lookup kept failing")
+    again = reconciler.recheck("C-2", effect.key)  # the redelivered re-check
+    assert again.outcome == "escalated"
+    assert app.cases.require("C-2").status == "needs_review"
+    assert len(alerts) == 1
+    reconciler.recheck("C-2", effect.key)
+    assert app.cases.require("C-2").version == 2  # the escalation is recorded once
