@@ -22,7 +22,7 @@
 //                                          values while rotating).
 //   CALL_TIMEOUT_SECONDS                 = how long a started effect is presumed in flight (reconciler).
 //   SUPPLIER_PORTAL_URL                  = base URL of the supplier portal (shared/supplier/portal.py).
-//   SUPPLIER_TIMEOUT_SECONDS             = HTTP timeout of one supplier call (below CALL_TIMEOUT_SECONDS).
+//   SUPPLIER_TIMEOUT_SECONDS             = per-phase HTTP timeout of a supplier call (4x below CALL_TIMEOUT_SECONDS).
 //   VARIANCE_TOLERANCE                   = invoice variance rule (shared/domain/invoice.Rules).
 //   APPROVAL_THRESHOLD                   = credit-note amount above which a person approves first (Rules).
 //   AZURE_OPENAI_ENDPOINT                = when set with the deployment, a model proposes
@@ -152,7 +152,7 @@ param supplierPortalUrl string
 param callTimeoutSeconds int = 120
 
 @minValue(1)
-@description('SUPPLIER_TIMEOUT_SECONDS: timeout of one supplier call; must be below callTimeoutSeconds.')
+@description('SUPPLIER_TIMEOUT_SECONDS: per-phase timeout of a supplier call; 4x it must be below callTimeoutSeconds.')
 param supplierTimeoutSeconds int = 10
 
 @description('VARIANCE_TOLERANCE: variance within which an invoice is approved (decimal string).')

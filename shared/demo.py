@@ -44,9 +44,9 @@ from shared.workflow.actions import credit_note_policy
 DEMO_CALL_TIMEOUT = 2.0
 """The ledger's call timeout in the demo, in seconds (production default: 120 s)."""
 
-# The portal must give up well inside the call timeout (see SupplierPortal): connect + write + read
-# is at most about 3 x this, which stays under DEMO_CALL_TIMEOUT.
-_PORTAL_TIMEOUT = 0.6
+# The portal must give up well inside the call timeout (see SupplierPortal): pool + connect + write +
+# read is at most about 4 x this, which stays under DEMO_CALL_TIMEOUT.
+_PORTAL_TIMEOUT = 0.45
 # How long the stub holds its reply in the two-runs scenario, so the second run really finds the
 # first one mid-call instead of after it.
 _HOLD_SECONDS = 0.25

@@ -43,7 +43,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "SUPPLIER_TIMEOUT_SECONDS",
         "10",
-        "HTTP timeout per network operation of a supplier call; 3x it must be below CALL_TIMEOUT_SECONDS",
+        "HTTP timeout per phase of a supplier call; 4x it must be below CALL_TIMEOUT_SECONDS",
     ),
     Setting("VARIANCE_TOLERANCE", "5.00", "variance within which an invoice is approved"),
     Setting("APPROVAL_THRESHOLD", "1000.00", "credit-note amount above which a person approves first"),
@@ -136,10 +136,10 @@ class Settings:
                 problems.append(f"{name} is an unresolved Key Vault reference (check the app's identity and vault)")
         call_timeout = float(number("CALL_TIMEOUT_SECONDS"))
         supplier_timeout = float(number("SUPPLIER_TIMEOUT_SECONDS"))
-        # httpx applies the timeout per network operation (connect, write, read): a call can take about
-        # three times it. It must end before the ledger presumes the call lost.
-        if 3 * supplier_timeout >= call_timeout:
-            problems.append("3 x SUPPLIER_TIMEOUT_SECONDS must be below CALL_TIMEOUT_SECONDS")
+        # httpx applies the timeout to each phase (pool, connect, write, read): a call can take about four
+        # times it. It must end before the ledger presumes the call lost and reconciliation retries it.
+        if 4 * supplier_timeout >= call_timeout:
+            problems.append("4 x SUPPLIER_TIMEOUT_SECONDS must be below CALL_TIMEOUT_SECONDS")
         rules = Rules(
             tolerance=number("VARIANCE_TOLERANCE", positive=False), approval_threshold=number("APPROVAL_THRESHOLD")
         )

@@ -298,6 +298,14 @@ class Ledger:
             current = self.get(effect.case_id, effect.key)
             if current is None:
                 raise
+            if status is EffectStatus.DONE and result is not None and _superseded_by_ignorance(current):
+                # Our call succeeded after the row was closed by someone who could not know it (a
+                # reconciliation retry refused as stale, or an escalation to a person). The effect
+                # happened: record it, or the record would say it did not.
+                late = self._record_late_done(current, result, source=source)
+                if late is not None:
+                    return late, True
+                current = self.get(effect.case_id, effect.key) or current
             log.warning(
                 "late outcome discarded: effect %s is already %s",
                 effect.key,
@@ -305,6 +313,27 @@ class Ledger:
                 extra={"caseId": effect.case_id, "effectKey": effect.key, "discarded": status.value},
             )
             return current, False
+
+    def _record_late_done(self, current: Effect, result: dict[str, Any], *, source: str) -> Effect | None:
+        updated = _evolve(
+            current,
+            status=EffectStatus.DONE,
+            result=result,
+            reason=f"late outcome: the call succeeded after the row was {current.status.value}",
+            stale=False,
+            history_entry={"status": "done", "source": f"{source}-late", "replaced": current.status.value},
+        )
+        try:
+            doc = self._store.replace(EFFECTS, current.case_id, current.key, updated.to_body(), etag=current.etag)
+        except ConcurrencyConflict:
+            return None
+        log.warning(
+            "effect %s: late outcome recorded over %s",
+            current.key,
+            current.status.value,
+            extra={"caseId": current.case_id, "effectKey": current.key},
+        )
+        return Effect.from_document(doc)
 
     def _replay(self, existing: Effect) -> EffectOutcome:
         ctx = {"key": existing.key, "case_id": existing.case_id, "action": existing.action}
@@ -344,6 +373,11 @@ class Ledger:
         docs = self._store.query(
             EFFECTS, Query(equals={"status": EffectStatus.STARTED.value}, ts_before=cutoff, order_by_ts="asc")
         )
+        return [Effect.from_document(d) for d in docs]
+
+    def with_status_since(self, status: EffectStatus, since: float) -> list[Effect]:
+        """Effects in ``status`` that changed after store time ``since``, oldest first."""
+        docs = self._store.query(EFFECTS, Query(equals={"status": status.value}, ts_after=since, order_by_ts="asc"))
         return [Effect.from_document(d) for d in docs]
 
     def with_status(self, *statuses: EffectStatus) -> list[Effect]:
@@ -419,6 +453,14 @@ class Ledger:
                 key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=recorded
             ) from exc
         return Effect.from_document(doc)
+
+
+def _superseded_by_ignorance(current: Effect) -> bool:
+    """Closed by someone who did not know our call's outcome: a stale refusal (which called nothing)
+    or an escalation."""
+    return current.status is EffectStatus.NEEDS_RECONCILIATION or (
+        current.status is EffectStatus.FAILED and current.stale
+    )
 
 
 def _evolve(effect: Effect, *, history_entry: dict[str, Any], **changes: Any) -> Effect:

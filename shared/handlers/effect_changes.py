@@ -45,27 +45,39 @@ def effect_from_change(raw: Mapping[str, Any]) -> Effect | None:
 
 
 def handle_effect_changes(svc: Services, changes: Iterable[Mapping[str, Any]]) -> ChangeSummary:
+    """Handle a batch. One document's failure does not stop the others; the first failure is raised at
+    the end, so the trigger's retry redelivers the batch (everything here is safe to repeat)."""
     summary = ChangeSummary()
+    failures: list[Exception] = []
     for raw in changes:
-        effect = effect_from_change(raw)
-        if effect is None:
-            summary.ignored += 1
-            continue
-        if effect.status is EffectStatus.DONE:
-            finished = svc.reconciler.finish_commit(effect)
-            if finished in ("committed", "needs_review"):
-                svc.telemetry.reconciled(f"commit_{finished}")
-                summary.commits_finished.append(effect.key)
-        elif effect.status is EffectStatus.STARTED:
-            at = effect.ts + svc.ledger.call_timeout + RECHECK_MARGIN_SECONDS
-            schedule_recheck(svc, effect.case_id, effect.key, effect.attempts, at)
-            summary.rechecks_scheduled.append(effect.key)
-        else:
-            summary.ignored += 1
+        try:
+            _handle_one(svc, raw, summary)
+        except Exception as exc:
+            log.exception("reconciler: change of effect %s failed", raw.get("id"), extra={"effectKey": raw.get("id")})
+            failures.append(exc)
     if summary.commits_finished or summary.rechecks_scheduled:
         log.info(
             "reconciler: %d commits finished, %d re-checks scheduled",
             len(summary.commits_finished),
             len(summary.rechecks_scheduled),
         )
+    if failures:
+        raise failures[0]
     return summary
+
+
+def _handle_one(svc: Services, raw: Mapping[str, Any], summary: ChangeSummary) -> None:
+    effect = effect_from_change(raw)
+    if effect is None:
+        summary.ignored += 1
+    elif effect.status is EffectStatus.DONE:
+        finished = svc.reconciler.finish_commit(effect)
+        if finished in ("committed", "needs_review"):
+            svc.telemetry.reconciled(f"commit_{finished}")
+            summary.commits_finished.append(effect.key)
+    elif effect.status is EffectStatus.STARTED:
+        at = effect.ts + svc.ledger.call_timeout + RECHECK_MARGIN_SECONDS
+        schedule_recheck(svc, effect.case_id, effect.key, effect.attempts, at)
+        summary.rechecks_scheduled.append(effect.key)
+    else:
+        summary.ignored += 1

@@ -13,7 +13,8 @@ Each tick:
 3. **Sweep.** ``started`` effects older than the call timeout get a re-check scheduled. The change
    feed shows a row only when it changes; a row that stops changing would otherwise wait forever.
    The re-check's message id is derived from the effect's key and attempt, so a re-check already
-   pending is not duplicated.
+   pending is not duplicated. ``done`` effects of the last day whose commit never landed (a change
+   feed batch skipped after its retries) get it finished.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 from shared.bootstrap import Services
 from shared.core.cases import CASES, Case
+from shared.core.ledger import EffectStatus
 from shared.core.ports import Query
 from shared.core.reconcile import RECONCILED_SUFFIX
 from shared.handlers.case_events import schedule_recheck
@@ -43,6 +45,7 @@ class HealthReport:
     failures_alerted: list[str] = field(default_factory=list)
     lagging_cases: list[str] = field(default_factory=list)
     rechecks_scheduled: list[str] = field(default_factory=list)
+    commits_finished: list[str] = field(default_factory=list)
 
 
 def run_health_checks(svc: Services) -> HealthReport:
@@ -50,6 +53,7 @@ def run_health_checks(svc: Services) -> HealthReport:
     _alert_checkpoint_failures(svc, report)
     _alert_lagging_runs(svc, report)
     _sweep_started_effects(svc, report)
+    _sweep_uncommitted_done(svc, report)
     log.info(
         "checkpoint health: %d failures alerted, %d lagging runs, %d re-checks scheduled",
         len(report.failures_alerted),
@@ -117,6 +121,17 @@ def _lag(svc: Services, case: Case, lag: float) -> str | None:
     if len(failed) >= SUPERSTEPS_BEHIND:
         return f"newest checkpoint {newest.checkpoint_id} is {len(failed)} supersteps behind (saves failed since)"
     return None
+
+
+DONE_LOOKBACK_SECONDS = 24 * 3600
+"""How far back the sweep looks for done effects whose commit never landed (the change feed's backstop)."""
+
+
+def _sweep_uncommitted_done(svc: Services, report: HealthReport) -> None:
+    since = svc.store.now() - DONE_LOOKBACK_SECONDS
+    for effect in svc.ledger.with_status_since(EffectStatus.DONE, since):
+        if svc.reconciler.finish_commit(effect) in ("committed", "needs_review"):
+            report.commits_finished.append(effect.key)
 
 
 def _sweep_started_effects(svc: Services, report: HealthReport) -> None:

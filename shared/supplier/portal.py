@@ -28,7 +28,9 @@ from shared.core.errors import ConfigurationError, DownstreamRejected, OutcomeUn
 CREDIT_NOTES_PATH = "/credit-notes"
 
 # 408 and 429 say "not now", not "no": the request may be accepted later, so the outcome is open.
-_NOT_NOW_STATUSES = frozenset({408, 429})
+# Not refusals: 408 and 429 say "not now"; 409 is how many idempotency-key APIs answer a request whose
+# key is still being processed by an earlier attempt, so the effect may yet happen.
+_NOT_NOW_STATUSES = frozenset({408, 409, 429})
 _MAX_DETAIL_CHARS = 300
 
 

@@ -206,3 +206,18 @@ def test_a_retry_after_the_case_moved_on_is_closed_as_stale(ledger: Ledger, case
     assert downstream.total == 0
     closed = ledger.get("c1", key)
     assert closed is not None and closed.status is EffectStatus.FAILED and closed.stale
+
+
+def test_a_late_success_is_recorded_over_an_escalation_that_could_not_know_it(ledger: Ledger) -> None:
+    key = effect_key("c1", ACTION, 1)
+    downstream = CountingDownstream()
+
+    def escalated_meanwhile(_: str) -> None:
+        # The call outlived its timeout; a reconciler that could not find it escalated it.
+        ledger.mark_needs_reconciliation(ledger.get("c1", key), "lookup found nothing")  # type: ignore[arg-type]
+
+    downstream.during_call = escalated_meanwhile
+    outcome = run(ledger, downstream)
+    assert outcome.result["creditNoteId"] == "CN-0001"  # the outcome is known: it is kept
+    stored = ledger.get("c1", key)
+    assert stored is not None and stored.status is EffectStatus.DONE and "late outcome" in (stored.reason or "")

@@ -54,7 +54,7 @@ class DevHost:
             "WEBHOOK_SECRET": SECRET,
             "SUPPLIER_PORTAL_URL": self.supplier.url,
             "CALL_TIMEOUT_SECONDS": str(CALL_TIMEOUT),
-            "SUPPLIER_TIMEOUT_SECONDS": "1.2",
+            "SUPPLIER_TIMEOUT_SECONDS": "0.9",
             "CHECKPOINT_HEALTH_SCHEDULE": "*/2 * * * * *",
             "CHECKPOINT_LAG_SECONDS": "1",
             **self.env_overrides,

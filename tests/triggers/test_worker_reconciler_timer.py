@@ -187,3 +187,19 @@ def test_the_timer_alerts_each_checkpoint_failure_once(functions: dict[str, Any]
     assert alert.alert_kind == "checkpoint_failure"
     assert alert.fields["caseId"] == "C-1" and alert.fields["iteration"] == 3
     assert "refusing to save" in alert.message
+
+
+def test_the_timer_finishes_a_commit_the_change_feed_never_delivered(functions: dict[str, Any], svc: Services) -> None:
+    svc.cases.create("C-5", INVOICE)
+    commit = {"status": "credit_requested", "reason": "over-billed", "clearPendingApproval": False}
+    request = {"amount": "100.00", "currency": "EUR", "invoiceId": "INV-1", "supplierId": "S-1", "commit": commit}
+    svc.ledger.run(
+        case_id="C-5",
+        action="request_credit_note",
+        decided_on_version=1,
+        call=lambda k: {"creditNoteId": "CN-9"},
+        request=request,
+    )  # died at F5; its feed batch was lost
+    user_function(functions, "checkpoint_health")(timer_request(past_due=False, schedule_status=None))
+    case = svc.cases.require("C-5")
+    assert case.status == "credit_requested" and case.data["creditRequest"]["creditNoteId"] == "CN-9"
