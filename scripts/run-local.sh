@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
-DATA=${CASEKEEPER_RUN_DATA:-.casekeeper/run}
+# The default data folder of casekeeper dev, send and the operator commands: copied commands just work.
+DATA=${CASEKEEPER_RUN_DATA:-.casekeeper/dev}
 PORT=${PORT:-7071}
 SUPPLIER_PORT=${SUPPLIER_PORT:-8765}
 
@@ -30,6 +31,8 @@ Read the case (status credit_requested, one effect done):
 
 What the supplier received:  cat $DATA/supplier.jsonl
 Operator view:               $BIN/casekeeper case show INV-1001 --data $DATA
+Make the supplier misbehave: curl -X POST -H 'Content-Type: application/json' \\
+                               -d '{"fail_before_create": 1}' $(cat "$DATA/supplier.url")/_control/faults
 
 TXT
 SUPPLIER_PORTAL_URL="http://127.0.0.1:$SUPPLIER_PORT" "$BIN/casekeeper" dev --port "$PORT" --data "$DATA"

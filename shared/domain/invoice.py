@@ -11,6 +11,7 @@ before anything happens.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -115,19 +116,23 @@ class Proposal:
     rationale: str = ""
 
 
+_AMOUNT = re.compile(r"^-?[0-9]+(\.[0-9]{1,2})?$")
+
+
 def parse_amount(value: object, name: str) -> Decimal:
-    """A decimal amount from a JSON string (or int). Floats are refused: they are not exact."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
+    """A decimal amount from a JSON string like ``"1250.40"``: digits, an optional ``-``, at most two
+    decimals. Numbers are refused (a float is not exact), and so are exponents, signs like ``+``,
+    separators like ``_`` and surrounding spaces, which ``Decimal()`` would accept."""
+    if not isinstance(value, str):
         raise ValueError(f"{name} must be a decimal string, got {type(value).__name__}")
+    if not _AMOUNT.match(value):
+        if re.match(r"^-?[0-9]+\.[0-9]{3,}$", value):
+            raise ValueError(f"{name} has more than two decimal places: {value!r}")
+        raise ValueError(f"{name} is not a decimal amount like '1250.40': {value!r}")
     try:
-        amount = Decimal(str(value).strip())
-    except InvalidOperation:
+        return Decimal(value)
+    except InvalidOperation:  # unreachable after the pattern; kept so a bad edit fails loudly
         raise ValueError(f"{name} is not a decimal amount: {value!r}") from None
-    if not amount.is_finite():
-        raise ValueError(f"{name} must be finite")
-    if amount != amount.quantize(CENT):
-        raise ValueError(f"{name} has more than two decimal places: {value!r}")
-    return amount
 
 
 def propose(facts: InvoiceFacts, rules: Rules) -> Proposal:

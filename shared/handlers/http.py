@@ -23,7 +23,12 @@ def post_approval(svc: Services, case_id: str, request_id: str, body: bytes) -> 
 def get_case(svc: Services, case_id: str) -> Response:
     case = svc.cases.get(case_id)
     if case is None:
-        return Response(404, {"error": f"no case {case_id!r}"})
+        # Events set aside for an id that never became a case are still shown: they were accepted.
+        body: dict[str, Any] = {"error": f"no case {case_id!r}"}
+        rejected = rejected_events(svc.store, case_id)
+        if rejected:
+            body["rejectedEvents"] = rejected
+        return Response(404, body)
     pending = case.data.get("pendingApproval")
     view: dict[str, Any] = {
         "case": {

@@ -22,7 +22,6 @@ accepted is lost and a message that was being handled is redelivered when its lo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import json
 import logging
@@ -38,6 +37,7 @@ from typing import Any
 
 from shared import bootstrap
 from shared.bootstrap import Services
+from shared.core.errors import StoreError
 from shared.localhost.changefeed import LocalChangeFeed, to_document_list
 from shared.localhost.http_server import HttpFrontend, Route
 from shared.localhost.queue import LocalSessionQueue, LockLost, to_service_bus_message
@@ -211,14 +211,18 @@ class LocalHost:
                     msg.delivery_count,
                     self.options.max_delivery_count,
                 )
-                with contextlib.suppress(LockLost):
+                try:
                     self.queue.abandon(msg)
+                except (LockLost, StoreError) as settle:  # the lock expires and the message comes back
+                    log.warning("case %s: could not abandon %s: %s", msg.session_id, msg.message_id, settle)
                 continue
             renewing.set()
             try:
                 self.queue.complete(msg)
             except LockLost:
                 log.warning("case %s: lock on message %s was lost before completion", msg.session_id, msg.message_id)
+            except StoreError as settle:  # handled, not completed: redelivered when the lock expires (idempotent)
+                log.warning("case %s: could not complete %s: %s", msg.session_id, msg.message_id, settle)
 
     def _renew(self, msg: Any, done: threading.Event) -> None:
         """Keep the session lock while a handler runs (``maxAutoLockRenewalDuration``)."""
@@ -227,11 +231,18 @@ class LocalHost:
                 self.queue.renew_lock(msg)
             except LockLost:
                 return
+            except StoreError as exc:  # try again at the next tick; the lock has two more ticks to live
+                log.warning("case %s: lock renewal failed: %s", msg.session_id, exc)
 
     def _follow(self, function: Callable[..., Any], feed: LocalChangeFeed, retry: Mapping[str, Any]) -> None:
         attempts = int(retry.get("max_retry_count", 0))
         while not self._stop.is_set():
-            batch = feed.poll()
+            try:
+                batch = feed.poll()
+            except StoreError as exc:
+                log.warning("change feed %s: poll failed (%s); retrying", feed.name, exc)
+                self._stop.wait(1.0)
+                continue
             if not len(batch):
                 self._stop.wait(self.options.poll_interval)
                 continue
@@ -246,7 +257,10 @@ class LocalHost:
             else:
                 # As the Cosmos DB trigger does once retries are exhausted; the timer's sweep is the backstop.
                 log.error("change feed batch skipped after %d attempts", attempts + 1)
-            feed.commit(batch)
+            try:
+                feed.commit(batch)
+            except StoreError as exc:  # the batch is delivered again: the reconciler is idempotent
+                log.warning("change feed %s: commit failed (%s)", feed.name, exc)
 
     def _tick(self, function: Callable[..., Any], schedule: NcrontabSchedule) -> None:
         due = schedule.next_after(time.time())

@@ -76,15 +76,26 @@ def main(
     finally:
         svc.close()
     if view is None:
+        rejected = _rejected_for_missing(args)
         if args.json:
-            print_json({"error": f"no case {args.case_id!r}"})
+            print_json({"error": f"no case {args.case_id!r}", "rejectedEvents": rejected})
         error(PROG, f"no case {args.case_id!r} in this store")
+        for event in rejected:  # accepted, then set aside: say why, so nothing vanishes silently
+            print(f"  event {event['id']} was set aside: {event['reason']}")
         return 1
     if args.json:
         print_json(view)
     else:
         print(render(view))
     return 0
+
+
+def _rejected_for_missing(args: Any) -> list[dict[str, Any]]:
+    svc = open_services(args)
+    try:
+        return rejected_events(svc.store, args.case_id)
+    finally:
+        svc.close()
 
 
 def case_view(svc: Services, case_id: str, graph_hash: str, allowed_types: frozenset[str]) -> dict[str, Any] | None:

@@ -50,8 +50,9 @@ SETTLED_TEXT = {
     "already": "it already showed the effect's commit",
     "needs_review": "it moved on since the decision: sent to needs_review for a person",
     "no_intent": "the effect names no commit: unchanged",
-    "sent_to_review": "sent to needs_review with the reason",
-    "noted": "it was already in needs_review: a note records the resolution",
+    "sent_to_review": "sent to needs_review with the reason; 'casekeeper send case.investigate ID' decides it again",
+    "noted": "it was already in needs_review: a note records the resolution; "
+    "'casekeeper send case.investigate ID' decides it again",
     "no_case": "no such case any more: nothing to settle",
     "unsettled": "it kept changing and was not moved: look at it with 'casekeeper case show'",
 }

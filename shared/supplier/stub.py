@@ -20,7 +20,7 @@ before the reply is sent, so another process can count requests after this one i
 created a note carries the note: a stub started on an existing log reloads its notes (state is derived
 from the log), and continues the ``CN-000001`` numbering. One log serves one stub at a time.
 
-From a shell: ``python -m shared.supplier.stub --port 8090 --log supplier.jsonl`` prints its URL on
+From a shell: ``casekeeper supplier-stub --port 8765 --log supplier.jsonl`` prints its URL on
 stdout, then one line per request on stderr.
 """
 
@@ -47,7 +47,7 @@ from urllib.parse import parse_qs, urlsplit
 
 NOTES_PATH = "/credit-notes"
 CONTROL_PREFIX = "/_control/"
-DEFAULT_PORT = 8090
+DEFAULT_PORT = 8765  # SUPPLIER_PORTAL_URL's default
 MAX_BODY_BYTES = 1_000_000
 NOTE_FIELDS = ("caseId", "invoiceId", "supplierId", "amount", "currency")
 
@@ -603,7 +603,7 @@ class _Handler(BaseHTTPRequestHandler):
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The stub's command-line options (also usable as a ``casekeeper`` subcommand's parser)."""
     parser = argparse.ArgumentParser(
-        prog=prog or "python -m shared.supplier.stub",
+        prog=prog or "casekeeper supplier-stub",
         description="Run a local supplier portal. Prints its URL on stdout, one line per request on stderr.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
@@ -611,10 +611,22 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--log", type=Path, metavar="FILE", help="JSON-lines request log, reloaded at start")
     parser.add_argument("--quiet", action="store_true", help="do not print a line per request")
     faults = parser.add_argument_group("faults (the same as POST /_control/faults)")
-    faults.add_argument("--hold-seconds", type=_non_negative_float, default=0.0, metavar="S")
-    for name in ("fail-before-create", "reject", "fail-after-create", "drop-after-create"):
-        faults.add_argument(f"--{name}", type=_non_negative_int, default=0, metavar="N")
-    faults.add_argument("--lookup-down", action="store_true")
+    faults.add_argument(
+        "--hold-seconds",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="S",
+        help="create the note, then hold every reply S seconds (a caller can be killed meanwhile)",
+    )
+    counted = {
+        "fail-before-create": "answer the next N POSTs 503 and create nothing",
+        "reject": "answer the next N POSTs 422 (a definite refusal)",
+        "fail-after-create": "create the note, then answer the next N POSTs 503",
+        "drop-after-create": "create the note, then drop the next N connections unanswered",
+    }
+    for name, text in counted.items():
+        faults.add_argument(f"--{name}", type=_non_negative_int, default=0, metavar="N", help=text)
+    faults.add_argument("--lookup-down", action="store_true", help="answer every lookup by key 503")
     return parser
 
 

@@ -433,7 +433,9 @@ def _superseded(case: Case, detail: str, effect_key: str | None = None) -> RunOu
 
 def _not_pending(case_id: str, case: Case | None, answer: ApprovalAnswer) -> RunOutcome:
     where = f"case is {case.status} at v{case.version}" if case is not None else "no such case"
-    detail = f"approval {answer.request_id} is no longer pending ({where}): nothing changed"
+    pending = (case.data.get("pendingApproval") or {}).get("requestId") if case is not None else None
+    now = f"the pending request is {pending}" if pending else "no approval is pending"
+    detail = f"approval {answer.request_id} is not pending ({now}; {where}): nothing changed"
     status, version = (case.status, case.version) if case is not None else (None, None)
     return RunOutcome(case_id, "ignored", status, version, detail, extra=_answer_extra(answer))
 

@@ -120,7 +120,13 @@ def test_every_offending_field_is_named(functions: dict[str, Any], svc: Services
     }
     status, body = call(functions, "events", signed_request(event(data=data)))
     assert status == 400
-    assert set(body["fields"]) == {"data.supplierId", "data.invoiceAmount", "data.currency", "data.extra"}
+    assert set(body["fields"]) == {
+        "data.supplierId",
+        "data.invoiceAmount",
+        "data.poAmount",
+        "data.currency",
+        "data.extra",
+    }
 
 
 def approval(case_id: str, request_id: str, payload: dict[str, Any]) -> func.HttpRequest:

@@ -45,7 +45,7 @@ def test_the_same_answer_twice_takes_effect_once(app: Harness, supplier: Supplie
     answer(app, pending)
     again = answer(app, pending)
     assert again.outcome == "ignored"
-    assert "no longer pending" in again.detail
+    assert "is not pending (no approval is pending" in again.detail
     assert len(posts(supplier)) == 1
 
 
