@@ -120,7 +120,10 @@ class Ingress:
             event = ev.parse_event(raw, allowed_types=ev.PUBLIC_TYPES, delivery_id=delivery)
         except InvalidEvent as exc:
             return _error(400, exc.reason, fields=exc.fields)
-        return self._enqueue(event, message_id=delivery, accepted={"accepted": True, "deliveryId": delivery})
+        # Namespaced, so a sender's delivery id can never collide with the ids Casekeeper gives its own
+        # messages (approval:..., recheck:...); the same delivery still maps to the same message id.
+        message_id = derived_message_id("webhook", delivery)
+        return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "deliveryId": delivery})
 
     def accept_approval(self, case_id: str, request_id: str, body: bytes, *, case_exists: bool) -> Response:
         """``POST /api/cases/{caseId}/approvals/{requestId}``: queued into the case's session like any event;

@@ -121,7 +121,7 @@ def _assert_nothing_enqueued(host: DevHost) -> None:
     try:
         assert queue.counts("case-events") == {"active": 0, "scheduled": 0, "locked": 0, "dead_lettered": 0}
         # Nothing was sent, so the delivery id is still unused: the broker would accept it.
-        assert queue.send("case-events", b"{}", session_id="probe", message_id="bad-dlv") is True
+        assert queue.send("case-events", b"{}", session_id="probe", message_id="webhook:bad-dlv") is True
     finally:
         queue.close()
     assert host.case("BAD-1") is None

@@ -47,7 +47,7 @@ def test_a_signed_event_is_enqueued_into_its_case_session(
     status, body = call(functions, "events", signed_request(event(), delivery="dlv-1"))
     assert (status, body) == (202, {"accepted": True, "deliveryId": "dlv-1"})
     [msg] = queue.peek(QUEUE)
-    assert (msg.session_id, msg.message_id) == ("INV-1001", "dlv-1")
+    assert (msg.session_id, msg.message_id) == ("INV-1001", "webhook:dlv-1")
     assert json.loads(msg.body)["data"]["invoiceAmount"] == "1250.00"
 
 
