@@ -13,13 +13,12 @@ import argparse
 from typing import Any
 
 from shared.alerts import Alert
+from shared.bootstrap import Services
 from shared.operator.context import (
-    StoreSelectionError,
     common_arguments,
     compact,
-    error,
-    open_services,
     print_json,
+    run_with_services,
     time_text,
 )
 
@@ -44,16 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        svc = open_services(args)
-    except StoreSelectionError as exc:
-        error(PROG, str(exc))
-        return 2
-    try:
-        # Newest first by when it was raised: a delivery mark rewrites the record and moves its store time.
-        alerts = sorted(svc.alerts.recent(args.limit), key=lambda a: a.at, reverse=True)
-    finally:
-        svc.close()
+    return run_with_services(PROG, args, lambda svc: _show(svc, args))
+
+
+def _show(svc: Services, args: argparse.Namespace) -> int:
+    # Newest first by when it was raised: a delivery mark rewrites the record and moves its store time.
+    alerts = sorted(svc.alerts.recent(args.limit), key=lambda a: a.at, reverse=True)
     if args.json:
         print_json({"alerts": [_alert_json(a) for a in alerts]})
         return 0

@@ -24,13 +24,12 @@ from shared.core.ledger import Effect
 from shared.core.reconcile import RECONCILED_SUFFIX
 from shared.handlers.rejected import rejected_events
 from shared.operator.context import (
-    StoreSelectionError,
     age_text,
     common_arguments,
     compact,
     error,
-    open_services,
     print_json,
+    run_with_services,
     short,
     time_text,
 )
@@ -66,17 +65,13 @@ def main(
 ) -> int:
     """``build`` and ``allowed_types`` stand for the current build (tests pass another)."""
     args = build_parser().parse_args(argv)
-    try:
-        svc = open_services(args)
-    except StoreSelectionError as exc:
-        error(PROG, str(exc))
-        return 2
-    try:
-        view = case_view(svc, args.case_id, graph_hash_of(build, svc), allowed_types)
-    finally:
-        svc.close()
+    return run_with_services(PROG, args, lambda svc: _show(svc, args, build, allowed_types))
+
+
+def _show(svc: Services, args: argparse.Namespace, build: Build, allowed_types: frozenset[str]) -> int:
+    view = case_view(svc, args.case_id, graph_hash_of(build, svc), allowed_types)
     if view is None:
-        rejected = _rejected_for_missing(args)
+        rejected = rejected_events(svc.store, args.case_id)
         if args.json:
             print_json({"error": f"no case {args.case_id!r}", "rejectedEvents": rejected})
         error(PROG, f"no case {args.case_id!r} in this store")
@@ -88,14 +83,6 @@ def main(
     else:
         print(render(view))
     return 0
-
-
-def _rejected_for_missing(args: Any) -> list[dict[str, Any]]:
-    svc = open_services(args)
-    try:
-        return rejected_events(svc.store, args.case_id)
-    finally:
-        svc.close()
 
 
 def case_view(svc: Services, case_id: str, graph_hash: str, allowed_types: frozenset[str]) -> dict[str, Any] | None:

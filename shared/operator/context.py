@@ -18,7 +18,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,20 @@ def open_services(args: argparse.Namespace) -> Services:
             capture.uninstall()
         else:
             capture.install(before.store, meter_provider=before.meter_provider)
+
+
+def run_with_services(command: str, args: argparse.Namespace, work: Callable[[Services], int]) -> int:
+    """Open the store ``args`` select, run ``work`` on it, close it. Returns ``work``'s exit status, or 2
+    (with the reason on stderr) when the store cannot be opened."""
+    try:
+        svc = open_services(args)
+    except StoreSelectionError as exc:
+        error(command, str(exc))
+        return 2
+    try:
+        return work(svc)
+    finally:
+        svc.close()
 
 
 def print_json(value: Any) -> None:

@@ -32,7 +32,11 @@ from typing import Any
 from shared.bootstrap import Services
 from shared.core.cases import CASES, Case
 from shared.core.ports import Query
-from shared.operator.context import StoreSelectionError, common_arguments, error, open_services, print_json
+from shared.operator.context import (
+    common_arguments,
+    print_json,
+    run_with_services,
+)
 from shared.operator.runs import Build, CheckpointView, graph_hash_of, inspect_checkpoint
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.checkpoints import CaseCheckpointStorage
@@ -101,15 +105,11 @@ def main(
 ) -> int:
     """``build`` and ``allowed_types`` stand for the build to check (tests pass a changed one)."""
     args = build_parser().parse_args(argv)
-    try:
-        svc = open_services(args)
-    except StoreSelectionError as exc:
-        error(PROG, str(exc))
-        return 2
-    try:
-        report = check(svc, graph_hash_of(build, svc), allowed_types)
-    finally:
-        svc.close()
+    return run_with_services(PROG, args, lambda svc: _report(svc, args, build, allowed_types))
+
+
+def _report(svc: Services, args: argparse.Namespace, build: Build, allowed_types: frozenset[str]) -> int:
+    report = check(svc, graph_hash_of(build, svc), allowed_types)
     if args.json:
         print_json(report.to_json())
     else:

@@ -33,12 +33,11 @@ from shared.bootstrap import Services
 from shared.core.errors import OutcomeAlreadyRecorded
 from shared.core.ledger import OPEN_STATUSES, Effect, EffectStatus
 from shared.operator.context import (
-    StoreSelectionError,
     age_text,
     common_arguments,
     error,
-    open_services,
     print_json,
+    run_with_services,
     short,
 )
 
@@ -104,17 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             error(PROG + " resolve", problem)
             return 2
         result = json.loads(args.done) if args.done is not None else None
-    try:
-        svc = open_services(args)
-    except StoreSelectionError as exc:
-        error(PROG, str(exc))
-        return 2
-    try:
-        if args.command == "pending":
-            return _pending(svc, as_json=args.json)
-        return _resolve(svc, args, result)
-    finally:
-        svc.close()
+    if args.command == "pending":
+        return run_with_services(PROG, args, lambda svc: _pending(svc, as_json=args.json))
+    return run_with_services(PROG, args, lambda svc: _resolve(svc, args, result))
 
 
 def _check_resolve_arguments(args: argparse.Namespace) -> str | None:
