@@ -37,3 +37,30 @@ class CountingDownstream:
     @property
     def total(self) -> int:
         return sum(self.calls.values())
+
+
+def leave_started(ledger: Any, case_id: str, *, request: Mapping[str, Any] | None = None, version: int = 1) -> Any:
+    """Claim a credit-note effect whose call ends with an unknown outcome: the row stays ``started``.
+
+    Returns that effect. (What a worker leaves when the supplier times out, or the process dies mid-call.)
+    """
+    from shared.core.errors import OutcomeUnknown
+
+    def unknown(key: str) -> Mapping[str, Any]:
+        raise OutcomeUnknown("reset by the test")
+
+    try:
+        ledger.run(
+            case_id=case_id,
+            action="request_credit_note",
+            decided_on_version=version,
+            call=unknown,
+            request=dict(request or {}),
+        )
+    except OutcomeUnknown:
+        pass
+    else:
+        raise AssertionError("the call's unknown outcome was not raised")
+    [effect] = [e for e in ledger.for_case(case_id) if e.case_version == version]
+    assert effect.status.value == "started"
+    return effect

@@ -3,8 +3,6 @@ automatically, and the supplier never gets a second request under a new key."""
 
 from __future__ import annotations
 
-import contextlib
-
 from shared.core.cases import CaseRepository
 from shared.core.clock import ManualClock
 from shared.core.ports import DocumentStore
@@ -13,6 +11,7 @@ from shared.domain import events as ev
 from shared.supplier.stub import SupplierStub
 from shared.workflow.actions import credit_note_policy
 from tests.support.app import invoice, make_harness
+from tests.support.downstream import leave_started
 from tests.workflow.conftest import posts
 
 
@@ -44,21 +43,12 @@ def test_a_writer_between_the_effect_and_its_commit_sends_the_case_to_review(
 
 
 def test_rechecks_redo_their_follow_ups_after_a_crash(store: DocumentStore, supplier: SupplierStub) -> None:
-    from shared.core.errors import OutcomeUnknown
 
     app = make_harness(store, supplier.url)
     alerts: list[str] = []
     reconciler = Reconciler(app.ledger, app.cases, store, {}, alert=lambda message, fields: alerts.append(message))
     app.cases.create("C-2", invoice("1100.00"))
-    with contextlib.suppress(OutcomeUnknown):
-        app.ledger.run(
-            case_id="C-2",
-            action="request_credit_note",
-            decided_on_version=1,
-            request={},
-            call=lambda key: (_ for _ in ()).throw(OutcomeUnknown("reset")),
-        )
-    [effect] = app.ledger.for_case("C-2")
+    effect = leave_started(app.ledger, "C-2")
     # Escalated, then the process died before the case went to review and before the alert:
     app.ledger.mark_needs_reconciliation(effect, "lookup kept failing")
     again = reconciler.recheck("C-2", effect.key)  # the redelivered re-check
