@@ -31,6 +31,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from shared.bootstrap import SystemClock
 from shared.core.cases import Case, CaseRepository
 from shared.core.errors import EffectInFlight, NeedsReconciliation, OutcomeUnknown, StaleDecision
 from shared.core.keys import effect_key
@@ -67,13 +68,6 @@ runs handle one case, or when it acts on facts that changed. Casekeeper's effect
 case store stop that. Each scenario below is one such break, on its own case, against a real supplier
 stub over HTTP. "Supplier received" counts what the supplier's request log shows for that case's
 idempotency key: POST = a credit note request, lookup = a GET by key."""
-
-
-class _WallClock:
-    """The wall clock, for case history timestamps only (safety decisions use the store's clock)."""
-
-    def now(self) -> float:
-        return time.time()
 
 
 @dataclass
@@ -132,7 +126,7 @@ class _Demo:
         for stale in (self.db_path, Path(f"{self.db_path}-wal"), Path(f"{self.db_path}-shm"), self.log_path):
             stale.unlink(missing_ok=True)
         self.store = SqliteDocumentStore(self.db_path)
-        self.cases = CaseRepository(self.store, _WallClock())
+        self.cases = CaseRepository(self.store, SystemClock())
         self.ledger = Ledger(self.store, self.cases, call_timeout=DEMO_CALL_TIMEOUT)
         self.stub = SupplierStub(port=0, log_path=self.log_path).start()
         self.portal = SupplierPortal(self.stub.url, timeout=_PORTAL_TIMEOUT)

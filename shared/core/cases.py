@@ -82,6 +82,16 @@ class Case:
             ts=doc.ts,
         )
 
+    def summary(self) -> dict[str, Any]:
+        """What a reader needs first: id, status, version, schema version and facts (the API's ``case``)."""
+        return {
+            "id": self.id,
+            "status": self.status,
+            "version": self.version,
+            "schemaVersion": self.schema_version,
+            "facts": self.facts,
+        }
+
     def transition_from(self, version: int) -> Transition | None:
         """The transition committed on ``version``, if it is still in the history."""
         for transition in reversed(self.history):

@@ -31,13 +31,7 @@ def get_case(svc: Services, case_id: str) -> Response:
         return Response(404, body)
     pending = case.data.get("pendingApproval")
     view: dict[str, Any] = {
-        "case": {
-            "id": case.id,
-            "status": case.status,
-            "version": case.version,
-            "schemaVersion": case.schema_version,
-            "facts": case.facts,
-        },
+        "case": case.summary(),
         "effects": [
             {
                 "key": e.key,

@@ -95,13 +95,7 @@ def case_view(svc: Services, case_id: str, graph_hash: str, allowed_types: froze
         inspect_checkpoint(svc.store, storage, record, graph_hash) for record in storage.records(WORKFLOW_NAME)
     ]
     return {
-        "case": {
-            "id": case.id,
-            "status": case.status,
-            "version": case.version,
-            "schemaVersion": case.schema_version,
-            "facts": case.facts,
-        },
+        "case": case.summary(),
         "history": [
             {
                 "fromVersion": t.from_version,
