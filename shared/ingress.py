@@ -26,12 +26,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared.core.clock import Clock
 from shared.core.errors import InvalidEvent, StoreUnavailable
+from shared.core.ids import id_problem
 from shared.domain import events as ev
 from shared.messaging import EventSender, derived_message_id
 
@@ -107,12 +108,9 @@ class Ingress:
         except SignatureError as exc:
             return _error(401, str(exc))
         delivery = headers.get(DELIVERY_HEADER) or ""
-        if not delivery or len(delivery) > ev.MAX_ID_LENGTH:
-            return _error(
-                400,
-                f"{DELIVERY_HEADER} header is required (1..{ev.MAX_ID_LENGTH} characters)",
-                fields={DELIVERY_HEADER: "is required"},
-            )
+        if (problem := id_problem(delivery)) is not None:
+            what = "is required" if not delivery else problem
+            return _error(400, f"{DELIVERY_HEADER} header {what}", fields={DELIVERY_HEADER: what})
         raw = _json(body)
         if isinstance(raw, Response):
             return raw
@@ -125,10 +123,19 @@ class Ingress:
         message_id = derived_message_id("webhook", delivery)
         return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "deliveryId": delivery})
 
-    def accept_approval(self, case_id: str, request_id: str, body: bytes, *, case_exists: bool) -> Response:
+    def accept_approval(
+        self, case_id: str, request_id: str, body: bytes, *, case_exists: Callable[[str], bool]
+    ) -> Response:
         """``POST /api/cases/{caseId}/approvals/{requestId}``: queued into the case's session like any event;
         the case worker decides whether it still applies (rule R6)."""
-        if not case_exists:
+        bad_ids = {
+            name: problem
+            for name, value in (("caseId", case_id), ("requestId", request_id))
+            if (problem := id_problem(value)) is not None
+        }
+        if bad_ids:
+            return _error(400, "invalid approval: " + "; ".join(f"{k} {v}" for k, v in bad_ids.items()), fields=bad_ids)
+        if not case_exists(case_id):
             return _error(404, f"no case {case_id!r}")
         if len(body) > MAX_BODY_BYTES:
             return _error(413, "body too large")

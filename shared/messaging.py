@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
 from shared.core.errors import StoreUnavailable
-from shared.domain.events import MAX_ID_LENGTH, CaseEvent
+from shared.core.ids import MAX_ID_LENGTH
+from shared.domain.events import CaseEvent
 
 if TYPE_CHECKING:
     from azure.servicebus import ServiceBusClient, ServiceBusSender

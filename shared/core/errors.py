@@ -8,7 +8,8 @@
     ├── StoreError                                  a storage backend failed
     │   ├── StoreUnavailable             yes        transient: throttled, timed out, unreachable
     │   ├── AlreadyExists                no         create found the document already there
-    │   └── ConcurrencyConflict          yes        a conditional write lost (ETag / row version)
+    │   ├── ConcurrencyConflict          yes        a conditional write lost (ETag / row version)
+    │   └── InvalidDocumentId            no         an id no backend may store (``shared.core.ids``)
     ├── CaseError                                   about one case
     │   ├── CaseNotFound                 no         no such case
     │   └── InvalidProposal              no         a proposal the facts do not allow
@@ -81,6 +82,10 @@ class ConcurrencyConflict(StoreError):
     """A conditional write lost: the document changed (or vanished) since it was read."""
 
     retryable = True
+
+
+class InvalidDocumentId(StoreError):
+    """An id that breaks the identifier rule (``shared.core.ids``); nothing was sent to the backend."""
 
 
 # --- cases -------------------------------------------------------------------------------------

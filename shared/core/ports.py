@@ -85,6 +85,23 @@ class DocumentStore(Protocol):
         or when the document is gone."""
         ...
 
+    def update_if(
+        self,
+        container: str,
+        partition: str,
+        doc_id: str,
+        *,
+        where: Mapping[str, Scalar],
+        set_fields: Mapping[str, Any],
+    ) -> Document:
+        """Set top-level fields of a document if its top-level fields equal ``where`` when the write lands.
+
+        One conditional write, judged by the backend against its latest state: unlike a read, it can
+        never be answered from a lagging replica, so its success proves the condition held at that
+        moment (Cosmos DB: a patch with a filter predicate; SQLite: an ``UPDATE ... WHERE``). Raises
+        ``ConcurrencyConflict`` when a condition does not hold or the document is gone."""
+        ...
+
     def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         """Create or overwrite unconditionally. Only for records nobody races on (health records)."""
         ...

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.core.errors import InvalidEvent
+from shared.core.ids import id_problem
 from shared.domain.invoice import parse_amount
 
 INVOICE_RECEIVED = "invoice.received"
@@ -22,8 +23,6 @@ CASE_INVESTIGATE = "case.investigate"
 APPROVAL_ANSWERED = "approval.answered"
 EFFECT_RECHECK = "effect.recheck"
 
-MAX_ID_LENGTH = 128  # Service Bus session ids and message ids are at most 128 characters
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-/]*$")
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 
 
@@ -46,13 +45,8 @@ Check = Callable[[object], str | None]
 
 
 def _identifier(value: object) -> str | None:
-    if not isinstance(value, str) or not value:
-        return "must be a non-empty string"
-    if len(value) > MAX_ID_LENGTH:
-        return f"must be at most {MAX_ID_LENGTH} characters"
-    if not _ID.match(value):
-        return "may hold only letters, digits and . _ : - /"
-    return None
+    # One rule for every id, on every backend (shared.core.ids): what is accepted here can be stored.
+    return id_problem(value)
 
 
 def _text(value: object) -> str | None:

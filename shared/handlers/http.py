@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.bootstrap import Services
+from shared.core.ids import id_problem
 from shared.core.ports import Query
 from shared.handlers.rejected import rejected_events
 from shared.ingress import Response
@@ -16,11 +17,14 @@ def post_event(svc: Services, headers: Mapping[str, str], body: bytes) -> Respon
 
 
 def post_approval(svc: Services, case_id: str, request_id: str, body: bytes) -> Response:
-    exists = svc.cases.get(case_id) is not None
-    return svc.ingress.accept_approval(case_id, request_id, body, case_exists=exists)
+    return svc.ingress.accept_approval(
+        case_id, request_id, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
+    )
 
 
 def get_case(svc: Services, case_id: str) -> Response:
+    if (problem := id_problem(case_id)) is not None:
+        return Response(400, {"error": f"caseId {problem}", "fields": {"caseId": problem}})
     case = svc.cases.get(case_id)
     if case is None:
         # Events set aside for an id that never became a case are still shown: they were accepted.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from shared.core.ids import storable_id
 from shared.core.ports import DocumentStore, Query
 
 KIND = "rejected_event"
@@ -29,8 +30,12 @@ def set_aside(
     delivery_count: int,
 ) -> None:
     text = body.decode("utf-8", errors="replace")
+    # The message id came from outside (a webhook's delivery id) and may be exactly what made the event
+    # unstorable: the record's own id must be storable whatever it holds.
+    record_id = storable_id(message_id)
     record = {
-        "id": message_id,
+        "id": record_id,
+        "messageId": message_id,
         "kind": KIND,
         "caseId": case_id,
         "reason": reason,
@@ -39,11 +44,12 @@ def set_aside(
         "truncated": len(text) > MAX_BODY_CHARS,
         "deliveryCount": delivery_count,
     }
-    store.upsert("health", KIND, message_id, record)
+    store.upsert("health", KIND, record_id, record)
     log.warning("event %s set aside: %s", message_id, reason, extra={"caseId": case_id, "messageId": message_id})
 
 
 def rejected_events(store: DocumentStore, case_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     equals = {"caseId": case_id} if case_id is not None else {}
     docs = store.query("health", Query(partition=KIND, equals=equals, order_by_ts="desc", limit=limit))
-    return [{k: d.body.get(k) for k in ("id", "caseId", "reason", "fields", "body", "deliveryCount")} for d in docs]
+    keys = ("id", "messageId", "caseId", "reason", "fields", "body", "deliveryCount")
+    return [{k: d.body.get(k) for k in keys} for d in docs]

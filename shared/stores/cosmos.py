@@ -10,12 +10,14 @@ What this module promises, beyond the port:
   can check it. No azure type or azure error leaves this module.
 - ``Document.body`` never holds Cosmos system fields; ``etag`` is ``_etag`` and ``ts`` is ``_ts`` (whole
   seconds, the server's clock). :meth:`CosmosDocumentStore.now` reads that same clock.
-- Arguments the port forbids (partition not matching the body, id not matching ``doc_id``, ids Cosmos
-  cannot address, unsafe query field names) raise ``ValueError`` before any request is sent.
+- Arguments the port forbids (partition not matching the body, id not matching ``doc_id``, unsafe query
+  field names) raise ``ValueError``, and ids outside the project's id rule (``shared.core.ids``, which
+  covers what Cosmos cannot address) raise ``InvalidDocumentId``, before any request is sent.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
@@ -37,6 +39,7 @@ from shared.core.errors import (
     StoreError,
     StoreUnavailable,
 )
+from shared.core.ids import check_document_id
 from shared.core.ports import CONTAINERS, Document, Query, partition_of
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "TRANSIENT_ERRORS",
     "CosmosDocumentStore",
     "OnMissing",
+    "build_conditional_patch",
     "build_query",
     "cosmos_store_from_settings",
     "translate_error",
@@ -209,20 +213,16 @@ CLOCK_CONTAINER: Final = "health"
 CLOCK_ID: Final = "clock"
 """The document :meth:`CosmosDocumentStore.now` upserts (partition ``kind="clock"``) to read the clock."""
 
-# Cosmos DB refuses these in ids (and they would break the resource path of a point read anyway).
-_ILLEGAL_ID_CHARACTERS: Final = frozenset("/\\?#")
 # Field names are interpolated into SQL (parameters cannot name a property), so only identifier
 # characters are allowed; they are then written as c["name"] so that reserved words (value, order...)
 # also work.
 _FIELD_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _check_id(doc_id: str) -> None:
-    if not isinstance(doc_id, str) or not doc_id:
-        raise ValueError(f"document id must be a non-empty string, got {doc_id!r}")
-    bad = sorted(_ILLEGAL_ID_CHARACTERS.intersection(doc_id))
-    if bad:
-        raise ValueError(f"document id {doc_id!r} contains characters Cosmos DB forbids: {''.join(bad)!r}")
+def _check_id(container: str, doc_id: str) -> None:
+    # The project's one id rule (Cosmos DB's own ban on / \\ ? # included): a bad id raises
+    # InvalidDocumentId before a request is sent, exactly as on SQLite.
+    check_document_id(container, doc_id)
 
 
 def _prepare_body(container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -230,7 +230,7 @@ def _prepare_body(container: str, partition: str, doc_id: str, body: Mapping[str
 
     Raises ``ValueError`` when the container is unknown, when the body's ``id`` differs from ``doc_id``, or
     when the body's partition field is not ``partition``."""
-    _check_id(doc_id)
+    _check_id(container, doc_id)
     prepared = {key: value for key, value in body.items() if key not in SYSTEM_FIELDS}
     existing_id = prepared.setdefault("id", doc_id)
     if existing_id != doc_id:
@@ -318,6 +318,36 @@ def build_query(container: str, query: Query) -> tuple[str, list[dict[str, objec
             raise ValueError(f"order_by_ts must be 'asc', 'desc' or None, got {query.order_by_ts!r}")
         sql += f" ORDER BY c._ts {query.order_by_ts.upper()}"
     return sql, parameters
+
+
+def build_conditional_patch(
+    container: str, where: Mapping[str, Any], set_fields: Mapping[str, Any]
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The patch operations and the filter predicate of :meth:`CosmosDocumentStore.update_if`.
+
+    A filter predicate is SQL text without parameters, so each value is written as a JSON literal (a
+    string, a finite number, a boolean or null), which Cosmos SQL reads the same way; field names are
+    checked identifiers. Raises ``ValueError`` for anything else, and for setting ``id`` or the
+    partition key field (Cosmos cannot patch them)."""
+    if container not in CONTAINERS:
+        raise ValueError(f"unknown container {container!r}; known: {sorted(CONTAINERS)}")
+    if not set_fields:
+        raise ValueError("update_if needs at least one field to set")
+    for name in (*where, *set_fields):
+        if not isinstance(name, str) or not _FIELD_NAME.fullmatch(name) or name in SYSTEM_FIELDS:
+            raise ValueError(f"field {name!r} is not a plain identifier")
+        if name in ("id", CONTAINERS[container]):
+            raise ValueError(f"update_if may not test or set {name!r}")
+    operations = [{"op": "set", "path": f"/{name}", "value": value} for name, value in set_fields.items()]
+    conditions: list[str] = []
+    for name, value in where.items():
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            raise ValueError(f"condition on {name!r} must be a scalar, got {type(value).__name__}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"condition on {name!r} must be finite, got {value!r}")
+        conditions.append(f'c["{name}"] = {json.dumps(value)}')
+    predicate = "from c where " + " AND ".join(conditions) if conditions else None
+    return operations, predicate
 
 
 # --- the store ---------------------------------------------------------------------------------
@@ -444,7 +474,7 @@ class CosmosDocumentStore:
 
     def read(self, container: str, partition: str, doc_id: str) -> Document | None:
         """Point read; ``None`` when absent."""
-        _check_id(doc_id)
+        _check_id(container, doc_id)
         raw: Mapping[str, Any] | None = None
         with _translate(container, doc_id, on_missing="absent") as outcome:
             raw = self._container(container).read_item(item=doc_id, partition_key=partition)
@@ -477,6 +507,31 @@ class CosmosDocumentStore:
             )
         return _to_document(container, partition, raw)
 
+    def update_if(
+        self,
+        container: str,
+        partition: str,
+        doc_id: str,
+        *,
+        where: Mapping[str, Any],
+        set_fields: Mapping[str, Any],
+    ) -> Document:
+        """A patch (``set`` operations) with a filter predicate: Cosmos DB evaluates the predicate on the
+        primary, against the latest committed document, so success proves it held (a point read under
+        Session consistency could come from a lagging replica). 412 (predicate false) and 404 (gone) raise
+        ``ConcurrencyConflict``."""
+        _check_id(container, doc_id)
+        operations, predicate = build_conditional_patch(container, where, set_fields)
+        with _translate(container, doc_id, on_missing="conflict"):
+            raw = self._container(container).patch_item(
+                item=doc_id,
+                partition_key=partition,
+                patch_operations=operations,
+                filter_predicate=predicate,
+                no_response=False,
+            )
+        return _to_document(container, partition, raw)
+
     def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         """Create or overwrite unconditionally (last writer wins)."""
         prepared = _prepare_body(container, partition, doc_id, body)
@@ -488,7 +543,7 @@ class CosmosDocumentStore:
         """Delete; with ``etag``, only if the stored ETag equals it. ``True`` when deleted, ``False`` when
         absent (unconditional delete). Raises ``ConcurrencyConflict`` when ``etag`` does not match or the
         document is gone (a conditional delete of a missing document is a lost race, not a no-op)."""
-        _check_id(doc_id)
+        _check_id(container, doc_id)
         proxy_kwargs: dict[str, Any] = {}
         on_missing: OnMissing = "absent"
         if etag is not None:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from shared.core.errors import AlreadyExists, ConcurrencyConflict
-from shared.core.ports import CONTAINERS, Document, Query, partition_of
+from shared.core.ids import check_document_id
+from shared.core.ports import CONTAINERS, Document, Query, Scalar, partition_of
 from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -73,6 +74,7 @@ class SqliteDocumentStore:
             return self._read_in(conn, container, partition, doc_id)
 
     def read(self, container: str, partition: str, doc_id: str) -> Document | None:
+        check_document_id(container, doc_id)
         with translate_sqlite_errors():
             row = (
                 self._db.get()
@@ -102,6 +104,40 @@ class SqliteDocumentStore:
                 )
             return self._read_in(conn, container, partition, doc_id)
 
+    def update_if(
+        self,
+        container: str,
+        partition: str,
+        doc_id: str,
+        *,
+        where: Mapping[str, Scalar],
+        set_fields: Mapping[str, Any],
+    ) -> Document:
+        check_document_id(container, doc_id)
+        if not set_fields:
+            raise ValueError("update_if needs at least one field to set")
+        for name in (*where, *set_fields):
+            _check_field(name)
+            if name in ("id", CONTAINERS.get(container)):
+                raise ValueError(f"update_if may not test or set {name!r}")
+        assignments = ", ".join(f"'$.{name}', json(?)" for name in set_fields)
+        values = [json.dumps(value, separators=(",", ":"), allow_nan=False) for value in set_fields.values()]
+        conditions, args = _where_fields(where)
+        with self._db.write() as conn:
+            seq = self._next_seq(conn)
+            cur = conn.execute(
+                f"UPDATE documents SET body = json_set(body, {assignments}), etag = ?, ts = {_NOW}, seq = ? "
+                f"WHERE container = ? AND partition = ? AND id = ? {conditions}",
+                (*values, str(seq), seq, container, partition, doc_id, *args),
+            )
+            if cur.rowcount != 1:
+                raise ConcurrencyConflict(
+                    f"{container}/{doc_id} does not satisfy {dict(where)} (or is gone)",
+                    container=container,
+                    doc_id=doc_id,
+                )
+            return self._read_in(conn, container, partition, doc_id)
+
     def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         data = _checked(container, partition, doc_id, body)
         with self._db.write() as conn:
@@ -116,6 +152,7 @@ class SqliteDocumentStore:
             return self._read_in(conn, container, partition, doc_id)
 
     def delete(self, container: str, partition: str, doc_id: str, *, etag: str | None = None) -> bool:
+        check_document_id(container, doc_id)
         with self._db.write() as conn:
             row = conn.execute(
                 "SELECT etag FROM documents WHERE container = ? AND partition = ? AND id = ?",
@@ -138,16 +175,9 @@ class SqliteDocumentStore:
         if query.partition is not None:
             sql.append("AND partition = ?")
             args.append(query.partition)
-        for name, value in query.equals.items():
-            _check_field(name)
-            if name == "id":
-                sql.append("AND id = ?")
-                args.append(value)
-            elif value is None:
-                sql.append(f"AND json_extract(body, '$.{name}') IS NULL")
-            else:
-                sql.append(f"AND json_extract(body, '$.{name}') = ?")
-                args.append(int(value) if isinstance(value, bool) else value)
+        conditions, condition_args = _where_fields(query.equals)
+        sql.append(conditions)
+        args.extend(condition_args)
         if query.ts_before is not None:
             sql.append("AND ts < ?")
             args.append(query.ts_before)
@@ -204,11 +234,30 @@ class SqliteDocumentStore:
 def _checked(container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> str:
     if container not in CONTAINERS:
         raise ValueError(f"unknown container {container!r}")
+    # SQLite could store any id; it refuses what Cosmos DB cannot, so that both backends agree.
+    check_document_id(container, doc_id)
     if partition_of(container, body) != partition:
         raise ValueError(f"{container} document's partition field does not match {partition!r}")
     if body.get("id", doc_id) != doc_id:
         raise ValueError(f"body id {body.get('id')!r} does not match {doc_id!r}")
     return json.dumps({**body, "id": doc_id}, separators=(",", ":"), allow_nan=False)
+
+
+def _where_fields(equals: Mapping[str, Scalar]) -> tuple[str, list[Any]]:
+    """``AND``-ed SQL conditions for equality on top-level body fields (``id`` is the row's column)."""
+    sql: list[str] = []
+    args: list[Any] = []
+    for name, value in equals.items():
+        _check_field(name)
+        if name == "id":
+            sql.append("AND id = ?")
+            args.append(value)
+        elif value is None:
+            sql.append(f"AND json_extract(body, '$.{name}') IS NULL")
+        else:
+            sql.append(f"AND json_extract(body, '$.{name}') = ?")
+            args.append(int(value) if isinstance(value, bool) else value)
+    return " ".join(sql), args
 
 
 def _check_field(name: str) -> None:

@@ -63,6 +63,7 @@ from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_va
 from agent_framework.exceptions import WorkflowCheckpointException
 
 from shared.core.errors import AlreadyExists, CasekeeperError, ConcurrencyConflict
+from shared.core.ids import id_problem
 from shared.core.ports import Document, DocumentStore, Query
 
 logger = logging.getLogger("casekeeper.checkpoints")
@@ -81,8 +82,6 @@ _MAX_SEQUENCE_ATTEMPTS: Final = 8
 _MAX_BLOCKED_TYPES_REPORTED: Final = 16
 # The restricted unpickler's refusal names the type: "... blocked for type 'mod:Name'" (or "nested type").
 _BLOCKED_TYPE: Final = re.compile(r"blocked for (?:nested )?type '([^']+)'")
-# Cosmos DB refuses these in ids; checked here so both backends refuse the same ids the same way.
-_ILLEGAL_ID_CHARACTERS: Final = frozenset("/\\?#")
 
 UnusableKind = Literal["missing", "undecodable", "graph_changed"]
 
@@ -418,7 +417,7 @@ class CaseCheckpointStorage:
         return self._decode(docs[-1]) if docs else None
 
     def _delete(self, checkpoint_id: str) -> bool:
-        if checkpoint_id == SEQUENCE_DOC_ID or not _valid_id(checkpoint_id):
+        if checkpoint_id == SEQUENCE_DOC_ID or id_problem(checkpoint_id, max_length=255) is not None:
             return False
         return self._store.delete(CHECKPOINTS, self._case_id, checkpoint_id)
 
@@ -442,7 +441,7 @@ class CaseCheckpointStorage:
         return checkpoint
 
     def _read_checkpoint(self, checkpoint_id: str) -> Document | None:
-        if checkpoint_id == SEQUENCE_DOC_ID or not _valid_id(checkpoint_id):
+        if checkpoint_id == SEQUENCE_DOC_ID or id_problem(checkpoint_id, max_length=255) is not None:
             return None
         doc = self._store.read(CHECKPOINTS, self._case_id, checkpoint_id)
         if doc is None or doc.body.get("kind") != KIND_CHECKPOINT:
@@ -461,15 +460,9 @@ class CaseCheckpointStorage:
         return docs
 
     def _check_id(self, checkpoint_id: object) -> None:
-        if not isinstance(checkpoint_id, str) or not _valid_id(checkpoint_id) or checkpoint_id == SEQUENCE_DOC_ID:
-            raise WorkflowCheckpointException(
-                f"Checkpoint id {checkpoint_id!r} cannot be stored (empty, reserved, or contains one of "
-                f"{''.join(sorted(_ILLEGAL_ID_CHARACTERS))!r}); refusing to save"
-            )
-
-
-def _valid_id(doc_id: str) -> bool:
-    return bool(doc_id) and not _ILLEGAL_ID_CHARACTERS.intersection(doc_id)
+        problem = "is reserved" if checkpoint_id == SEQUENCE_DOC_ID else id_problem(checkpoint_id, max_length=255)
+        if problem is not None:
+            raise WorkflowCheckpointException(f"Checkpoint id {checkpoint_id!r} cannot be stored: it {problem}")
 
 
 def _order_key(doc: Document) -> tuple[int, float, str]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
-from shared.core.errors import AlreadyExists, ConcurrencyConflict
+from shared.core.errors import AlreadyExists, ConcurrencyConflict, InvalidDocumentId
 from shared.core.ports import DocumentStore, Query
 
 
@@ -113,3 +114,57 @@ def test_now_is_the_store_clock(store: DocumentStore) -> None:
     # Cosmos reports whole seconds; allow that resolution, no more.
     assert before - 1.0 <= doc.ts <= after + 1.0
     assert abs(after - time.time()) < 5.0
+
+
+def test_update_if_sets_fields_only_while_the_condition_holds(store: DocumentStore) -> None:
+    created = store.create("cases", "k1", "k1", {"id": "k1", "version": 3, "status": "open", "facts": {"a": 1}})
+    updated = store.update_if("cases", "k1", "k1", where={"version": 3}, set_fields={"gate": {"key": "e1"}})
+    assert updated.etag != created.etag
+    assert updated.body == {"id": "k1", "version": 3, "status": "open", "facts": {"a": 1}, "gate": {"key": "e1"}}
+    assert store.read("cases", "k1", "k1").body["gate"] == {"key": "e1"}  # type: ignore[union-attr]
+    with pytest.raises(ConcurrencyConflict):
+        store.update_if("cases", "k1", "k1", where={"version": 2}, set_fields={"gate": {"key": "e2"}})
+    # A string condition too (lower case: the Cosmos test server lower-cases filter predicates).
+    store.update_if("cases", "k1", "k1", where={"version": 3, "status": "open"}, set_fields={"n": 1})
+    with pytest.raises(ConcurrencyConflict):
+        store.update_if("cases", "k1", "k1", where={"status": "closed"}, set_fields={"n": 2})
+    final = store.read("cases", "k1", "k1")
+    assert final is not None and final.body["gate"] == {"key": "e1"} and final.body["n"] == 1
+
+
+def test_update_if_of_a_missing_document_conflicts(store: DocumentStore) -> None:
+    with pytest.raises(ConcurrencyConflict):
+        store.update_if("cases", "k9", "k9", where={"version": 1}, set_fields={"n": 1})
+
+
+def test_update_if_never_lets_two_racing_writers_both_pass_on_one_version(store: DocumentStore) -> None:
+    """The version gate's primitive: of writers that each move the version on, one per version wins."""
+    store.create("cases", "k1", "k1", {"id": "k1", "version": 1})
+    wins: list[int] = []
+    barrier = threading.Barrier(6)
+
+    def writer(i: int) -> None:
+        barrier.wait()
+        try:
+            store.update_if("cases", "k1", "k1", where={"version": 1}, set_fields={"version": 2, "by": i})
+            wins.append(i)
+        except ConcurrencyConflict:
+            pass
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert store.read("cases", "k1", "k1").body == {"id": "k1", "version": 2, "by": wins[0]}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("bad_id", ["INV/2026/0042", "a\\b", "what?", "x#1", " padded", "tab\there", ""])
+def test_every_backend_refuses_the_same_ids(store: DocumentStore, bad_id: str) -> None:
+    with pytest.raises(InvalidDocumentId):
+        store.create("cases", bad_id or "k", bad_id, {"id": bad_id, "version": 1})
+    with pytest.raises(InvalidDocumentId):
+        store.read("cases", "k", bad_id)
+    with pytest.raises(InvalidDocumentId):
+        store.upsert("health", "alert", bad_id, {"id": bad_id, "kind": "alert"})

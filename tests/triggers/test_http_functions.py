@@ -188,3 +188,31 @@ def test_health(functions: dict[str, Any], svc: Services) -> None:
 def test_the_secret_is_never_echoed(functions: dict[str, Any], svc: Services) -> None:
     _, body = call(functions, "events", signed_request(event(), secret="wrong"))
     assert SECRET not in json.dumps(body)
+
+
+BAD_IDS = ["INV/2026/0042", "back\\slash", "what?", "frag#1", " leading", "trailing ", "bell\x07", "x" * 129]
+
+
+@pytest.mark.parametrize("bad_id", BAD_IDS)
+def test_an_id_no_backend_can_store_is_refused_at_the_door_naming_the_field(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue, bad_id: str
+) -> None:
+    """Case ids, delivery ids and approval ids follow one rule (shared.core.ids), on every backend: an
+    id that would be accepted and then fail forever in the store gets a 400 instead."""
+    status, body = call(functions, "events", signed_request(event(caseId=bad_id, data={}, type="case.investigate")))
+    assert (status, list(body["fields"])) == (400, ["caseId"])
+    status, body = call(functions, "events", signed_request(event(), delivery=bad_id))
+    assert (status, list(body["fields"])) == (400, ["Casekeeper-Delivery"])
+    status, body = call(functions, "approvals", approval(bad_id, "apr-1", {}))
+    assert (status, list(body["fields"])) == (400, ["caseId"])
+    svc.cases.create("INV-1001", {})
+    status, body = call(functions, "approvals", approval("INV-1001", bad_id, {}))
+    assert (status, list(body["fields"])) == (400, ["requestId"])
+    req = func.HttpRequest(method="GET", url="http://localhost/api/cases/x", body=b"", route_params={"caseId": bad_id})
+    assert call(functions, "get_case", req)[0] == 400
+    assert queue.peek(QUEUE) == []
+
+
+def test_ids_with_inner_spaces_and_unicode_are_accepted(functions: dict[str, Any], svc: Services) -> None:
+    status, _ = call(functions, "events", signed_request(event(caseId="INV 2026 ÄÖ-42"), delivery="d 1"))
+    assert status == 202
