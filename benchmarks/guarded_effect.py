@@ -5,7 +5,8 @@
 One *effect* is the happy path of one external call and its status change, on a case of its own:
 
 ``guarded``
-    Casekeeper: ``Ledger.run`` (create the ``started`` row, read the case for the version gate, call,
+    Casekeeper: ``Ledger.run`` (create the ``started`` row, the version gate as a conditional write on the
+    case (linearizable, unlike a read), call,
     replace the row with ``done`` If-Match) then ``CaseRepository.commit_status(expected=outcome.case)``
     (replace the case If-Match, no read). Target: at most four round trips.
 ``unguarded``
@@ -112,6 +113,12 @@ class CountingStore:
     def replace(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str) -> Document:
         self._count("replace")
         return self.inner.replace(container, partition, doc_id, body, etag=etag)
+
+    def update_if(
+        self, container: str, partition: str, doc_id: str, *, where: Mapping[str, Any], set_fields: Mapping[str, Any]
+    ) -> Document:
+        self._count("update_if")
+        return self.inner.update_if(container, partition, doc_id, where=where, set_fields=set_fields)
 
     def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         self._count("upsert")

@@ -19,7 +19,7 @@ from typing import Any
 
 from shared.core.clock import Clock
 from shared.core.errors import AlreadyExists, CaseNotFound, ConcurrencyConflict
-from shared.core.ports import Document, DocumentStore
+from shared.core.ports import Document, DocumentStore, Query
 
 CASES = "cases"
 CASE_SCHEMA_VERSION = 1
@@ -39,6 +39,27 @@ class Transition:
     effect_key: str | None
     facts_changed: bool
     at: float
+    changes: dict[str, Any] | None = None
+    """The facts this transition changed, with their new values (``None`` when it changed none)."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """An effect that passed the version gate on ``version`` (rule R4). The case keeps it until a transition
+    naming the effect lands: its status commit, or its escalation to a person. So "an effect passed the
+    gate and its commit never followed" (a crash between the ledger's ``done`` and the commit, F5) is a
+    case with an open gate: a query on ``gateOpen`` finds exactly the stuck ones, however many effects
+    finished normally."""
+
+    effect_key: str
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"effectKey": self.effect_key, "version": self.version}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Gate:
+        return cls(effect_key=str(data["effectKey"]), version=int(data["version"]))
 
 
 @dataclass(frozen=True)
@@ -55,6 +76,8 @@ class Case:
     notes: tuple[dict[str, Any], ...]
     etag: str = field(repr=False)
     ts: float = field(repr=False)
+    gate: Gate | None = None
+    """The effect let through the version gate whose status commit (or escalation) has not landed yet."""
 
     @classmethod
     def from_document(cls, doc: Document) -> Case:
@@ -74,12 +97,14 @@ class Case:
                     effect_key=t.get("effectKey"),
                     facts_changed=bool(t.get("factsChanged", False)),
                     at=float(t.get("at", 0.0)),
+                    changes=dict(t["changes"]) if t.get("changes") else None,
                 )
                 for t in body.get("history") or ()
             ),
             notes=tuple(dict(n) for n in body.get("notes") or ()),
             etag=doc.etag,
             ts=doc.ts,
+            gate=Gate.from_json(body["gate"]) if body.get("gateOpen") and body.get("gate") else None,
         )
 
     def summary(self) -> dict[str, Any]:
@@ -99,6 +124,11 @@ class Case:
                 return transition
         return None
 
+    def transitions_of(self, effect_key: str) -> tuple[Transition, ...]:
+        """Every transition that names ``effect_key``: its status commit, an escalation. Never trimmed from
+        the history (see :func:`_trimmed`), so "did this effect's commit land?" has an exact answer."""
+        return tuple(t for t in self.history if t.effect_key == effect_key)
+
     def to_body(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -116,10 +146,12 @@ class Case:
                     "effectKey": t.effect_key,
                     "factsChanged": t.facts_changed,
                     "at": t.at,
+                    **({"changes": t.changes} if t.changes else {}),
                 }
                 for t in self.history
             ],
             "notes": list(self.notes),
+            **({"gate": self.gate.to_json(), "gateOpen": True} if self.gate is not None else {}),
         }
 
 
@@ -173,12 +205,12 @@ class CaseRepository:
         effect_key: str | None = None,
         data: Mapping[str, Any] | None = None,
         expected: Case | None = None,
-    ) -> bool:
+    ) -> Case | None:
         """Move the case to ``new_status`` if it is still at ``decided_on_version``.
 
-        Increments the version. Returns ``False`` when the case moved on (another writer got there
-        first, or the facts changed): the caller re-reads and decides again. ``expected``, a case read
-        just before (for instance by the ledger's version gate), saves a read on the happy path.
+        Increments the version and returns the case as written. Returns ``None`` when the case moved on
+        (another writer got there first, or the facts changed): the caller re-reads and decides again.
+        ``expected``, a case read just before (for instance by the version gate), saves a read.
         ``data`` fields are merged into the case's ``data`` in the same write.
         Raises ``CaseNotFound``; ``ConcurrencyConflict`` only if notes keep racing past the retry bound.
         """
@@ -198,20 +230,23 @@ class CaseRepository:
         reason: str,
         new_status: str | None = None,
         data: Mapping[str, Any] | None = None,
-    ) -> bool:
+        expected: Case | None = None,
+    ) -> Case | None:
         """Change facts (a PO edit, a credit note) if the case is at ``expected_version``; bumps the version.
 
-        Returns ``False`` when the case moved on. Raises ``CaseNotFound``.
+        Returns the case as written, or ``None`` when the case moved on. The transition records the
+        changed facts (``changes``). ``expected`` saves a read. Raises ``CaseNotFound``.
         """
 
         def mutate(case: Case) -> Case:
             facts = {**case.facts, **changes}
             merged = {**case.data, **(data or {})}
-            advanced = _advance(case, new_status or case.status, reason, None, self._clock.now(), data=merged)
-            history = (*advanced.history[:-1], _replace_facts_flag(advanced.history[-1]))
-            return _replace(advanced, facts=facts, history=history)
+            advanced = _advance(
+                case, new_status or case.status, reason, None, self._clock.now(), data=merged, changes=dict(changes)
+            )
+            return _replace(advanced, facts=facts)
 
-        return self._conditional(case_id, expected_version, mutate)
+        return self._conditional(case_id, expected_version, mutate, expected=expected)
 
     def escalate(
         self,
@@ -239,6 +274,47 @@ class CaseRepository:
                 return True
         raise ConcurrencyConflict(f"case {case_id!r} kept changing while escalating", container=CASES, doc_id=case_id)
 
+    def pass_gate(self, case_id: str, version: int, *, effect_key: str) -> Case | None:
+        """The version gate before an external call (rule R4): the case as it is now if it is still at
+        ``version``, else ``None``.
+
+        A conditional write, not a read: under Cosmos DB's Session consistency a read made by another
+        instance than the one that last wrote the case may come from a lagging replica and show a version
+        the case has already left, which would let a call through on facts that changed. A write's
+        condition is judged against the latest state. It records which effect passed (``gate``) and moves
+        the ETag but not the version; the returned case carries the new ETag, so the status commit that
+        follows needs no read. The gate stays open (:class:`Gate`) until a transition names the effect.
+        Raises ``StoreUnavailable``; a missing case is reported as ``None``."""
+        try:
+            doc = self._store.update_if(
+                CASES,
+                case_id,
+                case_id,
+                where={"version": version},
+                set_fields={"gate": Gate(effect_key, version).to_json(), "gateOpen": True},
+            )
+        except ConcurrencyConflict:
+            return None
+        return Case.from_document(doc)
+
+    def close_gate(self, case: Case) -> Case | None:
+        """Close an open gate whose effect will never commit (it was refused as stale on a retry, or is
+        gone), without moving the version. Returns the case, or ``None`` if it changed meanwhile."""
+        if case.gate is None:
+            return case
+        try:
+            doc = self._store.replace(CASES, case.id, case.id, _replace(case, gate=None).to_body(), etag=case.etag)
+        except ConcurrencyConflict:
+            return None
+        return Case.from_document(doc)
+
+    def with_open_gate(self, older_than: float) -> list[Case]:
+        """Cases whose open gate has not moved for ``older_than`` seconds (store clock): an effect passed the
+        version gate and neither its commit nor its escalation followed. Indexed; as large as what is stuck."""
+        cutoff = self._store.now() - older_than
+        docs = self._store.query(CASES, Query(equals={"gateOpen": True}, ts_before=cutoff, order_by_ts="asc"))
+        return [Case.from_document(d) for d in docs]
+
     def note(self, case_id: str, text: str, **fields: Any) -> Case:
         """Append an operator-facing note; does not move the version. Raises ``CaseNotFound``."""
         for _ in range(_MAX_CONFLICT_RETRIES):
@@ -258,15 +334,16 @@ class CaseRepository:
 
     def _conditional(
         self, case_id: str, version: int, mutate: Callable[[Case], Case], *, expected: Case | None = None
-    ) -> bool:
+    ) -> Case | None:
         case = expected if expected is not None and expected.id == case_id else self.require(case_id)
         for _ in range(_MAX_CONFLICT_RETRIES):
             if case.version != version:
-                return False
+                return None
             updated = mutate(case)
             try:
-                self._store.replace(CASES, case_id, case_id, updated.to_body(), etag=case.etag)
-                return True
+                return Case.from_document(
+                    self._store.replace(CASES, case_id, case_id, updated.to_body(), etag=case.etag)
+                )
             except ConcurrencyConflict:
                 # Someone wrote meanwhile: a commit (version moved: we lost) or a note (retry).
                 case = self.require(case_id)
@@ -274,17 +351,46 @@ class CaseRepository:
 
 
 def _advance(
-    case: Case, status: str, reason: str | None, effect_key: str | None, at: float, *, data: dict[str, Any]
+    case: Case,
+    status: str,
+    reason: str | None,
+    effect_key: str | None,
+    at: float,
+    *,
+    data: dict[str, Any],
+    changes: dict[str, Any] | None = None,
 ) -> Case:
     transition = Transition(
-        from_version=case.version, status=status, reason=reason, effect_key=effect_key, facts_changed=False, at=at
+        from_version=case.version,
+        status=status,
+        reason=reason,
+        effect_key=effect_key,
+        facts_changed=changes is not None,
+        at=at,
+        changes=changes,
     )
-    history = ((*case.history, transition))[-_HISTORY_LIMIT:]
-    return _replace(case, status=status, version=case.version + 1, history=history, data=data)
+    history = _trimmed((*case.history, transition))
+    # A transition naming the effect that passed the gate settles it; any other keeps the gate open.
+    gate = None if case.gate is not None and case.gate.effect_key == effect_key else case.gate
+    return _replace(case, status=status, version=case.version + 1, history=history, data=data, gate=gate)
 
 
-def _replace_facts_flag(t: Transition) -> Transition:
-    return replace(t, facts_changed=True)
+def _trimmed(history: tuple[Transition, ...]) -> tuple[Transition, ...]:
+    """The history, at most ``_HISTORY_LIMIT`` transitions, dropping the oldest that name no effect first.
+
+    Transitions that name an effect (its status commit, an escalation) are how anyone tells whether that
+    effect's commit landed; a case with many PO edits must not push them out. There are few of them: one
+    per supplier request and escalation."""
+    excess = len(history) - _HISTORY_LIMIT
+    if excess <= 0:
+        return history
+    kept: list[Transition] = []
+    for transition in history:
+        if excess > 0 and transition.effect_key is None:
+            excess -= 1
+            continue
+        kept.append(transition)
+    return tuple(kept)
 
 
 def _replace(case: Case, **changes: Any) -> Case:

@@ -249,9 +249,12 @@ class Ledger:
         return self._call_claimed(Effect.from_document(doc), call)
 
     def _call_claimed(self, effect: Effect, call: Call) -> EffectOutcome:
-        case = self._cases.get(effect.case_id)
-        current_version = case.version if case is not None else None
-        if current_version != effect.case_version:
+        # The gate is a conditional write, not a read (see CaseRepository.pass_gate): its success proves
+        # the case was still at the decided version at that moment, whatever replica a read would hit.
+        case = self._cases.pass_gate(effect.case_id, effect.case_version, effect_key=effect.key)
+        if case is None:
+            current = self._cases.get(effect.case_id)
+            current_version = current.version if current is not None else None
             # Close the claim: left started, reconciliation would later see an unknown outcome.
             reason = f"stale: decided on v{effect.case_version}, case is at v{current_version}"
             self._try_record(effect, EffectStatus.FAILED, reason=reason, stale=True, source="version-gate")
@@ -390,6 +393,14 @@ class Ledger:
     def age(self, effect: Effect) -> float:
         """Seconds since the effect last changed, by the store's clock."""
         return self._store.now() - effect.ts
+
+    def in_flight_for(self, effect: Effect) -> float | None:
+        """For a ``started`` effect still within its call timeout (store clock), the seconds left before
+        its outcome counts as unknown; ``None`` otherwise (any other status, or past the timeout)."""
+        if effect.status is not EffectStatus.STARTED:
+            return None
+        left = self.call_timeout - self.age(effect)
+        return left if left > 0 else None
 
     def record_outcome(
         self,

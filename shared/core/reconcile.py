@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.core.cases import CaseRepository
+from shared.core.commits import CommitFinisher
 from shared.core.errors import (
     EffectFailed,
     EffectInFlight,
@@ -94,47 +95,16 @@ class Reconciler:
 
     # --- done effects -------------------------------------------------------------------------------
 
+    @property
+    def finisher(self) -> CommitFinisher:
+        return CommitFinisher(self.cases, self.ledger, self.review_status)
+
     def finish_commit(self, effect: Effect) -> str:
-        """Make the case show a ``done`` effect's commit. Returns ``already``, ``committed``,
-        ``needs_review`` (the case moved on: a person decides) or ``no_intent``. Harmless to repeat."""
-        intent = effect.request.get("commit")
-        if effect.status is not EffectStatus.DONE or not isinstance(intent, Mapping):
-            return "no_intent"
-        case = self.cases.get(effect.case_id)
-        if case is None:
-            return "no_intent"
-        done = case.transition_from(effect.case_version)
-        if done is not None and done.effect_key == effect.key:
-            return "already"
+        """Make the case show a ``done`` effect's commit (see :class:`CommitFinisher`). Returns ``already``,
+        ``committed``, ``needs_review`` (the case moved on: a person decides) or ``no_intent``."""
         policy = self.policies.get(effect.action)
         data = policy.commit_data(effect) if policy is not None else {}
-        if intent.get("clearPendingApproval"):
-            data["pendingApproval"] = None
-        if case.version == effect.case_version:
-            committed = self.cases.commit_status(
-                effect.case_id,
-                effect.case_version,
-                str(intent["status"]),
-                reason=f"{intent.get('reason', '')} {RECONCILED_SUFFIX}".strip(),
-                effect_key=effect.key,
-                data=data,
-                expected=case,
-            )
-            if committed:
-                log.info(
-                    "case %s: commit of effect %s finished",
-                    effect.case_id,
-                    effect.key,
-                    extra={"caseId": effect.case_id, "effectKey": effect.key},
-                )
-                return "committed"
-            return self.finish_commit(effect)  # someone moved it meanwhile: look again
-        reason = (
-            f"effect {effect.action} ({effect.key[:12]}) happened on v{effect.case_version} "
-            f"but the case moved to v{case.version} before it was committed"
-        )
-        self._to_review(effect.case_id, reason, data, effect_key=effect.key)
-        return "needs_review"
+        return self.finisher.finish(effect, data=data, reason_suffix=RECONCILED_SUFFIX).outcome
 
     # --- started effects ----------------------------------------------------------------------------
 
@@ -240,9 +210,7 @@ class Reconciler:
         return RecheckResult("escalated", effect.key, effect.case_id, reason)
 
     def _to_review(self, case_id: str, reason: str, data: dict[str, Any], *, effect_key: str) -> None:
-        """Hand the case to a person, recording which effect caused it (once per effect)."""
-        if self.cases.get(case_id) is not None:
-            self.cases.escalate(case_id, self.review_status, reason, effect_key=effect_key, data=data)
+        self.finisher.to_review(case_id, reason, data, effect_key=effect_key)
 
     def _count_lookup_failure(self, effect: Effect, exc: OutcomeUnknown) -> int:
         doc_id = f"{effect.key}-{effect.attempts}"

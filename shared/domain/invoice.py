@@ -1,12 +1,10 @@
-"""The worked domain: invoice variance review (DESIGN.md section 4). Pure rules, no I/O.
+"""The worked domain: invoice variance review. The facts, the statuses and the actions; pure, no I/O.
 
-A case is one supplier invoice matched against its purchase order. The variance is
-``invoice amount - PO amount - credits received``. Within tolerance the invoice is approved;
-over-billed beyond it, a credit note is requested for the variance (a person approves first above
-the approval threshold); under-billed beyond it, a person reviews.
-
-Whoever proposes (these rules or a model), :func:`validate` checks the proposal against the facts
-before anything happens.
+A case is one supplier invoice matched against its purchase order. Its facts: the invoice and PO
+amounts, the currency, the credit notes received from the supplier, and the requests a person withdrew
+by hand. What may be asked of the supplier is computed from those facts and the credit notes already
+requested (:mod:`shared.domain.credit`, the money rule); how each fact event moves a case is in
+:mod:`shared.domain.transitions`.
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any
-
-from shared.core.errors import InvalidProposal
 
 CENT = Decimal("0.01")
 
@@ -34,14 +30,13 @@ class Status(StrEnum):
 class Action(StrEnum):
     APPROVE = "approve"
     REQUEST_CREDIT_NOTE = "request_credit_note"
+    AWAIT_CREDIT = "await_credit"
+    """Nothing more to ask: the credit notes already requested cover the over-billing; wait for them."""
     NEEDS_REVIEW = "needs_review"
 
 
 INVESTIGABLE = frozenset({Status.OPEN, Status.NEEDS_REVIEW})
 """Statuses in which an investigation may decide something."""
-
-REINVESTIGATE_ON_FACT_CHANGE = frozenset({Status.OPEN, Status.APPROVED, Status.AWAITING_APPROVAL, Status.NEEDS_REVIEW})
-"""Statuses whose decision is re-made when the facts change (a PO edit, an unexpected credit)."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +49,20 @@ class Rules:
 
 @dataclass(frozen=True)
 class Credit:
+    """A credit note received from the supplier, for its amount as issued."""
+
     credit_note_id: str
     amount: Decimal
+
+
+@dataclass(frozen=True)
+class Withdrawal:
+    """A credit-note request a person took off the books (settled by hand, cancelled with the supplier)."""
+
+    effect_key: str
+    by: str
+    why: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -67,14 +74,22 @@ class InvoiceFacts:
     po_amount: Decimal
     currency: str
     credits: tuple[Credit, ...] = field(default=())
+    withdrawn: tuple[Withdrawal, ...] = field(default=())
 
     @property
     def credits_total(self) -> Decimal:
         return sum((c.amount for c in self.credits), Decimal("0"))
 
     @property
+    def over_billed(self) -> Decimal:
+        """Invoice minus PO: what the facts justify asking back in all (negative when under-billed)."""
+        return self.invoice_amount - self.po_amount
+
+    @property
     def variance(self) -> Decimal:
-        return self.invoice_amount - self.po_amount - self.credits_total
+        """Over-billing not yet credited (ignores credit notes requested and not received: see
+        :mod:`shared.domain.credit` for what may still be requested)."""
+        return self.over_billed - self.credits_total
 
     @classmethod
     def from_dict(cls, facts: dict[str, Any]) -> InvoiceFacts:
@@ -89,6 +104,10 @@ class InvoiceFacts:
             credits=tuple(
                 Credit(str(c["creditNoteId"]), parse_amount(c["amount"], "amount")) for c in facts.get("credits") or ()
             ),
+            withdrawn=tuple(
+                Withdrawal(str(w["effectKey"]), str(w.get("by", "")), str(w.get("why", "")), float(w.get("at", 0)))
+                for w in facts.get("withdrawn") or ()
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,10 +119,14 @@ class InvoiceFacts:
             "poAmount": str(self.po_amount),
             "currency": self.currency,
             "credits": [{"creditNoteId": c.credit_note_id, "amount": str(c.amount)} for c in self.credits],
+            "withdrawn": [{"effectKey": w.effect_key, "by": w.by, "why": w.why, "at": w.at} for w in self.withdrawn],
         }
 
     def has_credit(self, credit_note_id: str) -> bool:
         return any(c.credit_note_id == credit_note_id for c in self.credits)
+
+    def is_withdrawn(self, effect_key: str) -> bool:
+        return any(w.effect_key == effect_key for w in self.withdrawn)
 
 
 @dataclass(frozen=True)
@@ -133,58 +156,3 @@ def parse_amount(value: object, name: str) -> Decimal:
         return Decimal(value)
     except InvalidOperation:  # unreachable after the pattern; kept so a bad edit fails loudly
         raise ValueError(f"{name} is not a decimal amount: {value!r}") from None
-
-
-def propose(facts: InvoiceFacts, rules: Rules) -> Proposal:
-    """The deterministic proposer: the rules of section 4, applied to the facts."""
-    variance = facts.variance
-    if abs(variance) <= rules.tolerance:
-        return Proposal(Action.APPROVE, rationale=f"variance {variance} within tolerance {rules.tolerance}")
-    if variance > 0:
-        return Proposal(
-            Action.REQUEST_CREDIT_NOTE,
-            amount=variance,
-            currency=facts.currency,
-            rationale=f"over-billed by {variance} {facts.currency}",
-        )
-    return Proposal(Action.NEEDS_REVIEW, rationale=f"under-billed by {-variance} {facts.currency}")
-
-
-def validate(proposal: Proposal, *, case_id: str, status: str, facts: InvoiceFacts, rules: Rules) -> Proposal:
-    """Check a proposal against the facts and the status; return it, or raise ``InvalidProposal``.
-
-    Allowed only in an investigable status; approve only within tolerance; a credit-note request
-    only for a positive amount at most the variance, in the invoice's currency.
-    """
-    detail = {"action": str(proposal.action), "amount": str(proposal.amount), "currency": proposal.currency}
-
-    def invalid(reason: str) -> InvalidProposal:
-        return InvalidProposal(reason, case_id=case_id, proposal=detail)
-
-    if status not in INVESTIGABLE:
-        raise invalid(f"no action is allowed while the case is {status}")
-    variance = facts.variance
-    if proposal.action is Action.APPROVE:
-        if abs(variance) > rules.tolerance:
-            raise invalid(f"approve proposed but variance {variance} exceeds tolerance {rules.tolerance}")
-    elif proposal.action is Action.REQUEST_CREDIT_NOTE:
-        if proposal.amount is None or proposal.amount <= 0:
-            raise invalid("a credit-note request needs a positive amount")
-        if proposal.amount > variance:
-            raise invalid(f"amount {proposal.amount} exceeds the variance {variance}")
-        if proposal.currency != facts.currency:
-            raise invalid(f"currency {proposal.currency} does not match the invoice's {facts.currency}")
-    return proposal
-
-
-def needs_approval(proposal: Proposal, rules: Rules) -> bool:
-    return (
-        proposal.action is Action.REQUEST_CREDIT_NOTE
-        and proposal.amount is not None
-        and proposal.amount > rules.approval_threshold
-    )
-
-
-def status_after_credit(facts: InvoiceFacts, rules: Rules) -> Status:
-    """Where a ``credit_requested`` case goes once a credit note arrives."""
-    return Status.CLOSED if abs(facts.variance) <= rules.tolerance else Status.NEEDS_REVIEW

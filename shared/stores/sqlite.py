@@ -2,16 +2,18 @@
 
 Every write runs in ``BEGIN IMMEDIATE``, so writers serialise on the database lock and a
 conditional write (compare the ETag, then write) is atomic across threads and processes. Each
-thread gets its own connection. ``ts`` comes from SQLite's clock inside the write, never from the
-caller. ``seq`` is a database-wide counter bumped by every write: it orders the change feed that the
-local host replays (Cosmos DB's change feed, in commit order), and doubles as the ETag.
+thread gets its own connection. ``ts`` comes from the store's clock inside the write (the machine's
+wall clock, or a test's clock), never from the caller. ``seq`` is a database-wide counter bumped by
+every write: it orders the change feed that the local host replays (Cosmos DB's change feed, in commit
+order), and doubles as the ETag.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,9 @@ from shared.core.ids import check_document_id
 from shared.core.ports import CONTAINERS, Document, Query, Scalar, partition_of
 from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
 
-_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+_NOW = "casekeeper_now()"
+"""The store's clock in SQL: the wall clock of the machine (every process sharing the file shares it), or
+the clock a test hands in."""
 _FIELD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 _SCHEMA = """
@@ -44,9 +48,17 @@ INSERT OR IGNORE INTO counters (name, value) VALUES ('seq', 0);
 class SqliteDocumentStore:
     """:class:`~shared.core.ports.DocumentStore` on one SQLite file."""
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout: float = 30.0, clock: Callable[[], float] | None = None
+    ) -> None:
+        """``clock`` replaces the wall clock as the store's clock (tests move time instead of sleeping)."""
         self.path = Path(path)
-        self._db = SqliteConnections(self.path, busy_timeout=busy_timeout, what="store")
+        now = clock or time.time
+
+        def register(conn: sqlite3.Connection) -> None:
+            conn.create_function("casekeeper_now", 0, lambda: float(now()))
+
+        self._db = SqliteConnections(self.path, busy_timeout=busy_timeout, what="store", on_connect=register)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with translate_sqlite_errors():
             self._db.get().executescript(_SCHEMA)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,8 +19,16 @@ from shared.core.errors import StoreError, StoreUnavailable
 
 
 class SqliteConnections:
-    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0, what: str = "store") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout: float = 30.0,
+        what: str = "store",
+        on_connect: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> None:
         self.path = Path(path)
+        self._on_connect = on_connect
         self._busy_timeout = busy_timeout
         self._what = what
         self._local = threading.local()
@@ -41,6 +49,8 @@ class SqliteConnections:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout * 1000)}")
+                if self._on_connect is not None:
+                    self._on_connect(conn)
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)

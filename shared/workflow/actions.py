@@ -1,57 +1,124 @@
-"""The one external action of the invoice domain, requesting a credit note, as the reconciler sees it.
+"""The invoice domain's one external action, requesting a credit note, built in one place.
 
-The supplier portal honours ``Idempotency-Key`` and can be asked by key, so an effect whose outcome
-is unknown is looked up, and if the supplier has no record of it, retried with the same key.
+:class:`CreditNoteCall` is everything the supplier is asked, built once by the commit step and stored
+as the effect's ``request``; the reconciler rebuilds the very same call from that record to retry it
+with the same key. The supplier portal honours ``Idempotency-Key`` and can be asked by key, so an
+effect whose outcome is unknown is looked up, and if the supplier has no record of it, retried.
+
+The ledger's effects of this action are also the case's credit-note *requests* for the money rule
+(:func:`credit_requests`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from shared.core.ledger import Call, Effect
+from shared.core.ledger import Call, Effect, EffectStatus
 from shared.core.reconcile import ActionPolicy
-from shared.domain.invoice import Action
+from shared.domain.credit import CreditRequest, Position, position
+from shared.domain.invoice import Action, InvoiceFacts
 
 REQUEST_CREDIT_NOTE = Action.REQUEST_CREDIT_NOTE.value
 
 
-def credit_request_data(
-    key: str, result: dict[str, Any] | None, amount: str | None, currency: str | None
-) -> dict[str, Any]:
-    """The case ``data`` written with the ``credit_requested`` commit, by the worker or the reconciler."""
-    return {
-        "creditRequest": {
-            "effectKey": key,
-            "creditNoteId": (result or {}).get("creditNoteId"),
-            "amount": amount,
-            "currency": currency,
-        }
-    }
+@dataclass(frozen=True)
+class CreditNoteCall:
+    """One credit-note request to the supplier. Amounts stay ``Decimal`` until the portal client writes
+    them on the wire."""
 
+    case_id: str
+    invoice_id: str
+    supplier_id: str
+    amount: Decimal
+    currency: str
 
-def credit_note_policy(supplier: Any) -> ActionPolicy:
-    """``supplier``: a ``SupplierPortal`` (``find_credit_note``, ``request_credit_note``)."""
-
-    def retry_call(effect: Effect) -> Call:
-        request = effect.request
+    def bind(self, supplier: Any) -> Call:
+        """The guarded call: receives the effect key and sends it as ``Idempotency-Key``. ``supplier`` is a
+        ``SupplierPortal`` (or anything with its ``request_credit_note``)."""
 
         def call(key: str) -> dict[str, Any]:
             result: dict[str, Any] = supplier.request_credit_note(
                 key,
-                case_id=effect.case_id,
-                invoice_id=str(request["invoiceId"]),
-                supplier_id=str(request["supplierId"]),
-                amount=Decimal(str(request["amount"])),
-                currency=str(request["currency"]),
+                case_id=self.case_id,
+                invoice_id=self.invoice_id,
+                supplier_id=self.supplier_id,
+                amount=self.amount,
+                currency=self.currency,
             )
             return result
 
         return call
 
-    def commit_data(effect: Effect) -> dict[str, Any]:
-        return credit_request_data(
-            effect.key, effect.result, effect.request.get("amount"), effect.request.get("currency")
+    def record(self, *, commit: Mapping[str, Any], basis: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The effect's ``request``: what a reconciler needs to look it up, retry it with the same key and
+        finish the status commit without the workflow (``commit``), and how the amount was computed
+        (``basis``, the money rule's numbers at the decision)."""
+        return {
+            "amount": str(self.amount),
+            "currency": self.currency,
+            "invoiceId": self.invoice_id,
+            "supplierId": self.supplier_id,
+            "commit": dict(commit),
+            **({"basis": dict(basis)} if basis else {}),
+        }
+
+    @classmethod
+    def from_effect(cls, effect: Effect) -> CreditNoteCall:
+        request = effect.request
+        return cls(
+            case_id=effect.case_id,
+            invoice_id=str(request["invoiceId"]),
+            supplier_id=str(request["supplierId"]),
+            amount=Decimal(str(request["amount"])),
+            currency=str(request["currency"]),
         )
 
-    return ActionPolicy(lookup=supplier.find_credit_note, retry_call=retry_call, commit_data=commit_data)
+
+def credit_request_data(effect: Effect) -> dict[str, Any]:
+    """The case ``data`` written with the ``credit_requested`` commit, by the worker or the reconciler."""
+    return {
+        "creditRequest": {
+            "effectKey": effect.key,
+            "creditNoteId": (effect.result or {}).get("creditNoteId"),
+            "amount": effect.request.get("amount"),
+            "currency": effect.request.get("currency"),
+        }
+    }
+
+
+def credit_requests(effects: Iterable[Effect]) -> tuple[CreditRequest, ...]:
+    """The case's credit-note requests for the money rule: every effect of this action that may have
+    reached the supplier. A refused or stale effect (``failed``) never asked for anything."""
+    requests: list[CreditRequest] = []
+    for effect in effects:
+        if effect.action != REQUEST_CREDIT_NOTE or effect.status is EffectStatus.FAILED:
+            continue
+        done = effect.status is EffectStatus.DONE
+        note_id = (effect.result or {}).get("creditNoteId") if done else None
+        requests.append(
+            CreditRequest(
+                effect_key=effect.key,
+                amount=Decimal(str(effect.request.get("amount", "0"))),
+                decided_on_version=effect.case_version,
+                known=done,
+                credit_note_id=str(note_id) if note_id else None,
+            )
+        )
+    return tuple(requests)
+
+
+def money_position(facts: Mapping[str, Any], effects: Iterable[Effect]) -> Position:
+    """The money rule's numbers for a case's facts and its ledger effects (the case view's ``credit``)."""
+    return position(InvoiceFacts.from_dict(dict(facts)), credit_requests(effects))
+
+
+def credit_note_policy(supplier: Any) -> ActionPolicy:
+    """``supplier``: a ``SupplierPortal`` (``find_credit_note``, ``request_credit_note``)."""
+    return ActionPolicy(
+        lookup=supplier.find_credit_note,
+        retry_call=lambda effect: CreditNoteCall.from_effect(effect).bind(supplier),
+        commit_data=credit_request_data,
+    )

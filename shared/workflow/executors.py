@@ -3,7 +3,8 @@
 The model proposes, code commits. Every executor may be replayed after a crash (a resume replays the
 whole superstep that was running), so each one is written to be safe to run twice:
 
-- intake and propose only read;
+- intake reads, and finishes a status commit a crash left behind (idempotent, see ``CommitFinisher``);
+- propose only reads;
 - the gate's "awaiting approval" commit is conditional on the version, and a replay that finds it
   already applied asks again with the same deterministic request id;
 - commit runs its effect through the ledger (a replay gets the recorded result) and its status
@@ -24,21 +25,14 @@ from typing import Any, Never
 from agent_framework import Executor, WorkflowContext, handler, response_handler
 
 from shared.core.cases import Case, CaseRepository
+from shared.core.commits import CommitFinisher, FinishResult
 from shared.core.errors import EffectFailed, EffectInFlight, InvalidProposal, NeedsReconciliation, StaleDecision
 from shared.core.keys import approval_request_id, effect_key
-from shared.core.ledger import OPEN_STATUSES, Effect, EffectOutcome, EffectStatus, Ledger
-from shared.domain.invoice import (
-    INVESTIGABLE,
-    Action,
-    InvoiceFacts,
-    Proposal,
-    Rules,
-    Status,
-    needs_approval,
-    validate,
-)
+from shared.core.ledger import OPEN_STATUSES, Effect, EffectStatus, Ledger
+from shared.domain.credit import CreditRequest, needs_approval, position, status_for, validate
+from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Rules, Status
 from shared.telemetry import Telemetry
-from shared.workflow.actions import credit_request_data
+from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall, credit_request_data, credit_requests
 from shared.workflow.messages import (
     AnswerWithoutCheckpoint,
     ApprovalAnswer,
@@ -52,32 +46,25 @@ from shared.workflow.messages import (
 )
 from shared.workflow.proposers import Proposer
 
-CREDIT_NOTE_ACTION = Action.REQUEST_CREDIT_NOTE.value
-
-
-class SupplierCalls:
-    """What the commit step needs from the supplier portal (``shared.supplier.portal.SupplierPortal``)."""
-
-    def request_credit_note(
-        self, key: str, *, case_id: str, invoice_id: str, supplier_id: str, amount: Decimal, currency: str
-    ) -> dict[str, Any]:
-        raise NotImplementedError
-
 
 @dataclass
 class WorkflowDeps:
     cases: CaseRepository
     ledger: Ledger
-    supplier: Any  # SupplierCalls-shaped; typed loosely so a test can hand in the real portal or a stub
+    supplier: Any  # a SupplierPortal (request_credit_note, find_credit_note), or a test's stand-in
     proposer: Proposer
     rules: Rules
     probe: Callable[[str], None] = lambda point: None
     """Called at named points (``F5``, ``F6``); the crash tests kill the process there."""
     telemetry: Telemetry = field(default_factory=Telemetry)
 
+    @property
+    def finisher(self) -> CommitFinisher:
+        return CommitFinisher(self.cases, self.ledger)
+
 
 class Intake(Executor):
-    """Load the case and its facts; stop early when there is nothing to decide."""
+    """Load the case and its effects; stop early when there is nothing to decide, or nothing safe to."""
 
     def __init__(self, deps: WorkflowDeps, id: str = "intake") -> None:
         super().__init__(id=id)
@@ -85,39 +72,36 @@ class Intake(Executor):
 
     @handler
     async def on_investigate(self, msg: Investigate, ctx: WorkflowContext[CaseSnapshot, RunOutcome]) -> None:
-        case = await asyncio.to_thread(self._deps.cases.get, msg.case_id)
+        deps = self._deps
+        case = await asyncio.to_thread(deps.cases.get, msg.case_id)
         if case is None:
             await ctx.yield_output(RunOutcome(msg.case_id, "ignored", detail="no such case"))
             return
         if case.status not in INVESTIGABLE:
-            await ctx.yield_output(
-                RunOutcome(
-                    case.id,
-                    "nothing_to_do",
-                    status=case.status,
-                    version=case.version,
-                    detail=f"case is {case.status}; only open or needs_review cases are investigated",
-                )
-            )
+            await ctx.yield_output(_not_investigable(case))
             return
+        effects = await asyncio.to_thread(deps.ledger.for_case, case.id)
+        # A done effect whose status commit never landed (a crash between the two writes: the case's gate
+        # is still open on it) is finished first: deciding before it would ignore what it did.
+        gate = case.gate
+        unfinished = [e for e in effects if gate and e.key == gate.effect_key and e.status is EffectStatus.DONE]
+        for effect in unfinished:
+            finished = await asyncio.to_thread(deps.finisher.finish, effect, data=credit_request_data(effect))
+            if finished.outcome in ("committed", "needs_review"):
+                after = await self._current(finished.case, case.id)
+                detail = f"finished the commit of effect {effect.key[:12]} a crash had left ({finished.outcome})"
+                outcome = RunOutcome(after.id, "committed", after.status, after.version, detail, effect.key)
+                await ctx.yield_output(outcome)
+                return
         # An effect whose outcome nobody knows yet may have happened: deciding again would act a second
         # time under a new key. Reconciliation (or a person) settles it first (rules R3, R4).
-        effects = await asyncio.to_thread(self._deps.ledger.for_case, case.id)
-        unsettled = [e for e in effects if e.status in OPEN_STATUSES or _done_but_uncommitted(e, case)]
-        for effect in unsettled:
-            if effect.status is EffectStatus.STARTED:
-                age = await asyncio.to_thread(self._deps.ledger.age, effect)
-                if age < self._deps.ledger.call_timeout:
-                    # Mid-call in another attempt: look again when it has had its time (the caller
-                    # reschedules; R3).
-                    raise EffectInFlight(
-                        key=effect.key,
-                        case_id=effect.case_id,
-                        action=effect.action,
-                        retry_after=self._deps.ledger.call_timeout - age,
-                    )
-        if unsettled:
-            effect = unsettled[0]
+        for effect in (e for e in effects if e.status in OPEN_STATUSES):
+            remaining = await asyncio.to_thread(deps.ledger.in_flight_for, effect)
+            if remaining is not None:
+                # Mid-call in another attempt: look again when it has had its time (the caller reschedules).
+                raise EffectInFlight(
+                    key=effect.key, case_id=effect.case_id, action=effect.action, retry_after=remaining
+                )
             detail = (
                 f"effect {effect.action} ({effect.key[:12]}, decided on v{effect.case_version}) is "
                 f"{effect.status.value}: it is settled before the case is decided again"
@@ -126,7 +110,11 @@ class Intake(Executor):
                 RunOutcome(case.id, "waiting_for_reconciliation", case.status, case.version, detail, effect.key)
             )
             return
-        await ctx.send_message(CaseSnapshot(case.id, case.version, case.status, case.facts))
+        requests = [r.to_json() for r in credit_requests(effects)]
+        await ctx.send_message(CaseSnapshot(case.id, case.version, case.status, case.facts, requests))
+
+    async def _current(self, known: Case | None, case_id: str) -> Case:
+        return known if known is not None else await asyncio.to_thread(self._deps.cases.require, case_id)
 
     @handler
     async def on_answer(self, msg: AnswerWithoutCheckpoint, ctx: WorkflowContext[RebuiltAnswer, RunOutcome]) -> None:
@@ -139,7 +127,7 @@ class Intake(Executor):
 
 
 class Propose(Executor):
-    """Ask the proposer (rules or model), then validate the proposal against the facts."""
+    """Ask the proposer (rules or model), then validate the proposal against the money rule."""
 
     def __init__(self, deps: WorkflowDeps, id: str = "propose") -> None:
         super().__init__(id=id)
@@ -147,21 +135,32 @@ class Propose(Executor):
 
     @handler
     async def on_snapshot(self, snap: CaseSnapshot, ctx: WorkflowContext[Proposed]) -> None:
-        proposer = self._deps.proposer
+        proposer, rules = self._deps.proposer, self._deps.rules
         try:
             facts = InvoiceFacts.from_dict(snap.facts)
-            proposal = await proposer.propose(snap.case_id, facts, self._deps.rules)
-            validate(proposal, case_id=snap.case_id, status=snap.status, facts=facts, rules=self._deps.rules)
-        except InvalidProposal as exc:
-            await ctx.send_message(Proposed(snap, "invalid", None, None, "", proposer.name, invalid_reason=exc.reason))
-            return
+            pos = position(facts, [CreditRequest.from_json(r) for r in snap.requests])
         except (KeyError, ValueError) as exc:
             reason = f"the case's facts are incomplete: {exc}"
             await ctx.send_message(Proposed(snap, "invalid", None, None, "", proposer.name, invalid_reason=reason))
             return
-        amount = str(proposal.amount) if proposal.amount is not None else None
+        basis = pos.to_json()
+        try:
+            proposal = await proposer.propose(snap.case_id, facts, pos, rules)
+            validate(proposal, case_id=snap.case_id, status=snap.status, pos=pos, rules=rules)
+        except InvalidProposal as exc:
+            invalid = Proposed(snap, "invalid", None, None, "", proposer.name, invalid_reason=exc.reason, basis=basis)
+            await ctx.send_message(invalid)
+            return
         await ctx.send_message(
-            Proposed(snap, proposal.action.value, amount, proposal.currency, proposal.rationale, proposer.name)
+            Proposed(
+                snap,
+                proposal.action.value,
+                proposal.amount,
+                proposal.currency,
+                proposal.rationale,
+                proposer.name,
+                basis=basis,
+            )
         )
 
 
@@ -178,23 +177,17 @@ class ApprovalGate(Executor):
         if p.invalid_reason is not None:
             reason = f"invalid proposal from {p.proposer}: {p.invalid_reason}"
             await ctx.send_message(CommitOrder(snap.case_id, snap.version, Status.NEEDS_REVIEW, reason))
-        elif p.action == Action.APPROVE:
-            await ctx.send_message(CommitOrder(snap.case_id, snap.version, Status.APPROVED, p.rationale))
-        elif p.action == Action.NEEDS_REVIEW:
-            await ctx.send_message(CommitOrder(snap.case_id, snap.version, Status.NEEDS_REVIEW, p.rationale))
-        elif not needs_approval(_proposal_amount(p), self._deps.rules):
-            order = CommitOrder(
-                snap.case_id,
-                snap.version,
-                Status.CREDIT_REQUESTED,
-                p.rationale,
-                CREDIT_NOTE_ACTION,
-                p.amount,
-                p.currency,
-            )
-            await ctx.send_message(order)
-        else:
+            return
+        action = Action(p.action)
+        if action is not Action.REQUEST_CREDIT_NOTE:
+            await ctx.send_message(CommitOrder(snap.case_id, snap.version, status_for(action), p.rationale))
+        elif needs_approval(Proposal(action, amount=p.amount, currency=p.currency), self._deps.rules):
             await self._ask(p, ctx)
+        else:
+            facts = InvoiceFacts.from_dict(snap.facts)
+            await ctx.send_message(
+                _credit_order(snap.case_id, snap.version, facts, p.amount, p.rationale, basis=p.basis)
+            )
 
     async def _ask(self, p: Proposed, ctx: WorkflowContext[CommitOrder, RunOutcome]) -> None:
         snap = p.snapshot
@@ -204,10 +197,11 @@ class ApprovalGate(Executor):
             case_version=asked_on,
             request_id=approval_request_id(snap.case_id, p.action, asked_on),
             action=p.action,
-            amount=p.amount or "0",
+            amount=p.amount or Decimal("0"),
             currency=p.currency or "",
             facts=snap.facts,
             rationale=p.rationale,
+            basis=p.basis,
         )
         cases = self._deps.cases
         committed = await asyncio.to_thread(
@@ -218,7 +212,7 @@ class ApprovalGate(Executor):
             reason=f"approval requested for {request.amount} {request.currency}",
             data={"pendingApproval": request.to_json()},
         )
-        if not committed:
+        if committed is None:
             case = await asyncio.to_thread(cases.require, snap.case_id)
             pending = case.data.get("pendingApproval") or {}
             if pending.get("requestId") != request.request_id or case.status != Status.AWAITING_APPROVAL:
@@ -253,7 +247,8 @@ class ApprovalGate(Executor):
         self, request: ApprovalRequest, answer: ApprovalAnswer, ctx: WorkflowContext[CommitOrder, RunOutcome]
     ) -> None:
         # Re-read before doing anything: the answer may be days old (rule R6).
-        case = await asyncio.to_thread(self._deps.cases.require, request.case_id)
+        deps = self._deps
+        case = await asyncio.to_thread(deps.cases.require, request.case_id)
         pending = case.data.get("pendingApproval") or {}
         extra = _answer_extra(answer)
         if case.status != Status.AWAITING_APPROVAL or pending.get("requestId") != answer.request_id:
@@ -264,21 +259,26 @@ class ApprovalGate(Executor):
             await ctx.yield_output(RunOutcome(case.id, "stale_answer", case.status, case.version, detail, extra=extra))
             return
         who = answer.approver
-        if answer.decision == "approve":
-            order = CommitOrder(
-                case.id,
-                case.version,
-                Status.CREDIT_REQUESTED,
-                f"approved by {who}",
-                CREDIT_NOTE_ACTION,
-                request.amount,
-                request.currency,
-                clear_pending_approval=True,
-            )
-        else:
+        if answer.decision != "approve":
             order = CommitOrder(
                 case.id, case.version, Status.NEEDS_REVIEW, f"rejected by {who}", clear_pending_approval=True
             )
+            await ctx.send_message(order)
+            return
+        # The money rule once more, on the case as it is now: the approver saw these facts, but a request
+        # must never exceed what may still be requested at the version it is made on.
+        facts = InvoiceFacts.from_dict(case.facts)
+        effects = await asyncio.to_thread(deps.ledger.for_case, case.id)
+        pos = position(facts, credit_requests(effects))
+        if request.amount > pos.remaining:
+            reason = f"approved by {who}, but {request.amount} exceeds what may still be requested ({pos.remaining})"
+            await ctx.send_message(
+                CommitOrder(case.id, case.version, Status.NEEDS_REVIEW, reason, clear_pending_approval=True)
+            )
+            return
+        order = _credit_order(
+            case.id, case.version, facts, request.amount, f"approved by {who}", basis=pos.to_json(), approval=True
+        )
         await ctx.send_message(order)
 
 
@@ -291,140 +291,129 @@ class Commit(Executor):
 
     @handler
     async def on_order(self, order: CommitOrder, ctx: WorkflowContext[Never, RunOutcome]) -> None:
+        if order.action is None:
+            await ctx.yield_output(await self._commit(order))
+            return
         deps = self._deps
-        data: dict[str, Any] = {"pendingApproval": None} if order.clear_pending_approval else {}
-        key: str | None = None
-        expected: Case | None = None
-        target, reason = order.target_status, order.reason
-        if order.action is not None:
-            key = effect_key(order.case_id, order.action, order.decided_on_version)
-            try:
-                with deps.telemetry.span(
-                    f"effect {order.action}",
-                    {
-                        "casekeeper.case_id": order.case_id,
-                        "casekeeper.effect_key": key,
-                        "casekeeper.case_version": order.decided_on_version,
-                    },
-                ):
-                    outcome = await asyncio.to_thread(self._run_effect, order)
-            except StaleDecision as exc:
-                case = await asyncio.to_thread(deps.cases.require, order.case_id)
-                await ctx.yield_output(_superseded(case, str(exc), effect_key=key))
-                return
-            except NeedsReconciliation as exc:
-                case = await asyncio.to_thread(deps.cases.require, order.case_id)
-                await ctx.yield_output(
-                    RunOutcome(case.id, "waiting_for_reconciliation", case.status, case.version, exc.reason, key)
-                )
-                return
-            except EffectFailed as exc:
-                target, reason, outcome = Status.NEEDS_REVIEW, f"credit-note request refused: {exc.reason}", None
-            if outcome is not None:
-                expected = outcome.case
-                data.update(credit_request_data(key, outcome.result, order.amount, order.currency))
-        deps.probe("F5")
-        with deps.telemetry.span(
-            "commit_status",
-            {
-                "casekeeper.case_id": order.case_id,
-                "casekeeper.case_version": order.decided_on_version,
-                "casekeeper.status": target,
-            },
-        ) as span:
-            committed = await asyncio.to_thread(
-                deps.cases.commit_status,
+        attributes = {
+            "casekeeper.case_id": order.case_id,
+            "casekeeper.case_version": order.decided_on_version,
+            "casekeeper.effect_key": effect_key(order.case_id, order.action, order.decided_on_version),
+        }
+        try:
+            with deps.telemetry.span(f"effect {order.action}", attributes):
+                effect, gated = await asyncio.to_thread(self._run_effect, order)
+        except StaleDecision as exc:
+            case = await asyncio.to_thread(deps.cases.require, order.case_id)
+            await ctx.yield_output(_superseded(case, str(exc), effect_key=exc.key))
+            return
+        except NeedsReconciliation as exc:
+            case = await asyncio.to_thread(deps.cases.require, order.case_id)
+            await ctx.yield_output(
+                RunOutcome(case.id, "waiting_for_reconciliation", case.status, case.version, exc.reason, exc.key)
+            )
+            return
+        except EffectFailed as exc:
+            refused = CommitOrder(
                 order.case_id,
                 order.decided_on_version,
-                target,
-                reason=reason,
-                effect_key=key,
-                data=data,
-                expected=expected,
+                Status.NEEDS_REVIEW,
+                f"credit-note request refused: {exc.reason}",
+                clear_pending_approval=order.clear_pending_approval,
             )
-            span.set_attribute("casekeeper.committed", committed)
+            await ctx.yield_output(await self._commit(refused, effect_key=exc.key))
+            return
+        deps.probe("F5")
+        with deps.telemetry.span("commit_status", attributes) as span:
+            finished = await asyncio.to_thread(
+                deps.finisher.finish, effect, data=credit_request_data(effect), expected=gated
+            )
+            span.set_attribute("casekeeper.committed", finished.outcome)
         deps.probe("F6")
-        case = await asyncio.to_thread(deps.cases.require, order.case_id)
-        if committed:
-            await ctx.yield_output(RunOutcome(case.id, "committed", case.status, case.version, reason, key))
-            return
-        done = case.transition_from(order.decided_on_version)
-        if done is not None and done.status == target and done.effect_key == key:
-            detail = f"already committed: {target} on v{order.decided_on_version}"
-            await ctx.yield_output(RunOutcome(case.id, "already_applied", case.status, case.version, detail, key))
-            return
-        deps.telemetry.lost_commit("commit")
-        if key is not None:
-            effect = await asyncio.to_thread(deps.ledger.get, order.case_id, key)
-            if effect is not None and effect.status is EffectStatus.DONE:
-                # The effect happened, but the case moved on before its commit: deciding again would act
-                # a second time under a new key. A person looks instead (rule R4).
-                reason = (
-                    f"effect {effect.action} ({key[:12]}) happened on v{order.decided_on_version} but the case "
-                    f"moved to v{case.version} before it was committed"
-                )
-                await asyncio.to_thread(deps.cases.escalate, order.case_id, Status.NEEDS_REVIEW, reason, effect_key=key)
-                after = await asyncio.to_thread(deps.cases.require, order.case_id)
-                await ctx.yield_output(RunOutcome(after.id, "needs_review", after.status, after.version, reason, key))
-                return
-        await ctx.yield_output(
-            _superseded(case, f"another writer moved the case from v{order.decided_on_version}", key)
-        )
+        await ctx.yield_output(await self._outcome(order, effect, finished))
 
-    def _run_effect(self, order: CommitOrder) -> EffectOutcome:
-        deps = self._deps
-        case = deps.cases.require(order.case_id)
-        facts = InvoiceFacts.from_dict(case.facts)
-        amount = Decimal(order.amount or "0")
-        currency = order.currency or facts.currency
-        # Everything a reconciler needs to look the effect up, retry it with the same key, and finish
-        # the status commit, without re-running the workflow.
-        request = {
-            "amount": str(amount),
-            "currency": currency,
-            "invoiceId": facts.invoice_id,
-            "supplierId": facts.supplier_id,
-            "commit": {
-                "status": order.target_status,
-                "reason": order.reason,
-                "clearPendingApproval": order.clear_pending_approval,
-            },
+    def _run_effect(self, order: CommitOrder) -> tuple[Effect, Case | None]:
+        assert order.amount is not None and order.invoice_id and order.supplier_id and order.currency
+        call = CreditNoteCall(order.case_id, order.invoice_id, order.supplier_id, order.amount, order.currency)
+        intent = {
+            "status": order.target_status,
+            "reason": order.reason,
+            "clearPendingApproval": order.clear_pending_approval,
         }
-
-        def call(key: str) -> dict[str, Any]:
-            result: dict[str, Any] = deps.supplier.request_credit_note(
-                key,
-                case_id=order.case_id,
-                invoice_id=facts.invoice_id,
-                supplier_id=facts.supplier_id,
-                amount=amount,
-                currency=currency,
-            )
-            return result
-
-        return deps.ledger.run(
+        outcome = self._deps.ledger.run(
             case_id=order.case_id,
-            action=order.action or CREDIT_NOTE_ACTION,
+            action=order.action or REQUEST_CREDIT_NOTE,
             decided_on_version=order.decided_on_version,
-            call=call,
-            request=request,
+            call=call.bind(self._deps.supplier),
+            request=call.record(commit=intent, basis=order.basis),
         )
+        return outcome.effect, outcome.case
+
+    async def _outcome(self, order: CommitOrder, effect: Effect, finished: FinishResult) -> RunOutcome:
+        case = finished.case
+        if case is None:
+            case = await asyncio.to_thread(self._deps.cases.require, order.case_id)
+        if finished.outcome == "committed":
+            return RunOutcome(case.id, "committed", case.status, case.version, order.reason, effect.key)
+        if finished.outcome == "already":
+            detail = f"already committed: {order.target_status} on v{order.decided_on_version}"
+            return RunOutcome(case.id, "already_applied", case.status, case.version, detail, effect.key)
+        self._deps.telemetry.lost_commit("commit")
+        detail = f"effect {effect.key[:12]} happened on v{effect.case_version}; the case moved on: a person decides"
+        return RunOutcome(case.id, "needs_review", case.status, case.version, detail, effect.key)
+
+    async def _commit(self, order: CommitOrder, *, effect_key: str | None = None) -> RunOutcome:
+        """A status change without an effect (or after a refused one), conditional on the version."""
+        deps = self._deps
+        data = {"pendingApproval": None} if order.clear_pending_approval else {}
+        committed = await asyncio.to_thread(
+            deps.cases.commit_status,
+            order.case_id,
+            order.decided_on_version,
+            order.target_status,
+            reason=order.reason,
+            effect_key=effect_key,
+            data=data,
+        )
+        if committed is not None:
+            return RunOutcome(committed.id, "committed", committed.status, committed.version, order.reason, effect_key)
+        case = await asyncio.to_thread(deps.cases.require, order.case_id)
+        done = case.transition_from(order.decided_on_version)
+        if done is not None and done.status == order.target_status and done.effect_key == effect_key:
+            detail = f"already committed: {order.target_status} on v{order.decided_on_version}"
+            return RunOutcome(case.id, "already_applied", case.status, case.version, detail, effect_key)
+        deps.telemetry.lost_commit("commit")
+        return _superseded(case, f"another writer moved the case from v{order.decided_on_version}", effect_key)
 
 
-def _proposal_amount(p: Proposed) -> Proposal:
-    return Proposal(Action(p.action), amount=Decimal(p.amount) if p.amount else None, currency=p.currency)
+def _credit_order(
+    case_id: str,
+    version: int,
+    facts: InvoiceFacts,
+    amount: Decimal | None,
+    reason: str,
+    *,
+    basis: dict[str, Any],
+    approval: bool = False,
+) -> CommitOrder:
+    return CommitOrder(
+        case_id,
+        version,
+        Status.CREDIT_REQUESTED,
+        reason,
+        REQUEST_CREDIT_NOTE,
+        amount,
+        facts.currency,
+        clear_pending_approval=approval,
+        invoice_id=facts.invoice_id,
+        supplier_id=facts.supplier_id,
+        basis=basis,
+    )
 
 
-def _done_but_uncommitted(effect: Effect, case: Case) -> bool:
-    """A ``done`` effect that no transition of the case records: its commit has not landed (yet).
-
-    Effects older than the case's (bounded) history are taken as settled: their transitions are gone.
-    """
-    if effect.status is not EffectStatus.DONE:
-        return False
-    if case.history and effect.case_version < case.history[0].from_version:
-        return False
-    return not any(t.effect_key == effect.key for t in case.history)
+def _not_investigable(case: Case) -> RunOutcome:
+    detail = f"case is {case.status}; only open or needs_review cases are investigated"
+    return RunOutcome(case.id, "nothing_to_do", status=case.status, version=case.version, detail=detail)
 
 
 def _superseded(case: Case, detail: str, effect_key: str | None = None) -> RunOutcome:

@@ -5,12 +5,13 @@ They are module-level dataclasses because Agent Framework pickles them into chec
 (rule R8). Renaming or moving one of these classes is a breaking change for in-flight runs: keep the
 old name importable, or let ``casekeeper drain check`` list the runs it would strand.
 
-Amounts travel as decimal strings, as in every JSON document of Casekeeper.
+Amounts travel as ``Decimal`` (which checkpoint loading allows); JSON documents hold decimal strings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 
@@ -43,12 +44,14 @@ class AnswerWithoutCheckpoint:
 
 @dataclass
 class CaseSnapshot:
-    """The case as intake read it: the decision is made on ``version``."""
+    """The case as intake read it: the decision is made on ``version``. ``requests`` are its credit-note
+    requests as the ledger knew them then (``CreditRequest.to_json``), for the money rule."""
 
     case_id: str
     version: int
     status: str
     facts: dict[str, Any]
+    requests: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -57,11 +60,13 @@ class Proposed:
 
     snapshot: CaseSnapshot
     action: str
-    amount: str | None
+    amount: Decimal | None
     currency: str | None
     rationale: str
     proposer: str
     invalid_reason: str | None = None
+    basis: dict[str, Any] = field(default_factory=dict)
+    """The money rule's numbers the proposal was checked against (``Position.to_json``)."""
 
 
 @dataclass
@@ -72,10 +77,12 @@ class ApprovalRequest:
     case_version: int
     request_id: str
     action: str
-    amount: str
+    amount: Decimal
     currency: str
     facts: dict[str, Any]
     rationale: str
+    basis: dict[str, Any] = field(default_factory=dict)
+    """How the amount was computed (over-billed, received, outstanding, remaining)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,10 +90,11 @@ class ApprovalRequest:
             "caseVersion": self.case_version,
             "requestId": self.request_id,
             "action": self.action,
-            "amount": self.amount,
+            "amount": str(self.amount),
             "currency": self.currency,
             "facts": self.facts,
             "rationale": self.rationale,
+            "basis": self.basis,
         }
 
     @classmethod
@@ -96,10 +104,11 @@ class ApprovalRequest:
             case_version=int(data["caseVersion"]),
             request_id=str(data["requestId"]),
             action=str(data["action"]),
-            amount=str(data["amount"]),
+            amount=Decimal(str(data["amount"])),
             currency=str(data["currency"]),
             facts=dict(data.get("facts") or {}),
             rationale=str(data.get("rationale", "")),
+            basis=dict(data.get("basis") or {}),
         )
 
 
@@ -120,9 +129,12 @@ class CommitOrder:
     target_status: str
     reason: str
     action: str | None = None  # an effect to run first, e.g. "request_credit_note"
-    amount: str | None = None
+    amount: Decimal | None = None
     currency: str | None = None
     clear_pending_approval: bool = False
+    invoice_id: str | None = None
+    supplier_id: str | None = None
+    basis: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Plain strings only: an enum member would be pickled under its own type key, which the

@@ -1,7 +1,7 @@
 """Who proposes: the deterministic rules, or an Agent Framework chat agent. Code validates either way.
 
 The model only ever *proposes*. Its answer is parsed into :class:`ModelProposal` (structured output)
-and then checked by :func:`shared.domain.invoice.validate` like any other proposal; a malformed or
+and then checked by :func:`shared.domain.credit.validate` like any other proposal; a malformed or
 invalid answer sends the case to ``needs_review`` with the reason, and nothing is executed.
 """
 
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import BaseModel, Field, ValidationError
 
 from shared.core.errors import InvalidProposal
-from shared.domain.invoice import Action, InvoiceFacts, Proposal, Rules, parse_amount, propose
+from shared.domain.credit import Position, decide
+from shared.domain.invoice import Action, InvoiceFacts, Proposal, Rules, parse_amount
 
 if TYPE_CHECKING:
     from agent_framework import Agent, SupportsChatGetResponse
@@ -23,34 +24,37 @@ if TYPE_CHECKING:
 class Proposer(Protocol):
     name: str
 
-    async def propose(self, case_id: str, facts: InvoiceFacts, rules: Rules) -> Proposal:
-        """A proposal for the case; raises ``InvalidProposal`` when none can be made."""
+    async def propose(self, case_id: str, facts: InvoiceFacts, pos: Position, rules: Rules) -> Proposal:
+        """A proposal for the case, given its facts and where its money stands (``pos``: over-billed,
+        received, outstanding, remaining); raises ``InvalidProposal`` when none can be made."""
         ...
 
 
 class RulesProposer:
-    """The default: the rules of DESIGN.md section 4, deterministic."""
+    """The default: the invoice rules (``shared.domain.credit.decide``), deterministic."""
 
     name = "rules"
 
-    async def propose(self, case_id: str, facts: InvoiceFacts, rules: Rules) -> Proposal:
-        return propose(facts, rules)
+    async def propose(self, case_id: str, facts: InvoiceFacts, pos: Position, rules: Rules) -> Proposal:
+        return decide(facts, pos, rules)
 
 
 class ModelProposal(BaseModel):
     """The structured output the model must produce."""
 
-    action: Literal["approve", "request_credit_note", "needs_review"]
+    action: Literal["approve", "request_credit_note", "await_credit", "needs_review"]
     amount: str | None = Field(default=None, description="decimal string, e.g. '125.40'; only for request_credit_note")
     currency: str | None = Field(default=None, description="ISO currency code; only for request_credit_note")
     rationale: str = Field(description="one sentence: why")
 
 
 INSTRUCTIONS = """You review supplier invoices against purchase orders.
-Given the facts of one case, propose exactly one action:
-- "approve" when the variance (invoice amount - PO amount - credits) is within the tolerance;
-- "request_credit_note" with the amount and currency of the over-billed variance;
-- "needs_review" when a person should look (for example the supplier under-billed).
+Given the facts of one case and where its money stands, propose exactly one action:
+- "approve" when the remaining amount is within the tolerance and nothing is outstanding;
+- "request_credit_note" with an amount of at most "remaining" (invoice - PO - credit notes received -
+  credit notes requested and not yet received), in the invoice's currency; never more;
+- "await_credit" when credit notes already requested and outstanding cover what was over-billed;
+- "needs_review" when a person should look (under-billed, over-credited, or more requested than owed).
 Amounts are decimal strings with two decimals. Answer only with the JSON object."""
 
 
@@ -79,12 +83,17 @@ class AgentProposer:
         )
         return cls.from_chat_client(client)
 
-    async def propose(self, case_id: str, facts: InvoiceFacts, rules: Rules) -> Proposal:
+    async def propose(self, case_id: str, facts: InvoiceFacts, pos: Position, rules: Rules) -> Proposal:
+        # The model sees the same numbers the validator checks it against (the money rule).
+        money = pos.to_json()
         prompt = json.dumps(
             {
                 "caseId": case_id,
                 "facts": facts.to_dict(),
-                "variance": str(facts.variance),
+                "overBilled": money["overBilled"],
+                "received": money["received"],
+                "outstanding": money["outstanding"],
+                "remaining": money["remaining"],
                 "tolerance": str(rules.tolerance),
             }
         )

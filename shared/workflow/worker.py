@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent_framework import Workflow
@@ -31,14 +31,11 @@ from shared.core.cases import Case
 from shared.core.errors import CaseNotFound, ConcurrencyConflict, InvalidEvent
 from shared.core.ports import DocumentStore
 from shared.domain import events as ev
-from shared.domain.invoice import (
-    INVESTIGABLE,
-    Credit,
-    InvoiceFacts,
-    Status,
-    parse_amount,
-    status_after_credit,
-)
+from shared.domain import transitions
+from shared.domain.credit import CreditRequest
+from shared.domain.invoice import INVESTIGABLE, InvoiceFacts, parse_amount
+from shared.domain.transitions import FactPlan
+from shared.workflow.actions import credit_requests
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.capture import capturing
 from shared.workflow.checkpoints import (
@@ -83,16 +80,6 @@ class EventResult:
             "status": self.status,
             "version": self.version,
         }
-
-
-@dataclass(frozen=True)
-class FactPlan:
-    """How a fact event changes a case: the facts, maybe the status, and whether to decide again."""
-
-    changes: dict[str, Any]
-    new_status: str | None
-    reason: str
-    investigate: bool
 
 
 class CaseWorker:
@@ -180,60 +167,50 @@ class CaseWorker:
         return await self._investigate(event.case_id, "invoice received")
 
     async def _po_updated(self, event: ev.CaseEvent) -> list[RunOutcome]:
-        po_amount = str(parse_amount(event.data["poAmount"], "poAmount"))
+        po_amount = parse_amount(event.data["poAmount"], "poAmount")
 
-        def plan(case: Case) -> FactPlan:
-            change = {"poAmount": po_amount}
-            if case.status == Status.CLOSED:
-                return FactPlan(change, None, "PO changed on a closed case: recorded only", investigate=False)
-            if case.status == Status.CREDIT_REQUESTED:
-                # The request was made against facts that no longer hold: a person looks.
-                reason = "PO changed after a credit note was requested"
-                return FactPlan(change, Status.NEEDS_REVIEW, reason, investigate=False)
-            if case.status in (Status.APPROVED, Status.AWAITING_APPROVAL):
-                return FactPlan(change, Status.OPEN, "PO changed: the decision is made again", investigate=True)
-            return FactPlan(change, None, "PO changed", investigate=True)
+        def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
+            return transitions.po_updated(case.status, InvoiceFacts.from_dict(case.facts), po_amount)
 
-        return await self._apply_facts(event.case_id, plan, "po.updated", "PO amount unchanged")
+        return await self._apply_facts(event.case_id, plan, ev.PO_UPDATED, needs_requests=False)
 
     async def _credit_note_issued(self, event: ev.CaseEvent) -> list[RunOutcome]:
-        credit_id = event.data["creditNoteId"]
+        credit_id = str(event.data["creditNoteId"])
         amount = parse_amount(event.data["amount"], "amount")
         rules = self._deps.rules
 
-        def plan(case: Case) -> FactPlan:
+        def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
             facts = InvoiceFacts.from_dict(case.facts)
-            if facts.has_credit(credit_id):
-                return FactPlan({}, None, f"credit note {credit_id} already recorded", investigate=False)
-            updated = replace(facts, credits=(*facts.credits, Credit(credit_id, amount)))
-            change = {"credits": updated.to_dict()["credits"]}
-            received = f"credit note {credit_id} for {amount} received"
-            if case.status == Status.CREDIT_REQUESTED:
-                target = status_after_credit(updated, rules)
-                return FactPlan(change, target, f"{received}; remaining variance {updated.variance}", investigate=False)
-            if case.status in (Status.APPROVED, Status.AWAITING_APPROVAL):
-                return FactPlan(change, Status.OPEN, f"{received}: the decision is made again", investigate=True)
-            if case.status == Status.CLOSED:
-                return FactPlan(change, None, f"{received} on a closed case: recorded only", investigate=False)
-            return FactPlan(change, None, received, investigate=True)
+            return transitions.credit_note_issued(
+                case.status, facts, credit_note_id=credit_id, amount=amount, requests=requests, rules=rules
+            )
 
-        return await self._apply_facts(
-            event.case_id, plan, "credit_note.issued", f"credit note {credit_id} already recorded"
-        )
+        return await self._apply_facts(event.case_id, plan, ev.CREDIT_NOTE_ISSUED, needs_requests=True)
 
     async def _apply_facts(
-        self, case_id: str, plan: Callable[[Case], FactPlan], event_type: str, unchanged: str
+        self,
+        case_id: str,
+        plan: Callable[[Case, tuple[CreditRequest, ...]], FactPlan],
+        event_type: str,
+        *,
+        needs_requests: bool,
     ) -> list[RunOutcome]:
-        """Apply ``plan`` with a conditional write (re-planning on a lost race), then investigate if it
-        says so. A change withdraws a pending approval: it was asked on facts that no longer hold."""
-        cases = self._deps.cases
+        """Apply ``plan`` (a rule of ``shared.domain.transitions``) with a conditional write, re-planning on
+        a lost race; then decide again if it says so. A change withdraws a pending approval: it was asked on
+        facts that no longer hold. Facts already recorded (a redelivery) still get their follow-up: the
+        first delivery may have died between writing them and deciding."""
+        cases, ledger = self._deps.cases, self._deps.ledger
         for _ in range(MAX_FACT_RETRIES):
             case = await asyncio.to_thread(self._require, case_id)
-            planned = plan(case)
-            if not planned.changes or all(case.facts.get(k) == v for k, v in planned.changes.items()):
-                return [RunOutcome(case_id, "nothing_to_do", case.status, case.version, unchanged)]
+            requests = credit_requests(await asyncio.to_thread(ledger.for_case, case_id)) if needs_requests else ()
+            planned = plan(case, requests)
+            if not planned.changes:
+                unchanged = RunOutcome(case_id, "nothing_to_do", case.status, case.version, planned.reason)
+                if not planned.investigate:
+                    return [unchanged]
+                return [unchanged, *await self._investigate(case_id, f"{event_type} (facts already recorded)")]
             data = {"pendingApproval": None} if case.data.get("pendingApproval") else None
-            ok = await asyncio.to_thread(
+            after = await asyncio.to_thread(
                 cases.update_facts,
                 case_id,
                 case.version,
@@ -241,13 +218,13 @@ class CaseWorker:
                 reason=f"{event_type}: {planned.reason}",
                 new_status=planned.new_status,
                 data=data,
+                expected=case,
             )
-            if ok:
-                after = await asyncio.to_thread(cases.require, case_id)
+            if after is not None:
                 changed = RunOutcome(case_id, "facts_changed", after.status, after.version, planned.reason)
-                if not planned.investigate:
+                if not planned.investigate or after.status not in INVESTIGABLE:
                     return [changed]
-                return [changed, *await self._investigate_if_open(case_id, event_type)]
+                return [changed, *await self._investigate(case_id, event_type)]
         raise ConcurrencyConflict(f"case {case_id} kept changing while applying {event_type}", doc_id=case_id)
 
     # --- investigation and approvals ---------------------------------------------------------------
@@ -256,7 +233,7 @@ class CaseWorker:
         await asyncio.to_thread(self._require, event.case_id)
         return await self._investigate(event.case_id, "investigation requested")
 
-    async def _investigate_if_open(self, case_id: str, reason: str) -> list[RunOutcome]:
+    async def _investigate_if_open(self, case_id: str, reason: str) -> list[RunOutcome]:  # approvals
         case = await asyncio.to_thread(self._require, case_id)
         if case.status not in INVESTIGABLE:
             return []

@@ -63,7 +63,7 @@ def test_eight_concurrent_commits_on_one_version_commit_once(store: DocumentStor
 
     def commit(i: int) -> bool:
         barrier.wait()
-        return cases.commit_status("c1", 1, f"status-{i}")
+        return cases.commit_status("c1", 1, f"status-{i}") is not None
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         committed = list(pool.map(commit, range(8)))

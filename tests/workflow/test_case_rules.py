@@ -77,16 +77,43 @@ def test_po_update_reinvestigates_an_approved_case(app: Harness, supplier: Suppl
     assert post["body"]["amount"] == "100.00"  # type: ignore[index]
 
 
-def test_po_update_after_a_credit_request_goes_to_review(app: Harness, supplier: SupplierStub) -> None:
-    app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
-    result = app.handle(ev.PO_UPDATED, "C-1", poAmount="1050.00")
-    assert result.status == "needs_review"
-    assert len(posts(supplier)) == 1
-    # Investigating the reviewed case decides on the new facts: a new version, a new key.
-    again = app.handle(ev.CASE_INVESTIGATE, "C-1")
-    assert again.status == "credit_requested"
+def test_a_po_lowered_after_a_request_asks_only_for_the_remainder(app: Harness, supplier: SupplierStub) -> None:
+    """Invoice 1300 / PO 1000: 300 requested. The PO drops to 900: over-billed by 400, of which 300 is
+    already outstanding, so 100 more is requested, never 400 (the money rule)."""
+    app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1300.00"))
+    result = app.handle(ev.PO_UPDATED, "C-1", poAmount="900.00")
+    assert result.status == "credit_requested"
+    assert [p["body"]["amount"] for p in posts(supplier)] == ["300.00", "100.00"]  # type: ignore[index]
+    for _ in range(3):
+        app.handle(ev.CASE_INVESTIGATE, "C-1")
     assert len(posts(supplier)) == 2
-    assert len({p["idempotencyKey"] for p in posts(supplier)}) == 2
+
+
+def test_a_po_raised_after_a_request_goes_to_review_naming_the_excess(app: Harness, supplier: SupplierStub) -> None:
+    """Invoice 1300 / PO 1000: 300 requested. The PO rises to 1200: only 100 was over-billed, 300 is
+    outstanding: a person reviews, told the excess (200), and nothing more is requested, however often
+    the case is investigated."""
+    app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1300.00"))
+    result = app.handle(ev.PO_UPDATED, "C-1", poAmount="1200.00")
+    assert result.status == "needs_review"
+    assert "by 200.00 EUR" in result.detail
+    for _ in range(3):
+        again = app.handle(ev.CASE_INVESTIGATE, "C-1")
+        assert again.status == "needs_review"
+    assert len(posts(supplier)) == 1
+
+
+def test_a_lost_commit_sent_to_review_never_leads_to_a_second_full_request(
+    app: Harness, supplier: SupplierStub
+) -> None:
+    """A done request whose commit was lost went to review; deciding again counts it as outstanding."""
+    app.cases.create("C-3", invoice("1300.00"))
+    first = app.handle(ev.CASE_INVESTIGATE, "C-3")
+    assert first.status == "credit_requested"
+    app.cases.escalate("C-3", "needs_review", "sent to a person for some reason")
+    again = app.handle(ev.CASE_INVESTIGATE, "C-3")
+    assert again.status == "credit_requested" and again.outcome == "committed"
+    assert [p["body"]["amount"] for p in posts(supplier)] == ["300.00"]  # type: ignore[index]
 
 
 def test_unchanged_po_is_a_no_op(app: Harness) -> None:
@@ -95,17 +122,41 @@ def test_unchanged_po_is_a_no_op(app: Harness) -> None:
     assert result.outcome == "nothing_to_do" and app.cases.require("C-1").version == 2
 
 
-def test_a_full_credit_note_closes_the_case_and_a_partial_one_sends_it_to_review(app: Harness) -> None:
+def requested_note(app: Harness, case_id: str) -> str:
+    return str(app.cases.require(case_id).data["creditRequest"]["creditNoteId"])
+
+
+def test_the_requested_note_received_in_full_closes_the_case(app: Harness) -> None:
     app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
-    closed = app.handle(ev.CREDIT_NOTE_ISSUED, "C-1", creditNoteId="CN-A", amount="98.00")  # 2.00 left: within 5
+    note = requested_note(app, "C-1")
+    closed = app.handle(ev.CREDIT_NOTE_ISSUED, "C-1", creditNoteId=note, amount="100.00")
     assert closed.status == "closed"
-    duplicate = app.handle(ev.CREDIT_NOTE_ISSUED, "C-1", creditNoteId="CN-A", amount="98.00")
+    duplicate = app.handle(ev.CREDIT_NOTE_ISSUED, "C-1", creditNoteId=note, amount="100.00")
     assert duplicate.outcome == "nothing_to_do"
 
+
+def test_a_partial_note_settles_its_request_and_a_person_may_ask_for_the_rest(
+    app: Harness, supplier: SupplierStub
+) -> None:
     app.handle(ev.INVOICE_RECEIVED, "C-2", **invoice("1100.00"))
-    partial = app.handle(ev.CREDIT_NOTE_ISSUED, "C-2", creditNoteId="CN-B", amount="50.00")
+    partial = app.handle(ev.CREDIT_NOTE_ISSUED, "C-2", creditNoteId=requested_note(app, "C-2"), amount="60.00")
     assert partial.status == "needs_review"
-    assert app.cases.require("C-2").facts["credits"] == [{"creditNoteId": "CN-B", "amount": "50.00"}]
+    assert app.cases.require("C-2").facts["credits"] == [
+        {"creditNoteId": requested_note(app, "C-2"), "amount": "60.00"}
+    ]
+    rest = app.handle(ev.CASE_INVESTIGATE, "C-2")  # the request is settled at 60: 40 may still be asked
+    assert rest.status == "credit_requested"
+    assert [p["body"]["amount"] for p in posts(supplier)] == ["100.00", "40.00"]  # type: ignore[index]
+
+
+def test_an_external_credit_while_a_request_is_outstanding_goes_to_review(app: Harness, supplier: SupplierStub) -> None:
+    """A credit note we did not ask for arrives while our request for the whole over-billing is
+    outstanding: together they exceed it, so a person looks; nothing more is requested."""
+    app.handle(ev.INVOICE_RECEIVED, "C-4", **invoice("1100.00"))
+    result = app.handle(ev.CREDIT_NOTE_ISSUED, "C-4", creditNoteId="CN-ELSEWHERE", amount="30.00")
+    assert result.status == "needs_review" and "exceed" in result.detail
+    assert app.handle(ev.CASE_INVESTIGATE, "C-4").status == "needs_review"
+    assert len(posts(supplier)) == 1
 
 
 def test_investigate_on_a_closed_case_does_nothing_and_says_so(app: Harness) -> None:

@@ -22,10 +22,13 @@ def reply(**fields: object) -> str:
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
-        (reply(action="request_credit_note", amount="500.00", currency="EUR"), "exceeds the variance"),
+        (
+            reply(action="request_credit_note", amount="500.00", currency="EUR"),
+            "exceeds what may still be requested, 100.00",
+        ),
         (reply(action="request_credit_note", amount="100.00", currency="USD"), "does not match"),
         (reply(action="request_credit_note", amount="-5.00", currency="EUR"), "positive amount"),
-        (reply(action="approve"), "exceeds tolerance"),
+        (reply(action="approve"), "approve proposed but 100.00 remains"),
         (reply(action="request_credit_note", amount="1.005", currency="EUR"), "two decimal places"),
         (reply(action="wire_money", amount="100.00"), "not a valid proposal"),
         ("I think you should pay them.", "not a valid proposal"),
@@ -61,4 +64,6 @@ def test_a_valid_model_proposal_is_executed_once(store: DocumentStore, supplier:
     [post] = posts(supplier)
     assert post["body"]["amount"] == "100.00"  # type: ignore[index]
     prompt = json.loads(client.prompts[0])
-    assert prompt["variance"] == "100.00" and prompt["facts"]["invoiceId"] == "INV-1"
+    # The model is given the money rule's numbers, the same ones its proposal is validated against.
+    assert (prompt["overBilled"], prompt["outstanding"], prompt["remaining"]) == ("100.00", "0", "100.00")
+    assert prompt["facts"]["invoiceId"] == "INV-1"

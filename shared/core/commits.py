@@ -1,0 +1,123 @@
+"""The status commit that follows a ``done`` effect, finished from one place (rules R2, R4, R5; F5).
+
+The effect's outcome and the case's status commit are two writes in two containers. Whoever holds a
+``done`` effect (the workflow right after the call, a resumed run, the reconciler, an operator's
+resolution, the timer's sweep) finishes the second write through :meth:`CommitFinisher.finish`:
+
+================================================  ================================================
+the case                                          then
+================================================  ================================================
+names the effect in its commit from the effect's  ``already``: it landed (marked on the effect)
+version
+names the effect otherwise (an escalation)        ``already``: a person has it (marked superseded)
+is still at the effect's version                  ``committed``: the commit the effect's intent
+                                                  names, conditional on the version
+has moved on                                      ``needs_review``: the effect happened on facts the
+                                                  case has left; deciding again could act twice, so
+                                                  a person decides (marked superseded)
+================================================  ================================================
+
+Whether the commit landed is read from the case's transitions that name the effect, which the history
+never trims (``shared.core.cases``). Until one lands, the case's version gate stays open: the sweep
+that looks for unfinished commits asks only for cases with an open gate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from shared.core.cases import Case, CaseRepository
+from shared.core.errors import ConcurrencyConflict
+from shared.core.ledger import Effect, EffectStatus, Ledger
+
+log = logging.getLogger("casekeeper.commits")
+
+_MAX_ATTEMPTS = 8
+
+Finished = Literal["already", "committed", "needs_review", "with_person", "no_intent"]
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    """What :meth:`CommitFinisher.finish` did, and the case as it last saw it (``None``: no such case)."""
+
+    outcome: Finished
+    case: Case | None
+
+
+@dataclass
+class CommitFinisher:
+    cases: CaseRepository
+    ledger: Ledger
+    review_status: str = "needs_review"
+
+    def finish(
+        self,
+        effect: Effect,
+        *,
+        data: Mapping[str, Any] | None = None,
+        expected: Case | None = None,
+        reason_suffix: str = "",
+    ) -> FinishResult:
+        """Make the case show ``effect``'s commit, or hand the case to a person. The outcome is ``already``
+        (it landed before), ``committed`` (now), ``needs_review`` (the case had moved on: handed to a person
+        now), ``with_person`` (an escalation naming the effect is already there) or ``no_intent`` (not done,
+        no commit intent, no such case). Harmless to repeat.
+
+        ``data`` is merged into the case's data with the commit; ``expected`` (the case as the version
+        gate left it) saves a read on the happy path. Raises ``StoreUnavailable``; ``ConcurrencyConflict``
+        if the case keeps changing past a bound."""
+        intent = effect.request.get("commit")
+        if effect.status is not EffectStatus.DONE or not isinstance(intent, Mapping):
+            return FinishResult("no_intent", expected)
+        target = str(intent["status"])
+        payload = dict(data or {})
+        if intent.get("clearPendingApproval"):
+            payload["pendingApproval"] = None
+        case = expected if expected is not None and expected.id == effect.case_id else None
+        for _ in range(_MAX_ATTEMPTS):
+            case = case or self.cases.get(effect.case_id)
+            if case is None:
+                return FinishResult("no_intent", None)
+            named = case.transitions_of(effect.key)
+            if any(t.from_version == effect.case_version and t.status == target for t in named):
+                return FinishResult("already", case)
+            if named:
+                return FinishResult("with_person", case)
+            if case.version != effect.case_version:
+                break
+            reason = f"{intent.get('reason') or ''} {reason_suffix}".strip()
+            committed = self.cases.commit_status(
+                effect.case_id,
+                effect.case_version,
+                target,
+                reason=reason or None,
+                effect_key=effect.key,
+                data=payload,
+                expected=case,
+            )
+            if committed is not None:
+                log.info(
+                    "case %s: commit of effect %s landed",
+                    effect.case_id,
+                    effect.key[:12],
+                    extra={"caseId": effect.case_id, "effectKey": effect.key},
+                )
+                return FinishResult("committed", committed)
+            case = None  # someone moved it meanwhile: look again
+        else:
+            raise ConcurrencyConflict(f"case {effect.case_id!r} kept changing", doc_id=effect.case_id)
+        reason = (
+            f"effect {effect.action} ({effect.key[:12]}) happened on v{effect.case_version} "
+            f"but the case moved to v{case.version} before it was committed"
+        )
+        self.to_review(effect.case_id, reason, payload, effect_key=effect.key)
+        return FinishResult("needs_review", self.cases.get(effect.case_id))
+
+    def to_review(self, case_id: str, reason: str, data: Mapping[str, Any], *, effect_key: str) -> None:
+        """Hand the case to a person because of ``effect_key``, once per effect (the transition names it)."""
+        if self.cases.get(case_id) is not None:
+            self.cases.escalate(case_id, self.review_status, reason, effect_key=effect_key, data=dict(data))
