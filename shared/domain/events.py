@@ -21,6 +21,7 @@ PO_UPDATED = "po.updated"
 CREDIT_NOTE_ISSUED = "credit_note.issued"
 CASE_INVESTIGATE = "case.investigate"
 APPROVAL_ANSWERED = "approval.answered"
+REQUEST_WITHDRAWN = "request.withdrawn"
 EFFECT_RECHECK = "effect.recheck"
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
@@ -76,6 +77,12 @@ def _decision(value: object) -> str | None:
     return None if value in ("approve", "reject") else "must be approve or reject"
 
 
+def _timestamp(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return "must be seconds since the epoch"
+    return None
+
+
 def _version(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return "must be a positive integer"
@@ -95,10 +102,11 @@ SCHEMAS: dict[str, dict[str, Check]] = {
     CREDIT_NOTE_ISSUED: {"creditNoteId": _identifier, "amount": _amount(positive=True)},
     CASE_INVESTIGATE: {},
     APPROVAL_ANSWERED: {"requestId": _identifier, "decision": _decision, "caseVersion": _version, "approver": _text},
+    REQUEST_WITHDRAWN: {"effectKey": _identifier, "by": _text, "why": _text, "at": _timestamp},
     EFFECT_RECHECK: {"key": _identifier},
 }
 PUBLIC_TYPES = (INVOICE_RECEIVED, PO_UPDATED, CREDIT_NOTE_ISSUED, CASE_INVESTIGATE)
-"""Types a webhook may send; approvals and re-checks come from Casekeeper's own functions."""
+"""Types a webhook may send; approvals, withdrawals and re-checks come from Casekeeper's own functions."""
 
 
 def parse_event(

@@ -109,6 +109,8 @@ def request_withdrawn(
     line = next((line for line in pos.lines if line.request.effect_key == effect_key), None)
     if line is None:
         raise NotWithdrawable(f"the case has no credit-note request {effect_key}")
+    if line.state is RequestState.WITHDRAWN:
+        return FactPlan({}, None, f"request {effect_key[:12]} already withdrawn", investigate=False)
     if line.state is not RequestState.OUTSTANDING:
         raise NotWithdrawable(f"request {effect_key[:12]} is {line.state.value}, not outstanding")
     withdrawn = (*facts.withdrawn, Withdrawal(effect_key, by, why, at))

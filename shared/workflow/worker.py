@@ -136,6 +136,7 @@ class CaseWorker:
             ev.CREDIT_NOTE_ISSUED: self._credit_note_issued,
             ev.CASE_INVESTIGATE: self._case_investigate,
             ev.APPROVAL_ANSWERED: self._approval_answered,
+            ev.REQUEST_WITHDRAWN: self._request_withdrawn,
         }
 
     # --- fact events ---------------------------------------------------------------------------
@@ -186,6 +187,22 @@ class CaseWorker:
             )
 
         return await self._apply_facts(event.case_id, plan, ev.CREDIT_NOTE_ISSUED, needs_requests=True)
+
+    async def _request_withdrawn(self, event: ev.CaseEvent) -> list[RunOutcome]:
+        """A person takes an outstanding credit-note request off the books (recorded with who and why)."""
+        d = event.data
+        key, by, why, at = str(d["effectKey"]), str(d["by"]), str(d["why"]), float(d["at"])
+
+        def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
+            facts = InvoiceFacts.from_dict(case.facts)
+            try:
+                return transitions.request_withdrawn(
+                    case.status, facts, requests, effect_key=key, by=by, why=why, at=at
+                )
+            except transitions.NotWithdrawable as exc:
+                raise InvalidEvent(str(exc), case_id=case.id, fields={"effectKey": str(exc)}) from exc
+
+        return await self._apply_facts(event.case_id, plan, ev.REQUEST_WITHDRAWN, needs_requests=True)
 
     async def _apply_facts(
         self,
