@@ -47,8 +47,8 @@
 //   AZURE_CLIENT_ID                      = the identity azure-identity's DefaultAzureCredential uses.
 // Set by the platform, not as app settings (Flex Consumption deprecates both as app settings):
 //   FUNCTIONS_EXTENSION_VERSION          = ~4, set by the Flex Consumption backend.
-//   FUNCTIONS_WORKER_RUNTIME             = python: functionAppConfig.runtime (python 3.11 by default;
-//                                          azure-functions 1.26.0 serves Python 3.10-3.12).
+//   FUNCTIONS_WORKER_RUNTIME             = python: functionAppConfig.runtime (pythonVersion: 3.11-3.13,
+//                                          3.13 by default; see the parameter).
 // Deliberately not set in Azure (local development and tests only):
 //   CASEKEEPER_SQLITE_PATH, CASEKEEPER_LOCAL_QUEUE_PATH, and COSMOS_KEY (keys are disabled on the
 //   account; unset, the code uses managed identity).
@@ -76,13 +76,16 @@ param tags object = {}
 
 // -- function app --
 
+// 3.11 is the oldest the code runs on (enum.StrEnum, datetime.UTC; pyproject.toml requires-python).
+// The default is the version the Functions worker's own indexing check runs on
+// (tests/triggers/test_worker_indexing.py); tests/unit/test_infra.py keeps the three in step.
 @allowed([
-  '3.10'
   '3.11'
   '3.12'
+  '3.13'
 ])
-@description('Python version of the function app.')
-param pythonVersion string = '3.11'
+@description('Python version of the function app (requirements.txt pins azure-functions per version).')
+param pythonVersion string = '3.13'
 
 @minValue(40)
 @maxValue(1000)

@@ -27,13 +27,13 @@ param storageAccountName string
 param deploymentContainerName string
 param applicationInsightsName string
 
-@description('Python version. requirements.txt pins azure-functions 1.26.0 for Python 3.10-3.12 (2.x needs 3.13).')
+@description('Python version. requirements.txt pins azure-functions 1.26.0 for Python 3.11-3.12 and 2.3.0 for 3.13.')
 @allowed([
-  '3.10'
   '3.11'
   '3.12'
+  '3.13'
 ])
-param pythonVersion string = '3.11'
+param pythonVersion string = '3.13'
 
 @minValue(40)
 @maxValue(1000)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import tree_sitter_bicep
 
 from shared.core.ports import CONTAINERS
 from shared.settings import SETTINGS
+from tests.support.index_with_worker import WORKER_PYTHON
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -388,8 +390,7 @@ def test_flex_consumption_runtime_and_platform_settings() -> None:
     runtime = _path(_body(site.value), "properties", "functionAppConfig", "runtime")
     assert _string(_path(runtime, "name")) == "python"
     assert _text(_path(runtime, "version")) == "pythonVersion"
-    assert _string(param_default(path, "pythonVersion")) == "3.11"
-    assert _string(param_default(MAIN, "pythonVersion")) == "3.11"
+    assert _string(param_default(path, "pythonVersion")) == _string(param_default(MAIN, "pythonVersion"))
     auth = _path(_body(site.value), "properties", "functionAppConfig", "deployment", "storage", "authentication")
     assert _string(_path(auth, "type")) == "UserAssignedIdentity"
     emitted = set(_application_settings()) | set(_host_settings())
@@ -398,6 +399,32 @@ def test_flex_consumption_runtime_and_platform_settings() -> None:
         assert name not in emitted, f"{name} is deprecated as an app setting on Flex Consumption"
         assert name in header, f"main.bicep's header should say who sets {name}"
     assert "~4" in header
+
+
+def _allowed(path: Path, name: str) -> list[str]:
+    """The string values of a parameter's ``@allowed([...])`` decorator."""
+    source = declared(path, "param")[name].decorator_source
+    match = re.search(r"@allowed\(\[(.*?)\]\)", source, flags=re.S)
+    assert match, f"param {name} in {path.name} has no @allowed list"
+    return re.findall(r"'([^']*)'", match.group(1))
+
+
+def test_python_versions_agree_with_pyproject_and_the_worker_indexing_check() -> None:
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    match = re.fullmatch(r">=\s*3\.(\d+)", requires)
+    assert match, f"requires-python {requires!r}: expected >=3.N"
+    oldest = int(match.group(1))
+    newest = int(WORKER_PYTHON.split(".")[1])
+    # Every minor version from the oldest the code supports up to the one the worker's own indexing check
+    # runs on (tests/triggers/test_worker_indexing.py): nothing older (3.10 cannot import the app), nothing
+    # newer than what has been indexed.
+    expected = [f"3.{minor}" for minor in range(oldest, newest + 1)]
+    for path in (MAIN, APP / "functionapp.bicep"):
+        assert _allowed(path, "pythonVersion") == expected, f"{_relative(path)}: allowed Python versions"
+        assert _string(param_default(path, "pythonVersion")) == WORKER_PYTHON, f"{_relative(path)}: default"
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["tool"]["mypy"]["python_version"] == f"3.{oldest}"
+    assert config["tool"]["ruff"]["target-version"] == f"py3{oldest}"
 
 
 # -- Cosmos DB --
