@@ -44,6 +44,10 @@
 //   ServiceBusConnection__clientId       = select the user-assigned identity for the triggers' connections.
 //   APPLICATIONINSIGHTS_AUTHENTICATION_STRING
 //                                        = Entra ID auth for the host's telemetry.
+//   PYTHON_ENABLE_OPENTELEMETRY          = true: with host.json's "telemetryMode": "OpenTelemetry", the
+//                                          Python worker streams its own telemetry and joins the host's
+//                                          trace context (app/functionapp.bicep says why not the
+//                                          PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY variant).
 //   AZURE_CLIENT_ID                      = the identity azure-identity's DefaultAzureCredential uses.
 // Set by the platform, not as app settings (Flex Consumption deprecates both as app settings):
 //   FUNCTIONS_EXTENSION_VERSION          = ~4, set by the Flex Consumption backend.

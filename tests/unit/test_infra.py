@@ -381,6 +381,21 @@ def test_secrets_come_from_key_vault_and_secure_parameters() -> None:
     assert "keyVaultReferenceIdentity" in _properties(_path(_body(site.value), "properties"))
 
 
+def test_telemetry_is_opentelemetry_in_host_and_worker() -> None:
+    host = json.loads((ROOT / "host.json").read_text())
+    assert host["telemetryMode"] == "OpenTelemetry"
+    # Host log levels apply to the host's own categories only; Python loggers are set in code.
+    assert not {k for k in host["logging"]["logLevel"] if not k[:1].isupper() and k != "default"}
+    assert "applicationInsights" not in host["logging"], "the Application Insights SDK section does not apply"
+    settings = _host_settings()
+    assert _string(settings["PYTHON_ENABLE_OPENTELEMETRY"]) == "true"
+    # The worker's own configure_azure_monitor() would export without the managed identity's credential,
+    # which the component refuses (local auth disabled), and the code configures it already.
+    assert "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY" not in settings | _application_settings()
+    assert "APPLICATIONINSIGHTS_AUTHENTICATION_STRING" in settings
+    assert "PYTHON_ENABLE_OPENTELEMETRY" in _comments(MAIN)
+
+
 def test_flex_consumption_runtime_and_platform_settings() -> None:
     path = APP / "functionapp.bicep"
     plan = resources_of_type(path, "Microsoft.Web/serverfarms@")[0]
