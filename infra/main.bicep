@@ -194,6 +194,9 @@ param azureOpenAIResourceId string = ''
 @description('Application Insights accepts only Entra ID-authenticated telemetry.')
 param appInsightsDisableLocalAuth bool = true
 
+@description('Email address the alerts are sent to (app/alerts.bicep). Optional but recommended: empty creates no action group, and the alerts then show in the portal only.')
+param alertEmailAddress string = ''
+
 // -- names --
 
 var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName, location))
@@ -212,6 +215,8 @@ var names = {
   keyVault: take('kv${prefix}${resourceToken}', 24)
   plan: 'plan-${prefix}-${resourceToken}'
   functionApp: 'func-${prefix}-${resourceToken}'
+  actionGroup: 'ag-${prefix}-${resourceToken}'
+  alertPrefix: 'alert-${prefix}-${resourceToken}'
 }
 var deploymentContainerName = 'app-package'
 
@@ -364,6 +369,21 @@ module functionApp 'app/functionapp.bicep' = {
   }
 }
 
+module alerts 'app/alerts.bicep' = {
+  name: 'alerts'
+  params: {
+    location: location
+    tags: allTags
+    actionGroupName: names.actionGroup
+    alertNamePrefix: names.alertPrefix
+    alertEmailAddress: alertEmailAddress
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsId
+    applicationInsightsId: monitoring.outputs.applicationInsightsId
+    serviceBusNamespaceId: serviceBus.outputs.namespaceId
+    caseEventsQueueName: serviceBus.outputs.queueName
+  }
+}
+
 // -- outputs (no secrets) --
 
 output functionAppName string = functionApp.outputs.name
@@ -375,3 +395,5 @@ output serviceBusFullyQualifiedNamespace string = serviceBus.outputs.fullyQualif
 output caseEventsQueueName string = serviceBus.outputs.queueName
 output keyVaultName string = keyVault.outputs.name
 output managedIdentityClientId string = identity.outputs.clientId
+@description('Empty when no alertEmailAddress was given: the alerts then reach nobody.')
+output alertActionGroupId string = alerts.outputs.actionGroupId
