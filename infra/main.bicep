@@ -384,6 +384,17 @@ module alerts 'app/alerts.bicep' = {
   }
 }
 
+module workbook 'app/workbook.bicep' = {
+  name: 'workbook'
+  params: {
+    location: location
+    tags: allTags
+    displayName: 'Casekeeper (${environmentName})'
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsId
+    serviceBusNamespaceId: serviceBus.outputs.namespaceId
+  }
+}
+
 // -- outputs (no secrets) --
 
 output functionAppName string = functionApp.outputs.name
