@@ -1,7 +1,9 @@
 // Casekeeper on Azure: one resource group holding the function app (Flex Consumption, Python), its
-// host storage, Cosmos DB, Service Bus, Key Vault and monitoring. Every connection is identity-based
-// (a user-assigned managed identity); no account key, connection string or secret is in this file,
-// in main.parameters.json or in the deployment's outputs.
+// host storage, Cosmos DB, Service Bus, Key Vault and monitoring (Application Insights, the alert rules
+// of app/alerts.bicep, the workbook of app/workbook.bicep). Every connection is identity-based (a
+// user-assigned managed identity); no account key, connection string or secret is in this file, in
+// either parameters file or in the deployment's outputs. azure.yaml deploys it with azd
+// (main.parameters.json); main.az.parameters.json serves az deployment.
 //
 // App settings of the function app, and what reads each one
 // ---------------------------------------------------------
