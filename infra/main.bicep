@@ -1,7 +1,9 @@
 // Casekeeper on Azure: one resource group holding the function app (Flex Consumption, Python), its
-// host storage, Cosmos DB, Service Bus, Key Vault and monitoring. Every connection is identity-based
-// (a user-assigned managed identity); no account key, connection string or secret is in this file,
-// in main.parameters.json or in the deployment's outputs.
+// host storage, Cosmos DB, Service Bus, Key Vault and monitoring (Application Insights, the alert rules
+// of app/alerts.bicep, the workbook of app/workbook.bicep). Every connection is identity-based (a
+// user-assigned managed identity); no account key, connection string or secret is in this file, in
+// either parameters file or in the deployment's outputs. azure.yaml deploys it with azd
+// (main.parameters.json); main.az.parameters.json serves az deployment.
 //
 // App settings of the function app, and what reads each one
 // ---------------------------------------------------------
@@ -44,11 +46,15 @@
 //   ServiceBusConnection__clientId       = select the user-assigned identity for the triggers' connections.
 //   APPLICATIONINSIGHTS_AUTHENTICATION_STRING
 //                                        = Entra ID auth for the host's telemetry.
+//   PYTHON_ENABLE_OPENTELEMETRY          = true: with host.json's "telemetryMode": "OpenTelemetry", the
+//                                          Python worker streams its own telemetry and joins the host's
+//                                          trace context (app/functionapp.bicep says why not the
+//                                          PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY variant).
 //   AZURE_CLIENT_ID                      = the identity azure-identity's DefaultAzureCredential uses.
 // Set by the platform, not as app settings (Flex Consumption deprecates both as app settings):
 //   FUNCTIONS_EXTENSION_VERSION          = ~4, set by the Flex Consumption backend.
-//   FUNCTIONS_WORKER_RUNTIME             = python: functionAppConfig.runtime (python 3.11 by default;
-//                                          azure-functions 1.26.0 serves Python 3.10-3.12).
+//   FUNCTIONS_WORKER_RUNTIME             = python: functionAppConfig.runtime (pythonVersion: 3.11-3.13,
+//                                          3.13 by default; see the parameter).
 // Deliberately not set in Azure (local development and tests only):
 //   CASEKEEPER_SQLITE_PATH, CASEKEEPER_LOCAL_QUEUE_PATH, and COSMOS_KEY (keys are disabled on the
 //   account; unset, the code uses managed identity).
@@ -76,13 +82,16 @@ param tags object = {}
 
 // -- function app --
 
+// 3.11 is the oldest the code runs on (enum.StrEnum, datetime.UTC; pyproject.toml requires-python).
+// The default is the version the Functions worker's own indexing check runs on
+// (tests/triggers/test_worker_indexing.py); tests/unit/test_infra.py keeps the three in step.
 @allowed([
-  '3.10'
   '3.11'
   '3.12'
+  '3.13'
 ])
-@description('Python version of the function app.')
-param pythonVersion string = '3.11'
+@description('Python version of the function app (requirements.txt pins azure-functions per version).')
+param pythonVersion string = '3.13'
 
 @minValue(40)
 @maxValue(1000)
@@ -187,6 +196,9 @@ param azureOpenAIResourceId string = ''
 @description('Application Insights accepts only Entra ID-authenticated telemetry.')
 param appInsightsDisableLocalAuth bool = true
 
+@description('Email address the alerts are sent to (app/alerts.bicep). Optional but recommended: empty creates no action group, and the alerts then show in the portal only.')
+param alertEmailAddress string = ''
+
 // -- names --
 
 var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName, location))
@@ -205,6 +217,8 @@ var names = {
   keyVault: take('kv${prefix}${resourceToken}', 24)
   plan: 'plan-${prefix}-${resourceToken}'
   functionApp: 'func-${prefix}-${resourceToken}'
+  actionGroup: 'ag-${prefix}-${resourceToken}'
+  alertPrefix: 'alert-${prefix}-${resourceToken}'
 }
 var deploymentContainerName = 'app-package'
 
@@ -357,6 +371,32 @@ module functionApp 'app/functionapp.bicep' = {
   }
 }
 
+module alerts 'app/alerts.bicep' = {
+  name: 'alerts'
+  params: {
+    location: location
+    tags: allTags
+    actionGroupName: names.actionGroup
+    alertNamePrefix: names.alertPrefix
+    alertEmailAddress: alertEmailAddress
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsId
+    applicationInsightsId: monitoring.outputs.applicationInsightsId
+    serviceBusNamespaceId: serviceBus.outputs.namespaceId
+    caseEventsQueueName: serviceBus.outputs.queueName
+  }
+}
+
+module workbook 'app/workbook.bicep' = {
+  name: 'workbook'
+  params: {
+    location: location
+    tags: allTags
+    displayName: 'Casekeeper (${environmentName})'
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsId
+    serviceBusNamespaceId: serviceBus.outputs.namespaceId
+  }
+}
+
 // -- outputs (no secrets) --
 
 output functionAppName string = functionApp.outputs.name
@@ -368,3 +408,5 @@ output serviceBusFullyQualifiedNamespace string = serviceBus.outputs.fullyQualif
 output caseEventsQueueName string = serviceBus.outputs.queueName
 output keyVaultName string = keyVault.outputs.name
 output managedIdentityClientId string = identity.outputs.clientId
+@description('Empty when no alertEmailAddress was given: the alerts then reach nobody.')
+output alertActionGroupId string = alerts.outputs.actionGroupId

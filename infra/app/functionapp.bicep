@@ -27,13 +27,13 @@ param storageAccountName string
 param deploymentContainerName string
 param applicationInsightsName string
 
-@description('Python version. requirements.txt pins azure-functions 1.26.0 for Python 3.10-3.12 (2.x needs 3.13).')
+@description('Python version. requirements.txt pins azure-functions 1.26.0 for Python 3.11-3.12 and 2.3.0 for 3.13.')
 @allowed([
-  '3.10'
   '3.11'
   '3.12'
+  '3.13'
 ])
-param pythonVersion string = '3.11'
+param pythonVersion string = '3.13'
 
 @minValue(40)
 @maxValue(1000)
@@ -76,6 +76,17 @@ var hostSettings = [
   {
     name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
     value: 'ClientId=${identityClientId};Authorization=AAD'
+  }
+  // host.json sets "telemetryMode": "OpenTelemetry". This lets the Python worker stream its own
+  // OpenTelemetry data, so the host stops forwarding the worker's logs (no duplicates), and makes the
+  // worker attach each invocation's trace context before the function runs, so the code's spans join the
+  // host's request. The code exports itself (shared/telemetry.configure: Application Insights with the
+  // managed identity). PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY is deliberately not set: with it the
+  // worker would call configure_azure_monitor() itself, without the Entra credential this component
+  // requires (monitoring.bicep disables local auth), and the code's own call would configure it twice.
+  {
+    name: 'PYTHON_ENABLE_OPENTELEMETRY'
+    value: 'true'
   }
   // azure-identity's DefaultAzureCredential (shared/stores/cosmos.py, shared/messaging.py,
   // shared/workflow/proposers.py) picks the user-assigned identity by this client id.

@@ -42,3 +42,5 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' = {
 
 output applicationInsightsName string = applicationInsights.name
 output logAnalyticsName string = logAnalytics.name
+output applicationInsightsId string = applicationInsights.id
+output logAnalyticsId string = logAnalytics.id

@@ -22,6 +22,14 @@ bp = func.Blueprint()
     container_name=CONTAINER_EFFECTS,
     lease_container_name=CONTAINER_LEASES,
     create_lease_container_if_not_exists=False,
+    # With no lease yet (the first deployment, or after the leases container is reset), read the effects
+    # container's change feed from its beginning, not only changes made from now on, as the local host's
+    # feed does: effects written before the trigger first held a lease (the case worker may run first) are
+    # then reconciled too instead of waiting for the timer's sweep. Reconciling an effect is idempotent, so
+    # reading old changes again does no harm. Once leases exist, the trigger resumes from them and this
+    # setting has no effect. azure-functions annotates the parameter as a time for the 4.x trigger; the
+    # Cosmos DB extension reads a bool, and the binding carries "startFromBeginning": true.
+    start_from_beginning=True,  # type: ignore[arg-type]
 )
 def reconciler(changes: func.DocumentList) -> None:
     handle_effect_changes(services(), [doc.to_dict() for doc in changes])

@@ -11,9 +11,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
+# The Python this check runs on (`make setup` builds .venv313 with it). It is the newest version the
+# function app is known to index on, so infra/main.bicep deploys it by default (tests/unit/test_infra.py).
+WORKER_PYTHON = "3.13"
 
 
 def main() -> int:
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if running != WORKER_PYTHON:
+        print(json.dumps({"error": f"this check runs on Python {WORKER_PYTHON}, not {running}"}))
+        return 1
     app_file = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "function_app.py"
     sys.path.insert(0, str(app_file.parent))
     sys.path.insert(1, str(ROOT))

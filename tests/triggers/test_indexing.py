@@ -66,6 +66,8 @@ def test_the_reconciler_reads_the_effects_change_feed_with_a_retry_policy(functi
     )
     assert t["databaseName"] == "%COSMOS_DATABASE%" and resolve(t["databaseName"]) == "casekeeper"
     assert t["createLeaseContainerIfNotExists"] is False  # identity-based connections cannot create it
+    # Without a lease yet (first deployment), effects written before the trigger first ran are read too.
+    assert t["startFromBeginning"] is True
     assert t["connection"] == "CosmosDBConnection" and "CosmosDBConnection__accountEndpoint" in DEFAULTS
     retry = functions["reconciler"].get_settings_dict("retry_policy")
     assert retry is not None and retry["strategy"] == "exponential_backoff" and int(retry["max_retry_count"]) >= 3

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.index_with_worker import WORKER_PYTHON
+
 ROOT = Path(__file__).resolve().parents[2]
 PY313 = Path(os.environ.get("CASEKEEPER_PY313", ROOT / ".venv313" / "bin" / "python"))
 
@@ -33,6 +35,17 @@ def index(app_file: Path) -> dict[str, object]:
         cwd=ROOT,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_the_venv_runs_the_python_infra_deploys_by_default() -> None:
+    done = subprocess.run(
+        [str(PY313), "-c", "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == WORKER_PYTHON
 
 
 def test_the_worker_indexes_every_function() -> None:

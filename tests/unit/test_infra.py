@@ -14,15 +14,18 @@ from __future__ import annotations
 import functools
 import json
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import tree_sitter
 import tree_sitter_bicep
+import yaml
 
 from shared.core.ports import CONTAINERS
 from shared.settings import SETTINGS
+from tests.support.index_with_worker import WORKER_PYTHON
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -379,6 +382,21 @@ def test_secrets_come_from_key_vault_and_secure_parameters() -> None:
     assert "keyVaultReferenceIdentity" in _properties(_path(_body(site.value), "properties"))
 
 
+def test_telemetry_is_opentelemetry_in_host_and_worker() -> None:
+    host = json.loads((ROOT / "host.json").read_text())
+    assert host["telemetryMode"] == "OpenTelemetry"
+    # Host log levels apply to the host's own categories only; Python loggers are set in code.
+    assert not {k for k in host["logging"]["logLevel"] if not k[:1].isupper() and k != "default"}
+    assert "applicationInsights" not in host["logging"], "the Application Insights SDK section does not apply"
+    settings = _host_settings()
+    assert _string(settings["PYTHON_ENABLE_OPENTELEMETRY"]) == "true"
+    # The worker's own configure_azure_monitor() would export without the managed identity's credential,
+    # which the component refuses (local auth disabled), and the code configures it already.
+    assert "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY" not in settings | _application_settings()
+    assert "APPLICATIONINSIGHTS_AUTHENTICATION_STRING" in settings
+    assert "PYTHON_ENABLE_OPENTELEMETRY" in _comments(MAIN)
+
+
 def test_flex_consumption_runtime_and_platform_settings() -> None:
     path = APP / "functionapp.bicep"
     plan = resources_of_type(path, "Microsoft.Web/serverfarms@")[0]
@@ -388,8 +406,7 @@ def test_flex_consumption_runtime_and_platform_settings() -> None:
     runtime = _path(_body(site.value), "properties", "functionAppConfig", "runtime")
     assert _string(_path(runtime, "name")) == "python"
     assert _text(_path(runtime, "version")) == "pythonVersion"
-    assert _string(param_default(path, "pythonVersion")) == "3.11"
-    assert _string(param_default(MAIN, "pythonVersion")) == "3.11"
+    assert _string(param_default(path, "pythonVersion")) == _string(param_default(MAIN, "pythonVersion"))
     auth = _path(_body(site.value), "properties", "functionAppConfig", "deployment", "storage", "authentication")
     assert _string(_path(auth, "type")) == "UserAssignedIdentity"
     emitted = set(_application_settings()) | set(_host_settings())
@@ -398,6 +415,32 @@ def test_flex_consumption_runtime_and_platform_settings() -> None:
         assert name not in emitted, f"{name} is deprecated as an app setting on Flex Consumption"
         assert name in header, f"main.bicep's header should say who sets {name}"
     assert "~4" in header
+
+
+def _allowed(path: Path, name: str) -> list[str]:
+    """The string values of a parameter's ``@allowed([...])`` decorator."""
+    source = declared(path, "param")[name].decorator_source
+    match = re.search(r"@allowed\(\[(.*?)\]\)", source, flags=re.S)
+    assert match, f"param {name} in {path.name} has no @allowed list"
+    return re.findall(r"'([^']*)'", match.group(1))
+
+
+def test_python_versions_agree_with_pyproject_and_the_worker_indexing_check() -> None:
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    match = re.fullmatch(r">=\s*3\.(\d+)", requires)
+    assert match, f"requires-python {requires!r}: expected >=3.N"
+    oldest = int(match.group(1))
+    newest = int(WORKER_PYTHON.split(".")[1])
+    # Every minor version from the oldest the code supports up to the one the worker's own indexing check
+    # runs on (tests/triggers/test_worker_indexing.py): nothing older (3.10 cannot import the app), nothing
+    # newer than what has been indexed.
+    expected = [f"3.{minor}" for minor in range(oldest, newest + 1)]
+    for path in (MAIN, APP / "functionapp.bicep"):
+        assert _allowed(path, "pythonVersion") == expected, f"{_relative(path)}: allowed Python versions"
+        assert _string(param_default(path, "pythonVersion")) == WORKER_PYTHON, f"{_relative(path)}: default"
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["tool"]["mypy"]["python_version"] == f"3.{oldest}"
+    assert config["tool"]["ruff"]["target-version"] == f"py3{oldest}"
 
 
 # -- Cosmos DB --
@@ -530,19 +573,123 @@ def test_main_outputs() -> None:
         assert "secure" not in output.decorators, f"output {name}: no secret leaves the deployment"
 
 
-def test_parameters_file_names_only_declared_parameters_and_no_secret() -> None:
-    data = json.loads((INFRA / "main.parameters.json").read_text())
+# -- azd, and the parameters files --
+
+AZD_PARAMETERS = INFRA / "main.parameters.json"
+AZ_PARAMETERS = INFRA / "main.az.parameters.json"
+README = ROOT / "README.md"
+# ${NAME} or ${NAME=default}: azd substitutes the azd environment's value (the default when it has none).
+AZD_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:=([^}]*))?\}")
+# Values azd puts in every environment itself (azd env new, or its first prompt).
+AZD_PROVIDED = {"AZURE_ENV_NAME", "AZURE_LOCATION"}
+
+
+def _parameter_values(path: Path) -> dict[str, object]:
+    """name -> value of a deployment parameters file; checks its shape and that every name is declared."""
+    data = json.loads(path.read_text())
     assert data.get("contentVersion") == "1.0.0.0"
     given = data["parameters"]
     assert isinstance(given, dict) and given
-    params = declared(MAIN, "param")
-    unknown = sorted(set(given) - set(params))
-    assert not unknown, f"main.parameters.json sets undeclared params {unknown}"
-    secure = sorted(name for name in given if "secure" in params[name].decorators)
-    assert not secure, f"secure params belong at deployment time, not in the repository: {secure}"
+    unknown = sorted(set(given) - set(declared(MAIN, "param")))
+    assert not unknown, f"{path.name} sets undeclared params {unknown}"
     for name, entry in given.items():
-        assert set(entry) == {"value"}, f"{name}: expected only a value"
-    required = sorted(
-        name for name, d in params.items() if d.value is None and "secure" not in d.decorators and name not in given
-    )
+        assert set(entry) == {"value"}, f"{path.name}: {name}: expected only a value"
+    return {name: entry["value"] for name, entry in given.items()}
+
+
+def _azd_references() -> dict[str, tuple[str, str | None]]:
+    """Bicep parameter -> (azd environment value, its default or None) for every ${...} value."""
+    found: dict[str, tuple[str, str | None]] = {}
+    for name, value in _parameter_values(AZD_PARAMETERS).items():
+        if isinstance(value, str) and "${" in value:
+            match = AZD_REFERENCE.fullmatch(value)
+            assert match, f"{name}: {value!r} is not one ${{NAME}} or ${{NAME=default}} reference"
+            found[name] = (match.group(1), match.group(2))
+    return found
+
+
+def _azd_service_tags() -> dict[str, str]:
+    """Symbolic resource name -> its azd-service-name tag, over every Bicep file."""
+    found: dict[str, str] = {}
+    for path in BICEP_FILES:
+        for decl in declarations(path):
+            if decl.kind != "resource":
+                continue
+            stack = [_body(decl.value)]
+            while stack:
+                node = stack.pop()
+                if node.type == "object_property" and _string(node.named_children[0]) == "azd-service-name":
+                    value = _string(node.named_children[-1])
+                    assert value is not None, f"{decl.name}: computed azd-service-name"
+                    found[f"{_relative(path)}:{decl.name}"] = value
+                stack.extend(node.named_children)
+    return found
+
+
+def test_azure_yaml_deploys_this_directory_to_the_tagged_function_app() -> None:
+    config = yaml.safe_load((ROOT / "azure.yaml").read_text())
+    infra = config["infra"]
+    assert infra["provider"] == "bicep"
+    assert (ROOT / infra["path"] / f"{infra['module']}.bicep").resolve() == MAIN
+    # azd reads <module>.parameters.json next to the module.
+    assert (ROOT / infra["path"] / f"{infra['module']}.parameters.json").resolve() == AZD_PARAMETERS
+    [(service_name, service)] = config["services"].items()
+    assert (service["host"], service["language"]) == ("function", "python")
+    assert (ROOT / service["project"]).resolve() == ROOT and (ROOT / service["project"] / "function_app.py").is_file()
+    # azd finds the app to deploy to by this tag; exactly one resource carries it, and it is the function app.
+    tags = _azd_service_tags()
+    assert tags == {"infra/app/functionapp.bicep:functionApp": service_name}, tags
+    site = resources_of_type(APP / "functionapp.bicep", "Microsoft.Web/sites@")[0]
+    assert site.name == "functionApp"
+
+
+def test_azd_parameters_take_each_value_from_the_environment_or_a_literal() -> None:
+    params = declared(MAIN, "param")
+    values, references = _parameter_values(AZD_PARAMETERS), _azd_references()
+    assert references, "main.parameters.json has no ${...} value: azd would pass nothing from its environment"
+    for name, (_env, default) in references.items():
+        assert name in params, f"{name}: not a parameter of main.bicep"
+        if params[name].value is None:
+            # With no default, azd prompts for a missing value; a default would pass "" to a required param.
+            assert default is None, f"{name} is required: ${{...}} must not supply a default"
+    for name, decl in params.items():
+        if "secure" in decl.decorators and name in values:
+            assert name in references, f"{name} is @secure(): only an azd environment value, never a literal"
+    required = sorted(n for n, d in params.items() if d.value is None and n not in values)
     assert not required, f"required params missing from main.parameters.json: {required}"
+    readme = README.read_text()
+    for env, default in references.values():
+        if default is None and env not in AZD_PROVIDED:
+            assert f"azd env set {env} " in readme, f"README's azd steps do not set {env}"
+
+
+def test_the_webhook_secret_comes_from_the_azd_environment_and_is_never_committed() -> None:
+    assert _azd_references()["webhookSecret"] == ("WEBHOOK_SECRET", None)
+    assert "secure" in declared(MAIN, "param")["webhookSecret"].decorators
+    # azd keeps environment values, WEBHOOK_SECRET included, under .azure/: never committed nor deployed.
+    assert ".azure/" in (ROOT / ".gitignore").read_text().splitlines()
+    assert ".azure/" in (ROOT / ".funcignore").read_text().splitlines()
+
+
+def _readme_az_command() -> str:
+    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+    [block] = [b for b in blocks if "az deployment group create" in b]
+    joined = block.replace("\\\n", " ")
+    [command] = [line for line in joined.splitlines() if "az deployment group create" in line]
+    return command
+
+
+def test_az_parameters_file_is_plain_and_the_documented_command_completes_it() -> None:
+    assert "${" not in AZ_PARAMETERS.read_text(), "az deployment passes ${...} through as literal text"
+    params = declared(MAIN, "param")
+    values = _parameter_values(AZ_PARAMETERS)
+    secure = sorted(n for n in values if "secure" in params[n].decorators)
+    assert not secure, f"secure params belong on the command line, not in the repository: {secure}"
+    command = _readme_az_command()
+    assert f"@{_relative(AZ_PARAMETERS)}" in command and f"-f {_relative(MAIN)}" in command
+    inline = set(re.findall(r"(?:^|\s)([A-Za-z][A-Za-z0-9]*)=", command))
+    assert inline, command
+    unknown = sorted(inline - set(params))
+    assert not unknown, f"README's az command passes undeclared params {unknown}"
+    missing = sorted(n for n, d in params.items() if d.value is None and n not in values and n not in inline)
+    assert not missing, f"README's az command leaves required params unset: {missing}"

@@ -30,3 +30,21 @@ def test_every_setting_is_documented() -> None:
 
 def test_the_two_commands_are_there() -> None:
     assert "make run" in README and "make test" in README
+
+
+# A file the reader makes by copying local.settings.sample.json, not one the repository holds.
+MADE_BY_THE_READER = {"local.settings.json"}
+
+
+def test_every_repository_path_the_readme_names_exists() -> None:
+    root = Path(__file__).resolve().parents[2]
+    quoted = re.findall(r"`([^`\s]+)`", README)
+    paths = [
+        q
+        for q in quoted
+        if re.fullmatch(r"(infra|shared|tests|scripts|benchmarks)(/[\w.-]+)*/?", q)
+        or re.fullmatch(r"[\w-]+\.(py|json|yaml|txt|toml|kql)", q)
+    ]
+    assert "infra/main.az.parameters.json" in paths and "azure.yaml" in paths
+    missing = sorted(p for p in set(paths) - MADE_BY_THE_READER if not (root / p).exists())
+    assert not missing, f"README names files that do not exist: {missing}"
