@@ -36,6 +36,9 @@
 //                                          documents are at most 2 MB); shared/workflow/checkpoints.
 //   ALERT_WEBHOOK_URL                    = Key Vault reference when given, else empty. shared/alerts.Alerter
 //                                          POSTs every alert there.
+//   RETRY_BASE_SECONDS, RETRY_MAX_DELAY_SECONDS, RETRY_FOR_SECONDS
+//                                        = backoff of an event after a transient error (shared/core/retry):
+//                                          delayed copies instead of redeliveries that burn the count.
 //   APPLICATIONINSIGHTS_CONNECTION_STRING
 //                                        = the Application Insights component. The host's telemetry, and
 //                                          the code's settings (app/functionapp.bicep sets it).
@@ -344,6 +347,9 @@ var appSettings = {
   CHECKPOINT_LAG_SECONDS: string(checkpointLagSeconds)
   CHECKPOINT_MAX_BYTES: string(checkpointMaxBytes)
   ALERT_WEBHOOK_URL: empty(alertWebhookUrl) ? '' : '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.alertWebhookUrlSecretUri})'
+  RETRY_BASE_SECONDS: '1'
+  RETRY_MAX_DELAY_SECONDS: '300'
+  RETRY_FOR_SECONDS: '3600'
 }
 
 module functionApp 'app/functionapp.bicep' = {

@@ -1,22 +1,28 @@
-"""Alerts: things a person must look at (rule R7; escalated effects, rule R3).
+"""Alerts: things a person must look at (rule R7; escalated effects, rule R3). At least once, twice over.
 
-An alert is, at once:
+An alert is *recorded*, then *notified*, and the two are kept apart:
 
-- an ERROR log record on logger ``casekeeper.alerts`` with structured fields (Application Insights
-  shows it as a trace with custom dimensions when telemetry goes through ``azure-monitor-opentelemetry``);
-- a count on the OpenTelemetry counter ``casekeeper.alerts`` (attribute: the alert kind);
-- a durable record in the ``health`` container (kind ``alert``), which ``casekeeper alerts`` lists;
-- when ``ALERT_WEBHOOK_URL`` is set, a JSON POST there.
+- **recorded**: a durable record in the ``health`` container (kind ``alert``), created if absent under a
+  stable id (``<kind>:<dedupe key>``). Raising the same alert again finds the record: one failure alerts
+  once, not once per timer tick, and two hosts raising it at once record it once.
+- **notified**: an ERROR log record on logger ``casekeeper.alerts`` (with ``alertId`` and ``alertKind``
+  as structured fields: Application Insights' alert rule keys on them), a count on the OpenTelemetry
+  counter ``casekeeper.alerts``, and, when ``ALERT_WEBHOOK_URL`` is set, a JSON POST there that carries
+  the alert's ``id`` so a receiver can drop repeats.
 
-Each alert has a ``dedupe_key``: raising the same key again does nothing, so one failure alerts once,
-not once per timer tick. The durable record is written first (create-if-absent); the key is claimed
-there, so two hosts raising the same alert at once send one.
+Whoever records an alert notifies it at once. If that fails, or the process dies in between, or the
+record write timed out after landing (the next attempt then finds the record), the record stays
+``notified: false`` and :meth:`Alerter.deliver_pending` (the timer) notifies it: the log line once
+(``logged``), the webhook until it answers 2xx, with backoff (``attempts``, ``nextAttemptAt``), giving
+up after :data:`MAX_WEBHOOK_ATTEMPTS` with an ERROR of its own. A notification may therefore repeat
+(at least once); a receiver deduplicates on ``id``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +30,16 @@ import httpx
 from opentelemetry import metrics
 
 from shared.core.clock import Clock
-from shared.core.errors import AlreadyExists
-from shared.core.ports import DocumentStore, Query
+from shared.core.errors import AlreadyExists, ConcurrencyConflict
+from shared.core.ids import storable_id
+from shared.core.ports import Document, DocumentStore, Query
 
 HEALTH = "health"
 KIND_ALERT = "alert"
+MAX_WEBHOOK_ATTEMPTS = 20
+WEBHOOK_BACKOFF_CAP = 3600.0
+NOTIFY_GRACE_SECONDS = 30.0
+"""How long an unnotified record is left to the host that recorded it before the timer notifies it."""
 
 log = logging.getLogger("casekeeper.alerts")
 
@@ -41,6 +52,9 @@ class Alert:
     fields: dict[str, Any]
     at: float
     delivered: bool | None
+    """``None``: no webhook configured; else whether the webhook acknowledged it."""
+    notified: bool
+    attempts: int
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Alert:
@@ -51,6 +65,8 @@ class Alert:
             fields=dict(body.get("fields") or {}),
             at=float(body.get("at", 0.0)),
             delivered=body.get("delivered"),
+            notified=bool(body.get("notified", body.get("delivered") is not False)),
+            attempts=int(body.get("attempts", 0)),
         )
 
 
@@ -63,17 +79,21 @@ class Alerter:
         webhook_url: str | None = None,
         meter_provider: metrics.MeterProvider | None = None,
         http: httpx.Client | None = None,
+        on_malformed: Callable[[Document, Exception], None] | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._webhook_url = webhook_url
         self._http = http
+        self._on_malformed = on_malformed
         meter = (meter_provider or metrics.get_meter_provider()).get_meter("casekeeper")
         self._counter = meter.create_counter("casekeeper.alerts", description="alerts raised, by kind")
 
     def raise_alert(self, alert_kind: str, message: str, fields: Mapping[str, Any], *, dedupe_key: str) -> bool:
-        """Raise an alert once per ``dedupe_key``. Returns False when it was raised before."""
-        doc_id = f"{alert_kind}:{dedupe_key}"[:250]
+        """Record an alert once per ``dedupe_key`` and notify it. Returns ``False`` when it was recorded
+        before (its notification, if still owed, is the timer's). Raises ``StoreUnavailable`` when it
+        could not be recorded: the caller's retry raises it again, harmlessly."""
+        doc_id = storable_id(f"{alert_kind}:{dedupe_key}"[:250])
         body = {
             "id": doc_id,
             "kind": KIND_ALERT,
@@ -81,32 +101,85 @@ class Alerter:
             "message": message,
             "fields": dict(fields),
             "at": self._clock.now(),
+            "notified": False,
+            "logged": False,
             "delivered": None if self._webhook_url is None else False,
+            "attempts": 0,
+            "nextAttemptAt": None,
         }
         try:
-            self._store.create(HEALTH, KIND_ALERT, doc_id, body)
+            created = self._store.create(HEALTH, KIND_ALERT, doc_id, body)
         except AlreadyExists:
             return False
-        log.error(message, extra={"alertKind": alert_kind, **{k: v for k, v in fields.items() if k != "message"}})
-        self._counter.add(1, {"casekeeper.alert.kind": alert_kind})
-        if self._webhook_url is not None:
-            self._deliver(doc_id, body)
+        self._notify(created)
         return True
 
-    def _deliver(self, doc_id: str, body: dict[str, Any]) -> None:
-        payload = {"alert": body["alertKind"], "message": body["message"], "fields": body["fields"], "id": doc_id}
-        try:
-            client = self._http or httpx.Client(timeout=5.0)
-            response = client.post(self._webhook_url or "", json=payload)
-            delivered = response.is_success
-        except httpx.HTTPError as exc:
-            log.warning("alert webhook failed: %s", exc, extra={"alertId": doc_id})
-            delivered = False
-        if delivered:
-            current = self._store.read(HEALTH, KIND_ALERT, doc_id)
-            if current is not None:
-                self._store.upsert(HEALTH, KIND_ALERT, doc_id, {**current.body, "delivered": True})
+    def deliver_pending(self) -> list[str]:
+        """Notify every recorded alert still owed a notification (the timer's duty). Returns their ids."""
+        now = self._clock.now()
+        docs = self._store.query(HEALTH, Query(partition=KIND_ALERT, equals={"notified": False}, order_by_ts="asc"))
+        notified: list[str] = []
+        for doc in docs:
+            try:
+                body = doc.body
+                if now - float(body.get("at", 0.0)) < NOTIFY_GRACE_SECONDS and not body.get("logged"):
+                    continue  # just recorded: its host is notifying it right now
+                next_at = body.get("nextAttemptAt")
+                if next_at is not None and float(next_at) > now:
+                    continue
+                if self._notify(doc):
+                    notified.append(doc.id)
+            except (KeyError, TypeError, ValueError) as exc:
+                if self._on_malformed is None:
+                    raise
+                self._on_malformed(doc, exc)
+        return notified
 
     def recent(self, limit: int = 50) -> list[Alert]:
         docs = self._store.query(HEALTH, Query(partition=KIND_ALERT, order_by_ts="desc", limit=limit))
         return [Alert.from_body(d.body) for d in docs]
+
+    # --- notifying ----------------------------------------------------------------------------------
+
+    def _notify(self, doc: Document) -> bool:
+        """Log (once) and POST (until acknowledged), then record what happened. ``True`` when the alert
+        needs nothing more."""
+        body = dict(doc.body)
+        if not body.get("logged"):
+            fields = {k: v for k, v in (body.get("fields") or {}).items() if k != "message"}
+            log.error(body["message"], extra={"alertId": body["id"], "alertKind": body["alertKind"], **fields})
+            self._counter.add(1, {"casekeeper.alert.kind": str(body["alertKind"])})
+            body["logged"] = True
+        if self._webhook_url is not None and body.get("delivered") is not True:
+            attempts = int(body.get("attempts") or 0) + 1
+            body["attempts"] = attempts
+            if self._post(body):
+                body["delivered"] = True
+            elif attempts >= MAX_WEBHOOK_ATTEMPTS:
+                log.error(
+                    "alert %s: the webhook refused it %d times; giving up (the record stays)",
+                    body["id"],
+                    attempts,
+                    extra={"alertId": body["id"], "alertKind": body["alertKind"]},
+                )
+                body["deliveryAbandoned"] = True
+            else:
+                body["nextAttemptAt"] = self._clock.now() + min(WEBHOOK_BACKOFF_CAP, 5.0 * 2 ** (attempts - 1))
+        done = body.get("delivered") is not False or bool(body.get("deliveryAbandoned"))
+        body["notified"] = done
+        # Another host may have notified it meanwhile: at least once is the promise, and it holds.
+        with contextlib.suppress(ConcurrencyConflict):
+            self._store.replace(HEALTH, KIND_ALERT, doc.id, body, etag=doc.etag)
+        return done
+
+    def _post(self, body: Mapping[str, Any]) -> bool:
+        payload = {"id": body["id"], "alert": body["alertKind"], "message": body["message"], "fields": body["fields"]}
+        try:
+            client = self._http or httpx.Client(timeout=5.0)
+            response = client.post(self._webhook_url or "", json=payload)
+        except httpx.HTTPError as exc:
+            log.warning("alert webhook failed: %s", exc, extra={"alertId": body["id"]})
+            return False
+        if not response.is_success:
+            log.warning("alert webhook answered %s", response.status_code, extra={"alertId": body["id"]})
+        return response.is_success

@@ -20,7 +20,7 @@ from shared.core.ledger import Ledger
 from shared.core.ports import DocumentStore
 from shared.core.reconcile import Reconciler
 from shared.ingress import Ingress
-from shared.messaging import EventSender
+from shared.messaging import DeadLetterQueue, EventSender
 from shared.settings import Settings
 from shared.supplier.portal import SupplierPortal
 from shared.telemetry import Telemetry
@@ -50,6 +50,7 @@ class Services:
     worker: CaseWorker
     reconciler: Reconciler
     sender: EventSender
+    dead_letters: DeadLetterQueue
     ingress: Ingress
     alerts: Alerter
     telemetry: Telemetry
@@ -77,14 +78,27 @@ def open_store(settings: Settings) -> DocumentStore:
 
 def open_sender(settings: Settings) -> EventSender:
     if settings.queue == "local":
+        from shared.localhost.messaging import LocalQueueEventSender
         from shared.localhost.queue import LocalSessionQueue
-        from shared.messaging import LocalQueueEventSender
 
         return LocalQueueEventSender(LocalSessionQueue(settings.local_queue_path), settings.case_events_queue)
-    from shared.messaging import ServiceBusEventSender
+    from shared.messaging.servicebus import ServiceBusEventSender, identity_client_factory
 
     assert settings.service_bus_namespace is not None
-    return ServiceBusEventSender(settings.service_bus_namespace, settings.case_events_queue)
+    return ServiceBusEventSender(settings.case_events_queue, identity_client_factory(settings.service_bus_namespace))
+
+
+def open_dead_letters(settings: Settings) -> DeadLetterQueue:
+    """The case-events queue's dead letters. Opening connects to nothing."""
+    if settings.queue == "local":
+        from shared.localhost.messaging import LocalDeadLetters
+        from shared.localhost.queue import LocalSessionQueue
+
+        return LocalDeadLetters(LocalSessionQueue(settings.local_queue_path), settings.case_events_queue)
+    from shared.messaging.servicebus import ServiceBusDeadLetters, identity_client_factory
+
+    assert settings.service_bus_namespace is not None
+    return ServiceBusDeadLetters(settings.case_events_queue, identity_client_factory(settings.service_bus_namespace))
 
 
 def build(
@@ -92,6 +106,7 @@ def build(
     *,
     store: DocumentStore | None = None,
     sender: EventSender | None = None,
+    dead_letters: DeadLetterQueue | None = None,
     clock: Clock | None = None,
     proposer: Proposer | None = None,
     telemetry: Telemetry | None = None,
@@ -136,6 +151,7 @@ def build(
         worker=CaseWorker(deps, store, checkpoint_max_bytes=settings.checkpoint_max_bytes),
         reconciler=reconciler,
         sender=sender,
+        dead_letters=dead_letters if dead_letters is not None else open_dead_letters(settings),
         ingress=Ingress(settings.webhook_secrets, sender, clock),
         alerts=alerts,
         telemetry=telemetry,

@@ -51,6 +51,11 @@ COMMANDS: dict[str, Command] = {
     "send": ("sign and post an event to the ingress", _send),
     "case": ("case show ID: the case, its versions, effects, approvals and checkpoints", _operator("cases")),
     "effects": ("effects pending | effects resolve KEY: what is stuck, and settling it", _operator("effects")),
+    "requests": (
+        "requests withdraw CASE KEY: take an outstanding credit-note request off the books",
+        _operator("requests"),
+    ),
+    "events": ("events dead-lettered | events redrive: events the queue gave up on", _operator("events")),
     "drain": ("drain check: in-flight runs this build could not resume (exit 1 if any)", _operator("drain")),
     "alerts": ("recent alerts", _operator("alerts")),
     "demo": ("drive the failure modes against a local supplier and print what the supplier saw", _demo),

@@ -157,6 +157,43 @@ class Ingress:
         message_id = derived_message_id("approval", request_id, str(data["decision"]), str(data["caseVersion"]))
         return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "requestId": request_id})
 
+    def accept_withdrawal(
+        self, case_id: str, effect_key: str, body: bytes, *, case_exists: Callable[[str], bool]
+    ) -> Response:
+        """``POST /api/cases/{caseId}/requests/{effectKey}/withdraw``: a person takes an outstanding credit-note
+        request off the books, with ``{"by": ..., "why": ...}``. Queued into the case's session; the case
+        worker refuses (sets aside, with the reason) a request that is not outstanding."""
+        bad_ids = {
+            name: problem
+            for name, value in (("caseId", case_id), ("effectKey", effect_key))
+            if (problem := id_problem(value)) is not None
+        }
+        if bad_ids:
+            return _error(
+                400, "invalid withdrawal: " + "; ".join(f"{k} {v}" for k, v in bad_ids.items()), fields=bad_ids
+            )
+        if not case_exists(case_id):
+            return _error(404, f"no case {case_id!r}")
+        if len(body) > MAX_BODY_BYTES:
+            return _error(413, "body too large")
+        raw = _json(body)
+        if isinstance(raw, Response):
+            return raw
+        if not isinstance(raw, Mapping):
+            return _error(400, "the body must be a JSON object")
+        unknown = sorted(set(raw) - {"by", "why"})
+        given = {k: raw[k] for k in ("by", "why") if raw.get(k) is not None}
+        data = {"effectKey": effect_key, **given, "at": self._clock.now()}
+        try:
+            if unknown:
+                raise InvalidEvent("unknown fields", fields=dict.fromkeys(unknown, "unknown field"))
+            event = ev.parse_event({"type": ev.REQUEST_WITHDRAWN, "caseId": case_id, "data": data})
+        except InvalidEvent as exc:
+            fields = {k.removeprefix("data."): v for k, v in exc.fields.items()}
+            return _error(400, "invalid withdrawal: " + "; ".join(f"{k} {v}" for k, v in fields.items()), fields=fields)
+        message_id = derived_message_id("withdraw", case_id, effect_key)
+        return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "effectKey": effect_key})
+
     def _enqueue(self, event: ev.CaseEvent, *, message_id: str, accepted: dict[str, Any]) -> Response:
         try:
             self._sender.send(event, message_id=message_id)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from shared.core.errors import ConfigurationError
+from shared.core.retry import Backoff
 from shared.domain.invoice import Rules
 
 
@@ -53,6 +54,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CHECKPOINT_LAG_SECONDS", "600", "a run whose newest checkpoint is older than its last activity by this"),
     Setting("CHECKPOINT_MAX_BYTES", "1500000", "checkpoints larger than this are refused at save (Cosmos: 2 MB/doc)"),
     Setting("ALERT_WEBHOOK_URL", None, "when set, every alert is also POSTed here as JSON"),
+    Setting("RETRY_BASE_SECONDS", "1", "first delay of an event retried after a transient error; doubles per attempt"),
+    Setting("RETRY_MAX_DELAY_SECONDS", "300", "longest delay between two retries of an event"),
+    Setting(
+        "RETRY_FOR_SECONDS",
+        "3600",
+        "how long an event keeps being retried after its first transient error before the queue's own "
+        "redeliveries and dead-letter queue take over",
+    ),
     Setting("APPLICATIONINSIGHTS_CONNECTION_STRING", None, "telemetry to Application Insights when set", True),
     Setting("OTEL_EXPORTER_OTLP_ENDPOINT", None, "telemetry over OTLP/HTTP when set (and no Application Insights)"),
     Setting("CASEKEEPER_TELEMETRY_FILE", None, "console telemetry goes to this file instead of stderr"),
@@ -84,6 +93,7 @@ class Settings:
     checkpoint_max_bytes: int
     alert_webhook_url: str | None
     appinsights_connection_string: str | None
+    backoff: Backoff
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str]) -> Settings:
@@ -150,6 +160,15 @@ class Settings:
         if len(schedule.split()) != 6:
             problems.append(f"CHECKPOINT_HEALTH_SCHEDULE must be a 6-field NCRONTAB expression, not {schedule!r}")
 
+        retry_base = float(number("RETRY_BASE_SECONDS"))
+        retry_cap = float(number("RETRY_MAX_DELAY_SECONDS"))
+        if retry_cap < retry_base:
+            problems.append("RETRY_MAX_DELAY_SECONDS must not be below RETRY_BASE_SECONDS")
+            retry_cap = retry_base
+        backoff = Backoff(
+            base=retry_base, cap=retry_cap, give_up_after=float(number("RETRY_FOR_SECONDS", positive=False))
+        )
+
         if missing:
             problems.insert(0, "missing: " + ", ".join(missing))
         if problems:
@@ -176,4 +195,5 @@ class Settings:
             checkpoint_max_bytes=int(number("CHECKPOINT_MAX_BYTES")),
             alert_webhook_url=values["ALERT_WEBHOOK_URL"],
             appinsights_connection_string=values["APPLICATIONINSIGHTS_CONNECTION_STRING"],
+            backoff=backoff,
         )

@@ -10,6 +10,7 @@ Traces: ``case_event`` (one per queue message) with child spans ``workflow.run``
 ``casekeeper.effects.reconciled``     reconciliation outcomes (attribute: outcome)
 ``casekeeper.decisions.stale``        calls refused because the case moved on (rule R4)
 ``casekeeper.commits.lost``           status commits that lost the race (rule R5)
+``casekeeper.events.deferred``        events re-sent with backoff after a transient error
 ``casekeeper.checkpoint.failures``    failed checkpoint saves (``shared.workflow.capture``)
 ``casekeeper.alerts``                 alerts raised (``shared.alerts``)
 ====================================  ==========================================================
@@ -61,6 +62,9 @@ class Telemetry:
         self.lost_commits = meter.create_counter(
             "casekeeper.commits.lost", description="status commits that lost a race"
         )
+        self.events_deferred = meter.create_counter(
+            "casekeeper.events.deferred", description="events re-sent with backoff after a transient error"
+        )
 
     # --- the ledger's observer --------------------------------------------------------------------
 
@@ -82,6 +86,9 @@ class Telemetry:
 
     def lost_commit(self, where: str) -> None:
         self.lost_commits.add(1, {"casekeeper.where": where})
+
+    def deferred(self, error: str) -> None:
+        self.events_deferred.add(1, {"casekeeper.error": error})
 
     @contextmanager
     def span(self, name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Span]:

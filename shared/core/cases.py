@@ -19,7 +19,7 @@ from typing import Any
 
 from shared.core.clock import Clock
 from shared.core.errors import AlreadyExists, CaseNotFound, ConcurrencyConflict
-from shared.core.ports import Document, DocumentStore, Query
+from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
 
 CASES = "cases"
 CASE_SCHEMA_VERSION = 1
@@ -308,12 +308,28 @@ class CaseRepository:
             return None
         return Case.from_document(doc)
 
-    def with_open_gate(self, older_than: float) -> list[Case]:
+    def with_open_gate(self, older_than: float, *, on_malformed: OnMalformed | None = None) -> list[Case]:
         """Cases whose open gate has not moved for ``older_than`` seconds (store clock): an effect passed the
         version gate and neither its commit nor its escalation followed. Indexed; as large as what is stuck."""
         cutoff = self._store.now() - older_than
         docs = self._store.query(CASES, Query(equals={"gateOpen": True}, ts_before=cutoff, order_by_ts="asc"))
-        return [Case.from_document(d) for d in docs]
+        return decode_all(docs, Case.from_document, on_malformed)
+
+    def in_status_since(self, status: str, older_than: float, *, on_malformed: OnMalformed | None = None) -> list[Case]:
+        """Cases in ``status`` that have not changed for ``older_than`` seconds (store clock)."""
+        cutoff = self._store.now() - older_than
+        docs = self._store.query(CASES, Query(equals={"status": status}, ts_before=cutoff, order_by_ts="asc"))
+        return decode_all(docs, Case.from_document, on_malformed)
+
+    def settle_gate(self, case_id: str, effect_key: str) -> None:
+        """Close the case's gate if it is open on ``effect_key`` and that effect will never commit (it was
+        refused as stale on a retry, or is gone). Harmless when the gate is closed or on another effect."""
+        for _ in range(_MAX_CONFLICT_RETRIES):
+            case = self.get(case_id)
+            if case is None or case.gate is None or case.gate.effect_key != effect_key:
+                return
+            if self.close_gate(case) is not None:
+                return
 
     def note(self, case_id: str, text: str, **fields: Any) -> Case:
         """Append an operator-facing note; does not move the version. Raises ``CaseNotFound``."""

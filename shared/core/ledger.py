@@ -51,7 +51,7 @@ from shared.core.errors import (
     StaleDecision,
 )
 from shared.core.keys import effect_key
-from shared.core.ports import Document, DocumentStore, Query
+from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
 
 EFFECTS = "effects"
 DEFAULT_CALL_TIMEOUT = 120.0
@@ -370,13 +370,13 @@ class Ledger:
         docs = self._store.query(EFFECTS, Query(partition=case_id, order_by_ts="asc"))
         return [Effect.from_document(d) for d in docs]
 
-    def started_older_than(self, age: float) -> list[Effect]:
+    def started_older_than(self, age: float, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
         """``started`` effects whose current attempt began more than ``age`` seconds ago (store clock)."""
         cutoff = self._store.now() - age
         docs = self._store.query(
             EFFECTS, Query(equals={"status": EffectStatus.STARTED.value}, ts_before=cutoff, order_by_ts="asc")
         )
-        return [Effect.from_document(d) for d in docs]
+        return decode_all(docs, Effect.from_document, on_malformed)
 
     def with_status_since(self, status: EffectStatus, since: float) -> list[Effect]:
         """Effects in ``status`` that changed after store time ``since``, oldest first."""

@@ -17,9 +17,9 @@ Containers and their partition keys (the same names as the Cosmos DB containers)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 CONTAINERS: dict[str, str] = {
     "cases": "id",
@@ -134,3 +134,22 @@ def partition_of(container: str, body: Mapping[str, Any]) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{container} document needs a non-empty string {field_name!r}")
     return value
+
+
+T = TypeVar("T")
+OnMalformed = Callable[[Document, Exception], None]
+"""Told about a document that cannot be read as what its container holds (a field missing, a bad value)."""
+
+
+def decode_all(docs: Iterable[Document], decode: Callable[[Document], T], on_malformed: OnMalformed | None) -> list[T]:
+    """``decode`` each document. Without ``on_malformed`` the first failure raises; with it, a malformed
+    document is reported and skipped, so one bad document cannot stop a sweep over the others."""
+    decoded: list[T] = []
+    for doc in docs:
+        try:
+            decoded.append(decode(doc))
+        except (KeyError, TypeError, ValueError) as exc:
+            if on_malformed is None:
+                raise
+            on_malformed(doc, exc)
+    return decoded

@@ -112,6 +112,7 @@ class Reconciler:
         """Apply R3 to one effect. Safe to call at any time and any number of times."""
         effect = self.ledger.get(case_id, key)
         if effect is None:
+            self.cases.settle_gate(case_id, key)
             return RecheckResult("gone", key, case_id, "no such effect")
         if effect.status is EffectStatus.DONE:
             finished = self.finish_commit(effect)
@@ -119,6 +120,9 @@ class Reconciler:
         # The follow-ups below are derived from the row on every re-check, so a re-check redelivered after
         # a crash (between the ledger write and the follow-up) does the follow-up again; each is idempotent.
         if effect.status is EffectStatus.FAILED and effect.stale:
+            # A retry refused as stale never called; if its first attempt had passed the gate, nothing will
+            # ever commit on it: close the gate, and have the case decided again.
+            self.cases.settle_gate(case_id, key)
             return RecheckResult("stale", key, case_id, effect.reason or "stale", reinvestigate=True)
         if effect.status is EffectStatus.FAILED:
             reason = f"{effect.action} was refused: {effect.reason}"
@@ -174,6 +178,7 @@ class Reconciler:
         try:
             outcome = self.ledger.retry_same_key(effect, call, source="reconciler-retry")
         except StaleDecision as exc:
+            self.cases.settle_gate(effect.case_id, effect.key)
             return RecheckResult("stale", *ctx, str(exc), reinvestigate=True)
         except EffectFailed as exc:
             self._to_review(

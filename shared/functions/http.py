@@ -29,6 +29,14 @@ def approvals(req: func.HttpRequest) -> func.HttpResponse:
     return _reply(handlers.post_approval(services(), case_id, request_id, req.get_body()))
 
 
+@bp.function_name("withdraw_request")
+@bp.route(route="cases/{caseId}/requests/{effectKey}/withdraw", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+def withdraw_request(req: func.HttpRequest) -> func.HttpResponse:
+    """A person takes an outstanding credit-note request off the books (with who and why)."""
+    case_id, effect_key = req.route_params["caseId"], req.route_params["effectKey"]
+    return _reply(handlers.post_withdrawal(services(), case_id, effect_key, req.get_body()))
+
+
 @bp.function_name("get_case")
 @bp.route(route="cases/{caseId}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def get_case(req: func.HttpRequest) -> func.HttpResponse:

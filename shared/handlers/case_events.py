@@ -1,34 +1,42 @@
 """The case worker's settlement: what happens to a Service Bus message, decided by the error type.
 
-==========================  ====================================================================
-outcome                     settlement
-==========================  ====================================================================
-handled                     complete
-``EffectInFlight``          a copy is scheduled into the same session for its ``retry_after`` (its
-                            own deterministic message id), and the original completes: an
-                            in-flight effect never burns the delivery count into the DLQ
-``InvalidEvent``            set aside with its reason (``shared.handlers.rejected``), complete
-retryable error             raised: the broker redelivers (store throttled, outcome unknown...)
-anything else               raised: redelivered, dead-lettered past ``maxDeliveryCount``
-==========================  ====================================================================
+=============================  =================================================================
+outcome                        settlement
+=============================  =================================================================
+handled                        complete
+``EffectInFlight``             a copy is scheduled into the same session for its ``retry_after``
+                               (its own deterministic message id); the original completes
+``InvalidEvent``,              set aside with its reason (``shared.handlers.rejected``); complete
+``InvalidDocumentId``
+an error with ``retryable``    a few short waits in place; then a copy scheduled with backoff
+                               (``shared.core.retry``), the original completes; past the retry
+                               window the error is raised, for the broker's redeliveries and DLQ
+anything else                  raised: redelivered, dead-lettered past ``maxDeliveryCount``
+=============================  =================================================================
+
+The decision reads the error's ``retryable`` attribute (``shared.core.errors``), never its text.
 
 ``effect.recheck`` messages (scheduled by the reconciler and the timer) run reconciliation rule R3
 inside the case's session, so they are serialised with the case's other events.
+
+Nothing here blocks the event loop: the Functions worker runs every session of an instance on one
+loop, so each store, supplier and queue call runs in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from shared.bootstrap import Services
-from shared.core.errors import EffectInFlight, InvalidEvent
+from shared.core.errors import CasekeeperError, EffectInFlight, InvalidDocumentId, InvalidEvent
 from shared.domain import events as ev
 from shared.handlers.rejected import set_aside
-from shared.messaging import derived_message_id
+from shared.messaging import decode, derived_message_id
 from shared.workflow.worker import EventResult
 
 log = logging.getLogger("casekeeper.case_events")
@@ -39,10 +47,25 @@ MAX_RECHECKS = 50
 
 @dataclass(frozen=True)
 class Settlement:
-    action: str  # completed | rescheduled | set_aside | rechecked
+    action: str  # completed | rescheduled | deferred | set_aside | rechecked
     detail: str
     result: EventResult | None = None
     scheduled_at: float | None = None
+
+
+@dataclass(frozen=True)
+class _Envelope:
+    """Transport fields a message carries beside the event: the copy count, the first message's id, and
+    when the event first failed transiently (for the retry window)."""
+
+    retry: int
+    root: str
+    first_failed_at: float | None
+
+    def fields(self, **changes: Any) -> dict[str, Any]:
+        fields = {"retry": self.retry, "rootMessageId": self.root, "firstFailedAt": self.first_failed_at}
+        fields.update(changes)
+        return {k: v for k, v in fields.items() if v is not None}
 
 
 async def handle_case_message(
@@ -94,50 +117,126 @@ def _peek_type(body: bytes) -> str:
 async def _handle(
     svc: Services, body: bytes, *, session_id: str | None, message_id: str, delivery_count: int
 ) -> Settlement:
-
-    def aside(case_id: str | None, reason: str, fields: dict[str, str]) -> Settlement:
-        return _set_aside(svc, message_id, case_id, reason, fields=fields, body=body, delivery_count=delivery_count)
+    async def aside(case_id: str | None, reason: str, fields: dict[str, str]) -> Settlement:
+        await asyncio.to_thread(
+            set_aside,
+            svc.store,
+            message_id=message_id,
+            case_id=case_id,
+            reason=reason,
+            fields=fields,
+            body=body,
+            delivery_count=delivery_count,
+        )
+        return Settlement("set_aside", reason)
 
     try:
         raw = json.loads(body.decode("utf-8"))
         if not isinstance(raw, dict):
             raise ValueError("not an object")
     except (UnicodeDecodeError, ValueError) as exc:
-        return aside(session_id, f"message body is not a JSON object: {exc}", {})
-    envelope = {k: raw[k] for k in ("type", "caseId", "data") if k in raw}
+        return await aside(session_id, f"message body is not a JSON object: {exc}", {})
+    fields, delivery_id, transport = decode(raw)
     try:
-        event = ev.parse_event(envelope, delivery_id=raw.get("deliveryId"))
+        event = ev.parse_event(fields, delivery_id=delivery_id)
     except InvalidEvent as exc:
-        return aside(exc.case_id, exc.reason, exc.fields)
+        return await aside(exc.case_id, exc.reason, exc.fields)
     if session_id is not None and event.case_id != session_id:
         reason = f"session id {session_id!r} does not match caseId {event.case_id!r}"
-        return aside(event.case_id, reason, {"caseId": "does not match the session"})
-    retry = int(raw.get("retry") or 0)
-    root = str(raw.get("rootMessageId") or message_id)
-    if event.type == ev.EFFECT_RECHECK:
-        return await _recheck(svc, event, root, retry)
-    try:
+        return await aside(event.case_id, reason, {"caseId": "does not match the session"})
+    envelope = _Envelope(
+        retry=int(transport.get("retry") or 0),
+        root=str(transport.get("rootMessageId") or message_id),
+        first_failed_at=float(transport["firstFailedAt"]) if "firstFailedAt" in transport else None,
+    )
+
+    async def attempt() -> Settlement:
+        if event.type == ev.EFFECT_RECHECK:
+            return await _recheck(svc, event, envelope)
         result = await svc.worker.handle(event)
+        return Settlement("completed", f"{result.outcome}: {result.detail}", result=result)
+
+    try:
+        return await _with_retries(svc, event, envelope, attempt)
     except EffectInFlight as exc:
-        at = time.time() + exc.retry_after + RETRY_MARGIN_SECONDS
-        copy_id = derived_message_id(root, "retry", str(retry + 1))
-        _schedule(svc, event, copy_id, at, retry=retry + 1, root=root)
+        at = svc.clock.now() + exc.retry_after + RETRY_MARGIN_SECONDS
+        copy_id = derived_message_id(envelope.root, "retry", str(envelope.retry + 1))
+        await _schedule(svc, event, copy_id, at, envelope.fields(retry=envelope.retry + 1))
         log.info(
             "case %s: effect in flight; re-check scheduled in %.0fs",
             event.case_id,
-            at - time.time(),
+            at - svc.clock.now(),
             extra={"caseId": event.case_id, "effectKey": exc.key, "messageId": copy_id},
         )
         return Settlement("rescheduled", f"effect {exc.key[:12]} in flight; copy {copy_id} scheduled", scheduled_at=at)
     except InvalidEvent as exc:
-        return aside(event.case_id, exc.reason, exc.fields)
-    return Settlement("completed", f"{result.outcome}: {result.detail}", result=result)
+        return await aside(event.case_id, exc.reason, exc.fields)
+    except InvalidDocumentId as exc:
+        return await aside(event.case_id, f"an id the store cannot hold: {exc}", {})
 
 
-async def _recheck(svc: Services, event: ev.CaseEvent, root: str, retry: int) -> Settlement:
+async def _with_retries(
+    svc: Services, event: ev.CaseEvent, envelope: _Envelope, attempt: Callable[[], Awaitable[Settlement]]
+) -> Settlement:
+    """Run ``attempt``; on a retryable error wait in place a few times, then defer a delayed copy. Raises
+    what is not retryable, and a retryable error once its retry window is spent."""
+    backoff = svc.settings.backoff
+    error: CasekeeperError | None = None
+    for wait in (*backoff.in_place, None):
+        try:
+            return await attempt()
+        except EffectInFlight:
+            raise
+        except CasekeeperError as exc:
+            if not exc.retryable:
+                raise
+            error = exc
+        if wait is None:
+            break
+        log.info(
+            "case %s: %s (%s); retrying in %.2fs",
+            event.case_id,
+            type(error).__name__,
+            error,
+            wait,
+            extra={"caseId": event.case_id},
+        )
+        await asyncio.sleep(wait)
+    assert error is not None  # the loop only ends here after a retryable error
+    now = svc.clock.now()
+    first = envelope.first_failed_at if envelope.first_failed_at is not None else now
+    if backoff.gives_up(now - first):
+        log.error(
+            "case %s: %s still failing after %.0fs of retries (%s): left to the queue's redeliveries",
+            event.case_id,
+            event.type,
+            now - first,
+            error,
+            extra={"caseId": event.case_id},
+        )
+        raise error
+    number = envelope.retry + 1
+    at = now + backoff.delay(number, seed=envelope.root)
+    copy_id = derived_message_id(envelope.root, "retry", str(number))
+    await _schedule(svc, event, copy_id, at, envelope.fields(retry=number, firstFailedAt=first))
+    svc.telemetry.deferred(type(error).__name__)
+    log.warning(
+        "case %s: %s failed (%s: %s); copy %s scheduled in %.1fs",
+        event.case_id,
+        event.type,
+        type(error).__name__,
+        error,
+        copy_id,
+        at - now,
+        extra={"caseId": event.case_id, "messageId": copy_id},
+    )
+    return Settlement("deferred", f"{type(error).__name__}: copy {copy_id} scheduled", scheduled_at=at)
+
+
+async def _recheck(svc: Services, event: ev.CaseEvent, envelope: _Envelope) -> Settlement:
     key = str(event.data["key"])
     with svc.telemetry.span("reconcile.recheck", {"casekeeper.case_id": event.case_id, "casekeeper.effect_key": key}):
-        outcome = svc.reconciler.recheck(event.case_id, key)
+        outcome = await asyncio.to_thread(svc.reconciler.recheck, event.case_id, key)
     svc.telemetry.reconciled(outcome.outcome)
     log.info(
         "case %s: re-check of effect %s -> %s (%s)",
@@ -147,9 +246,10 @@ async def _recheck(svc: Services, event: ev.CaseEvent, root: str, retry: int) ->
         outcome.detail,
         extra={"caseId": event.case_id, "effectKey": key, "outcome": outcome.outcome},
     )
-    if outcome.retry_after is not None and retry < MAX_RECHECKS:
-        at = time.time() + outcome.retry_after + RETRY_MARGIN_SECONDS
-        _schedule(svc, event, derived_message_id(root, "recheck", str(retry + 1)), at, retry=retry + 1, root=root)
+    if outcome.retry_after is not None and envelope.retry < MAX_RECHECKS:
+        at = svc.clock.now() + outcome.retry_after + RETRY_MARGIN_SECONDS
+        copy_id = derived_message_id(envelope.root, "recheck", str(envelope.retry + 1))
+        await _schedule(svc, event, copy_id, at, envelope.fields(retry=envelope.retry + 1))
         return Settlement("rechecked", f"{outcome.outcome}; next re-check scheduled", scheduled_at=at)
     if outcome.reinvestigate:
         result = await svc.worker.handle(ev.CaseEvent(ev.CASE_INVESTIGATE, event.case_id, {}))
@@ -159,37 +259,15 @@ async def _recheck(svc: Services, event: ev.CaseEvent, root: str, retry: int) ->
 
 def schedule_recheck(svc: Services, case_id: str, key: str, attempt: int, at: float, *, tag: str = "feed") -> None:
     """Schedule R3 for an effect's current attempt; the message id makes repeated calls with the same
-    ``tag`` one message."""
+    ``tag`` one message. Synchronous: for the reconciler and the timer, which run in threads."""
     event = ev.CaseEvent(ev.EFFECT_RECHECK, case_id, {"key": key})
     root = derived_message_id("recheck", key, str(attempt), tag)
-    _schedule(svc, event, root, at, retry=0, root=root)
+    svc.sender.send(_with_envelope(event, {"retry": 0, "rootMessageId": root}), message_id=root, schedule_at=at)
 
 
-def _schedule(svc: Services, event: ev.CaseEvent, message_id: str, at: float, *, retry: int, root: str) -> None:
-    svc.sender.send(_with_envelope(event, retry=retry, rootMessageId=root), message_id=message_id, schedule_at=at)
+async def _schedule(svc: Services, event: ev.CaseEvent, message_id: str, at: float, fields: dict[str, Any]) -> None:
+    await asyncio.to_thread(svc.sender.send, _with_envelope(event, fields), message_id=message_id, schedule_at=at)
 
 
-def _with_envelope(event: ev.CaseEvent, **extra: Any) -> ev.CaseEvent:
-    return ev.CaseEvent(event.type, event.case_id, event.data, delivery_id=event.delivery_id, envelope=extra)
-
-
-def _set_aside(
-    svc: Services,
-    message_id: str,
-    case_id: str | None,
-    reason: str,
-    *,
-    fields: dict[str, str],
-    body: bytes,
-    delivery_count: int,
-) -> Settlement:
-    set_aside(
-        svc.store,
-        message_id=message_id,
-        case_id=case_id,
-        reason=reason,
-        fields=fields,
-        body=body,
-        delivery_count=delivery_count,
-    )
-    return Settlement("set_aside", reason)
+def _with_envelope(event: ev.CaseEvent, fields: dict[str, Any]) -> ev.CaseEvent:
+    return ev.CaseEvent(event.type, event.case_id, event.data, delivery_id=event.delivery_id, envelope=fields)

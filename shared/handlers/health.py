@@ -1,34 +1,47 @@
-"""The timer (rule R7): checkpoint health, and the backstop sweep of stuck effects.
+"""The timer (rules R3, R7): backstop sweeps of stuck work, then alerts. Each duty runs on its own.
 
-Each tick:
+Every tick runs these duties, in this order, each in its own ``try``: one that fails (the store is down
+for its query, the dead-letter queue cannot be reached) is logged and reported, and the others still
+run. The sweeps come first: they keep work moving, the alerts only tell about it. A document a duty
+cannot read is skipped and recorded (one ``malformed_document`` alert per document and version), and
+the duty carries on with the rest.
 
-1. **Checkpoint failures.** Every failure recorded by the capture (``shared.workflow.capture``) and not
-   yet alerted becomes one alert (case, iteration, error); the failure is then marked alerted, so it
-   alerts once, not once per tick.
-2. **Lagging runs.** A case whose last workflow commit is not covered by its checkpoints (none was
-   saved, the newest is older than the commit by more than ``CHECKPOINT_LAG_SECONDS``, or saves failed
-   for several supersteps since it) has a run that a resume would replay from far back: alert once per
-   case version. Cases are examined once, in a window that trails now by the lag, so a run still in
-   progress is never flagged.
-3. **Sweep.** ``started`` effects older than the call timeout get a re-check scheduled. The change
-   feed shows a row only when it changes; a row that stops changing would otherwise wait forever.
-   The re-check's message id is derived from the effect's key and attempt, so a re-check already
-   pending is not duplicated. ``done`` effects of the last day whose commit never landed (a change
-   feed batch skipped after its retries) get it finished.
+1. **Started effects** older than the call timeout get a re-check (rule R3). The change feed shows a row
+   only when it changes; a row that stops changing would otherwise wait forever.
+2. **Open gates.** A case whose version gate let an effect through, with neither its commit nor its
+   escalation since (``shared.core.cases.Gate``), gets a re-check of that effect, which finishes the
+   commit, hands the case to a person, or closes the gate. The query returns only such cases: the
+   sweep's cost follows what is stuck, not what is done.
+3. **Open cases** left ``open`` for longer than the call timeout: a fact was recorded and the decision
+   that should follow never ran (a crash, or an error before its first checkpoint); the case is
+   investigated again (idempotent at the same version).
+4. **Alert delivery**: every recorded alert still owed its notification is notified (``shared.alerts``).
+5. **Checkpoint failures** captured since the last tick: one alert each.
+6. **Lagging runs**: a case whose last workflow commit is not covered by its checkpoints alerts once per
+   version. Cases are examined once, in a window that trails now by the lag; the cursor moves on even
+   past a case that could not be examined.
+7. **Dead letters**: one alert per message in the queue's dead-letter queue.
+
+The re-checks and investigations are scheduled into each case's session with a message id derived from
+the case (or effect), its version (or attempt) and the hour, so a tick repeated within the hour does not
+duplicate one that is still pending, and a lost one is sent again the next hour.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shared.bootstrap import Services
 from shared.core.cases import CASES, Case
-from shared.core.ledger import EffectStatus
-from shared.core.ports import Query
+from shared.core.ports import Document, Query, decode_all
 from shared.core.reconcile import RECONCILED_SUFFIX
+from shared.domain import events as ev
+from shared.domain.invoice import Status
 from shared.handlers.case_events import schedule_recheck
+from shared.messaging import derived_message_id
 from shared.workflow.build import WORKFLOW_NAME
 from shared.workflow.capture import failures_since, mark_alerted
 from shared.workflow.checkpoints import CaseCheckpointStorage
@@ -38,29 +51,101 @@ log = logging.getLogger("casekeeper.health")
 
 CURSOR_KIND = "cursor"
 CURSOR_ID = "checkpoint-health"
+SUPERSTEPS_BEHIND = 2
+"""Failed saves since the newest checkpoint that make a run count as lagging (rule R7: "several")."""
 
 
 @dataclass
 class HealthReport:
+    rechecks_scheduled: list[str] = field(default_factory=list)
+    gates_rechecked: list[str] = field(default_factory=list)
+    investigations_scheduled: list[str] = field(default_factory=list)
+    alerts_notified: list[str] = field(default_factory=list)
     failures_alerted: list[str] = field(default_factory=list)
     lagging_cases: list[str] = field(default_factory=list)
-    rechecks_scheduled: list[str] = field(default_factory=list)
-    commits_finished: list[str] = field(default_factory=list)
+    dead_letters_alerted: list[str] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)
+    failed_duties: dict[str, str] = field(default_factory=dict)
+
+
+class HealthChecksFailed(Exception):
+    """Raised after every duty ran, when some failed: the timer's run shows as failed, and the next tick
+    tries again."""
 
 
 def run_health_checks(svc: Services) -> HealthReport:
     report = HealthReport()
-    _alert_checkpoint_failures(svc, report)
-    _alert_lagging_runs(svc, report)
-    _sweep_started_effects(svc, report)
-    _sweep_uncommitted_done(svc, report)
+    bucket = f"sweep-{int(time.time() // 3600)}"
+    duties: list[tuple[str, Callable[[], None]]] = [
+        ("started effects", lambda: _sweep_started_effects(svc, report, bucket)),
+        ("open gates", lambda: _sweep_open_gates(svc, report, bucket)),
+        ("open cases", lambda: _sweep_open_cases(svc, report, bucket)),
+        ("alert delivery", lambda: report.alerts_notified.extend(svc.alerts.deliver_pending())),
+        ("checkpoint failures", lambda: _alert_checkpoint_failures(svc, report)),
+        ("lagging runs", lambda: _alert_lagging_runs(svc, report)),
+        ("dead letters", lambda: _alert_dead_letters(svc, report)),
+    ]
+    for name, duty in duties:
+        try:
+            duty()
+        except Exception as exc:
+            log.exception("health check %r failed; the other duties still run", name)
+            report.failed_duties[name] = f"{type(exc).__name__}: {exc}"
     log.info(
-        "checkpoint health: %d failures alerted, %d lagging runs, %d re-checks scheduled",
+        "health: %d re-checks, %d gates, %d investigations scheduled; %d alerts notified, %d checkpoint "
+        "failures, %d lagging runs, %d dead letters alerted; %d malformed documents",
+        len(report.rechecks_scheduled),
+        len(report.gates_rechecked),
+        len(report.investigations_scheduled),
+        len(report.alerts_notified),
         len(report.failures_alerted),
         len(report.lagging_cases),
-        len(report.rechecks_scheduled),
+        len(report.dead_letters_alerted),
+        len(report.malformed),
     )
+    if report.failed_duties:
+        raise HealthChecksFailed("; ".join(f"{k}: {v}" for k, v in report.failed_duties.items()))
     return report
+
+
+def _malformed(svc: Services, report: HealthReport) -> Callable[[Document, Exception], None]:
+    def record(doc: Document, exc: Exception) -> None:
+        report.malformed.append(f"{doc.container}/{doc.id}")
+        message = f"document {doc.container}/{doc.id} cannot be read ({type(exc).__name__}: {exc}); skipped"
+        fields = {"container": doc.container, "documentId": doc.id, "partition": doc.partition, "error": str(exc)}
+        svc.alerts.raise_alert("malformed_document", message, fields, dedupe_key=f"{doc.container}:{doc.id}:{doc.etag}")
+
+    return record
+
+
+# --- sweeps ---------------------------------------------------------------------------------------
+
+
+def _sweep_started_effects(svc: Services, report: HealthReport, bucket: str) -> None:
+    now = time.time()
+    for effect in svc.ledger.started_older_than(svc.ledger.call_timeout, on_malformed=_malformed(svc, report)):
+        schedule_recheck(svc, effect.case_id, effect.key, effect.attempts, now, tag=bucket)
+        report.rechecks_scheduled.append(effect.key)
+
+
+def _sweep_open_gates(svc: Services, report: HealthReport, bucket: str) -> None:
+    now = time.time()
+    for case in svc.cases.with_open_gate(svc.ledger.call_timeout, on_malformed=_malformed(svc, report)):
+        assert case.gate is not None
+        schedule_recheck(svc, case.id, case.gate.effect_key, 0, now, tag=f"gate-{bucket}")
+        report.gates_rechecked.append(case.id)
+
+
+def _sweep_open_cases(svc: Services, report: HealthReport, bucket: str) -> None:
+    for case in svc.cases.in_status_since(Status.OPEN, svc.ledger.call_timeout, on_malformed=_malformed(svc, report)):
+        if case.gate is not None:
+            continue  # an effect passed its gate: the open-gate sweep's re-check settles it first
+        event = ev.CaseEvent(ev.CASE_INVESTIGATE, case.id, {})
+        svc.sender.send(event, message_id=derived_message_id("sweep-open", case.id, str(case.version), bucket))
+        report.investigations_scheduled.append(case.id)
+
+
+# --- alerts ---------------------------------------------------------------------------------------
 
 
 def _alert_checkpoint_failures(svc: Services, report: HealthReport) -> None:
@@ -87,9 +172,13 @@ def _alert_lagging_runs(svc: Services, report: HealthReport) -> None:
     cursor_doc = svc.store.read("health", CURSOR_KIND, CURSOR_ID)
     since = float(cursor_doc.body["casesTs"]) - 1.0 if cursor_doc is not None else None  # _ts: whole seconds
     until = store_now - lag
-    for doc in svc.store.query(CASES, Query(ts_after=since, ts_before=until)):
-        case = Case.from_document(doc)
-        behind = _lag(svc, case, lag)
+    docs = svc.store.query(CASES, Query(ts_after=since, ts_before=until))
+    for case in decode_all(docs, Case.from_document, _malformed(svc, report)):
+        try:
+            behind = _lag(svc, case, lag)
+        except Exception:  # one case that cannot be examined must not stop the window from moving on
+            log.exception("lagging-run check of case %s failed; skipped", case.id, extra={"caseId": case.id})
+            continue
         if behind is None:
             continue
         fields = {"caseId": case.id, "caseVersion": case.version, "status": case.status, "behind": behind}
@@ -97,10 +186,6 @@ def _alert_lagging_runs(svc: Services, report: HealthReport) -> None:
         if svc.alerts.raise_alert("checkpoint_lag", message, fields, dedupe_key=f"{case.id}:v{case.version}"):
             report.lagging_cases.append(case.id)
     svc.store.upsert("health", CURSOR_KIND, CURSOR_ID, {"id": CURSOR_ID, "kind": CURSOR_KIND, "casesTs": until})
-
-
-SUPERSTEPS_BEHIND = 2
-"""Failed saves since the newest checkpoint that make a run count as lagging (rule R7: "several")."""
 
 
 def _lag(svc: Services, case: Case, lag: float) -> str | None:
@@ -123,22 +208,20 @@ def _lag(svc: Services, case: Case, lag: float) -> str | None:
     return None
 
 
-DONE_LOOKBACK_SECONDS = 24 * 3600
-"""How far back the sweep looks for done effects whose commit never landed (the change feed's backstop)."""
-
-
-def _sweep_uncommitted_done(svc: Services, report: HealthReport) -> None:
-    since = svc.store.now() - DONE_LOOKBACK_SECONDS
-    for effect in svc.ledger.with_status_since(EffectStatus.DONE, since):
-        if svc.reconciler.finish_commit(effect) in ("committed", "needs_review"):
-            report.commits_finished.append(effect.key)
-
-
-def _sweep_started_effects(svc: Services, report: HealthReport) -> None:
-    now = time.time()
-    # One sweep re-check per effect per hour: the broker's duplicate window (a day, in infra) would
-    # otherwise swallow the sweep's copy of a re-check that was lost (dead-lettered) meanwhile.
-    bucket = f"sweep-{int(now // 3600)}"
-    for effect in svc.ledger.started_older_than(svc.ledger.call_timeout):
-        schedule_recheck(svc, effect.case_id, effect.key, effect.attempts, now, tag=bucket)
-        report.rechecks_scheduled.append(effect.key)
+def _alert_dead_letters(svc: Services, report: HealthReport) -> None:
+    for letter in svc.dead_letters.peek(limit=100):
+        message = (
+            f"event {letter.message_id} of case {letter.session_id} was dead-lettered after "
+            f"{letter.delivery_count} deliveries ({letter.reason}): 'casekeeper events redrive "
+            f"{letter.message_id}' puts it back once the cause is fixed"
+        )
+        fields = {
+            "caseId": letter.session_id,
+            "messageId": letter.message_id,
+            "sequenceNumber": letter.sequence_number,
+            "reason": letter.reason,
+            "description": letter.description[:500],
+        }
+        dedupe = f"{letter.message_id}:{letter.sequence_number}"
+        if svc.alerts.raise_alert("dead_lettered", message, fields, dedupe_key=dedupe):
+            report.dead_letters_alerted.append(letter.message_id)

@@ -7,9 +7,11 @@ from typing import Any
 
 from shared.bootstrap import Services
 from shared.core.ids import id_problem
+from shared.core.ledger import Effect
 from shared.core.ports import Query
 from shared.handlers.rejected import rejected_events
 from shared.ingress import Response
+from shared.workflow.actions import money_position
 
 
 def post_event(svc: Services, headers: Mapping[str, str], body: bytes) -> Response:
@@ -19,6 +21,12 @@ def post_event(svc: Services, headers: Mapping[str, str], body: bytes) -> Respon
 def post_approval(svc: Services, case_id: str, request_id: str, body: bytes) -> Response:
     return svc.ingress.accept_approval(
         case_id, request_id, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
+    )
+
+
+def post_withdrawal(svc: Services, case_id: str, effect_key: str, body: bytes) -> Response:
+    return svc.ingress.accept_withdrawal(
+        case_id, effect_key, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
     )
 
 
@@ -34,8 +42,11 @@ def get_case(svc: Services, case_id: str) -> Response:
             body["rejectedEvents"] = rejected
         return Response(404, body)
     pending = case.data.get("pendingApproval")
+    effects = svc.ledger.for_case(case_id)
     view: dict[str, Any] = {
         "case": case.summary(),
+        "credit": _credit_view(case.facts, effects),
+        "gate": case.gate.to_json() if case.gate is not None else None,
         "effects": [
             {
                 "key": e.key,
@@ -46,7 +57,7 @@ def get_case(svc: Services, case_id: str) -> Response:
                 "reason": e.reason,
                 "attempts": e.attempts,
             }
-            for e in svc.ledger.for_case(case_id)
+            for e in effects
         ],
         "pendingApproval": (
             {
@@ -60,13 +71,28 @@ def get_case(svc: Services, case_id: str) -> Response:
             else None
         ),
         "history": [
-            {"fromVersion": t.from_version, "status": t.status, "reason": t.reason, "effectKey": t.effect_key}
+            {
+                "fromVersion": t.from_version,
+                "status": t.status,
+                "reason": t.reason,
+                "effectKey": t.effect_key,
+                "changes": t.changes,
+                "at": t.at,
+            }
             for t in case.history
         ],
         "notes": list(case.notes),
         "rejectedEvents": rejected_events(svc.store, case_id),
     }
     return Response(200, view)
+
+
+def _credit_view(facts: dict[str, Any], effects: list[Effect]) -> dict[str, Any] | None:
+    """The money rule's numbers (over-billed, received, outstanding, remaining, excess) and each request."""
+    try:
+        return money_position(facts, effects).to_json()
+    except (KeyError, ValueError):  # a case whose facts are incomplete has no money position to show
+        return None
 
 
 def health(svc: Services) -> Response:

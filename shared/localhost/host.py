@@ -40,9 +40,9 @@ from shared.bootstrap import Services
 from shared.core.errors import StoreError
 from shared.localhost.changefeed import LocalChangeFeed, to_document_list
 from shared.localhost.http_server import HttpFrontend, Route
+from shared.localhost.messaging import LocalDeadLetters, LocalQueueEventSender
 from shared.localhost.queue import LocalSessionQueue, LockLost, to_service_bus_message
 from shared.localhost.schedule import NcrontabSchedule, timer_request
-from shared.messaging import LocalQueueEventSender
 from shared.settings import SETTINGS, Settings
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.telemetry import configure as configure_telemetry
@@ -122,7 +122,9 @@ class LocalHost:
             max_delivery_count=options.max_delivery_count,
         )
         self.services: Services = bootstrap.build(
-            settings, sender=LocalQueueEventSender(self.queue, settings.case_events_queue)
+            settings,
+            sender=LocalQueueEventSender(self.queue, settings.case_events_queue),
+            dead_letters=LocalDeadLetters(self.queue, settings.case_events_queue),
         )
         bootstrap.use(self.services)
         self.loop = asyncio.new_event_loop()

@@ -444,6 +444,33 @@ class LocalSessionQueue:
             for row in rows
         ]
 
+    def redrive(self, queue: str, sequence_number: int, *, message_id: str) -> bool:
+        """Move a dead-lettered message back into ``queue`` as a new message (``message_id``, delivery count
+        0, visible now), in one transaction; ``False`` when no such dead letter exists. The new id keeps
+        duplicate detection from dropping it: it is a new send, as a Service Bus redrive is."""
+        _check_id("message_id", message_id)
+        with self._db.write() as conn:
+            now = self._clock()
+            row = conn.execute(
+                "SELECT session_id, body, properties FROM queue_dead_letters WHERE queue = ? AND seq = ?",
+                (queue, sequence_number),
+            ).fetchone()
+            if row is None:
+                return False
+            sent_at = conn.execute(
+                "INSERT INTO queue_clocks (queue, last_enqueue) VALUES (?, ?) "
+                "ON CONFLICT (queue) DO UPDATE SET last_enqueue = max(last_enqueue, excluded.last_enqueue) "
+                "RETURNING last_enqueue",
+                (queue, now),
+            ).fetchone()[0]
+            conn.execute(
+                "INSERT INTO queue_messages (queue, session_id, message_id, body, properties, enqueued_time) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (queue, row[0], message_id, row[1], row[2], sent_at),
+            )
+            conn.execute("DELETE FROM queue_dead_letters WHERE queue = ? AND seq = ?", (queue, sequence_number))
+        return True
+
     def counts(self, queue: str) -> dict[str, int]:
         """Message counts of ``queue``, in Service Bus's terms.
 

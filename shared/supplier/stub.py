@@ -73,6 +73,7 @@ class Faults:
     - ``hold_seconds``: every POST's reply is held this long after the note is created and logged, so
       the caller can time out or be killed meanwhile. Stopping the stub drops held replies unanswered.
     - ``lookup_down``: ``GET /credit-notes`` answers 503.
+    - ``lookup_hold_seconds``: every lookup's reply is held this long (a slow supplier).
 
     Raises ``ValueError`` for a negative or non-numeric value.
     """
@@ -83,11 +84,13 @@ class Faults:
     fail_after_create: int = 0
     drop_after_create: int = 0
     lookup_down: bool = False
+    lookup_hold_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         for spec in fields(self):
             _check_fault(spec.name, getattr(self, spec.name))
         self.hold_seconds = float(self.hold_seconds)
+        self.lookup_hold_seconds = float(self.lookup_hold_seconds)
 
     @classmethod
     def from_json(cls, data: Any) -> Faults:
@@ -108,10 +111,10 @@ def _check_fault(name: str, value: Any) -> None:
     if name == "lookup_down":
         if not isinstance(value, bool):
             raise ValueError("lookup_down must be true or false")
-    elif name == "hold_seconds":
+    elif name in ("hold_seconds", "lookup_hold_seconds"):
         numeric = isinstance(value, int | float) and not isinstance(value, bool)
         if not numeric or not math.isfinite(value) or value < 0:
-            raise ValueError("hold_seconds must be a non-negative number")
+            raise ValueError(f"{name} must be a non-negative number")
     elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{name} must be a non-negative integer")
 
@@ -361,9 +364,14 @@ class SupplierStub:
         if not key:
             return _error(400, "missing_idempotency_key", "the idempotencyKey query parameter is required")
         note = self._notes.get(key)
-        if note is None:
-            return _error(404, "not_found", f"no credit note for Idempotency-Key {key!r}")
-        return _Reply(200, note, note=note)
+        reply = (
+            _Reply(200, note, note=note)
+            if note is not None
+            else _error(404, "not_found", f"no credit note for Idempotency-Key {key!r}")
+        )
+        if self._faults.lookup_hold_seconds > 0:
+            reply = replace(reply, hold=self._faults.lookup_hold_seconds, faults=(*reply.faults, "lookup_hold_seconds"))
+        return reply
 
     def _control(self, request: _Request) -> _Reply:
         name = request.path.removeprefix(CONTROL_PREFIX)

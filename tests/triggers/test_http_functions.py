@@ -5,6 +5,7 @@ Every rejected request is checked to have enqueued nothing: the local session qu
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -13,7 +14,9 @@ import azure.functions as func
 import pytest
 
 from shared.bootstrap import Services
+from shared.domain.events import CaseEvent
 from shared.localhost.queue import LocalSessionQueue
+from shared.supplier.stub import SupplierStub
 from tests.triggers.conftest import SECRET, signed_request, user_function
 
 QUEUE = "case-events"
@@ -216,3 +219,52 @@ def test_an_id_no_backend_can_store_is_refused_at_the_door_naming_the_field(
 def test_ids_with_inner_spaces_and_unicode_are_accepted(functions: dict[str, Any], svc: Services) -> None:
     status, _ = call(functions, "events", signed_request(event(caseId="INV 2026 ÄÖ-42"), delivery="d 1"))
     assert status == 202
+
+
+def withdrawal(case_id: str, key: str, payload: dict[str, Any]) -> func.HttpRequest:
+    return func.HttpRequest(
+        method="POST",
+        url=f"http://localhost/api/cases/{case_id}/requests/{key}/withdraw",
+        headers={"Content-Type": "application/json"},
+        route_params={"caseId": case_id, "effectKey": key},
+        body=json.dumps(payload).encode(),
+    )
+
+
+def test_a_withdrawal_is_queued_into_the_case_session_with_who_and_why(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    assert call(functions, "withdraw_request", withdrawal("ghost", "k1", {"by": "a", "why": "b"}))[0] == 404
+    svc.cases.create("INV-1001", {})
+    status, body = call(functions, "withdraw_request", withdrawal("INV-1001", "k1", {"by": "ana"}))
+    assert status == 400 and body["fields"] == {"why": "is required"}
+    status, body = call(functions, "withdraw_request", withdrawal("INV-1001", "k1", {"by": "ana", "why": "ticket 7"}))
+    assert (status, body) == (202, {"accepted": True, "effectKey": "k1"})
+    [msg] = queue.peek(QUEUE)
+    data = json.loads(msg.body)["data"]
+    assert (msg.session_id, data["effectKey"], data["by"], data["why"]) == ("INV-1001", "k1", "ana", "ticket 7")
+
+
+def test_the_case_view_shows_how_much_may_still_be_requested_and_the_excess(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue, supplier: SupplierStub
+) -> None:
+    facts = json.loads(event(data={**json.loads(event())["data"], "invoiceAmount": "1300.00"}))["data"]
+    asyncio.run(svc.worker.handle(CaseEvent("invoice.received", "INV-1001", facts)))
+    asyncio.run(svc.worker.handle(CaseEvent("po.updated", "INV-1001", {"poAmount": "1200.00"})))
+    req = func.HttpRequest(
+        method="GET", url="http://localhost/api/cases/INV-1001", body=b"", route_params={"caseId": "INV-1001"}
+    )
+    status, body = call(functions, "get_case", req)
+    assert status == 200 and body["case"]["status"] == "needs_review"
+    credit = body["credit"]
+    assert {k: credit[k] for k in ("overBilled", "received", "outstanding", "remaining", "excess")} == {
+        "overBilled": "100.00",
+        "received": "0",
+        "outstanding": "300.00",
+        "remaining": "-200.00",
+        "excess": "200.00",
+    }
+    [request] = credit["requests"]
+    assert (request["amount"], request["state"], request["decidedOnVersion"]) == ("300.00", "outstanding", 1)
+    assert body["history"][1]["changes"] == {"poAmount": "1200.00"}
+    assert "by 200.00 EUR" in body["history"][-1]["reason"]

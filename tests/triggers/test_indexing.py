@@ -33,7 +33,16 @@ def resolve(value: str) -> str:
 
 def test_the_app_indexes_exactly_these_functions(functions: dict[str, Any]) -> None:
     assert sorted(functions) == sorted(
-        ["events", "approvals", "get_case", "health", "case_worker", "reconciler", "checkpoint_health"]
+        [
+            "events",
+            "approvals",
+            "withdraw_request",
+            "get_case",
+            "health",
+            "case_worker",
+            "reconciler",
+            "checkpoint_health",
+        ]
     )
 
 
@@ -41,6 +50,7 @@ def test_http_routes_methods_and_auth_levels(functions: dict[str, Any]) -> None:
     expected = {
         "events": ("events", ["POST"], "ANONYMOUS"),  # HMAC-signed: the signature is the authentication
         "approvals": ("cases/{caseId}/approvals/{requestId}", ["POST"], "FUNCTION"),
+        "withdraw_request": ("cases/{caseId}/requests/{effectKey}/withdraw", ["POST"], "FUNCTION"),
         "get_case": ("cases/{caseId}", ["GET"], "FUNCTION"),
         "health": ("health", ["GET"], "ANONYMOUS"),
     }
@@ -87,7 +97,7 @@ def test_importing_the_app_opens_no_connection() -> None:
         "socket.socket.connect = refuse\n"
         "socket.create_connection = refuse\n"
         "import function_app\n"
-        "assert len(function_app.app.get_functions()) == 7\n"
+        "assert len(function_app.app.get_functions()) == 8\n"
         "print('ok')\n"
     )
     done = subprocess.run(

@@ -51,7 +51,16 @@ def test_the_venv_runs_the_python_infra_deploys_by_default() -> None:
 def test_the_worker_indexes_every_function() -> None:
     assert index(ROOT / "function_app.py") == {
         "functions": sorted(
-            ["approvals", "case_worker", "checkpoint_health", "events", "get_case", "health", "reconciler"]
+            [
+                "approvals",
+                "case_worker",
+                "checkpoint_health",
+                "events",
+                "get_case",
+                "health",
+                "reconciler",
+                "withdraw_request",
+            ]
         )
     }
 

@@ -12,7 +12,6 @@ import azure.functions as func
 import pytest
 
 from shared.bootstrap import Services
-from shared.core.errors import StoreUnavailable
 from shared.core.keys import effect_key
 from shared.core.ports import Query
 from shared.domain.events import CaseEvent
@@ -98,22 +97,6 @@ def test_an_event_for_an_unknown_case_is_set_aside(
     assert "unknown case" in rejected.body["reason"]
 
 
-def test_a_transient_store_error_is_raised_so_the_broker_redelivers(
-    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    send(svc, CaseEvent("invoice.received", "C-1", INVOICE), "m-4")
-
-    def throttled(*args: Any, **kwargs: Any) -> Any:
-        raise StoreUnavailable("429 throttled")  # what the Cosmos adapter raises for a 429
-
-    monkeypatch.setattr(svc.store, "create", throttled)
-    with pytest.raises(StoreUnavailable):
-        deliver(functions, queue)
-    monkeypatch.undo()
-    deliver(functions, queue)  # redelivered, delivery count 2
-    assert svc.cases.require("C-1").status == "credit_requested"
-
-
 def test_the_reconciler_finishes_a_commit_and_schedules_rechecks(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:
@@ -172,19 +155,3 @@ def test_the_timer_alerts_each_checkpoint_failure_once(functions: dict[str, Any]
     assert alert.alert_kind == "checkpoint_failure"
     assert alert.fields["caseId"] == "C-1" and alert.fields["iteration"] == 3
     assert "refusing to save" in alert.message
-
-
-def test_the_timer_finishes_a_commit_the_change_feed_never_delivered(functions: dict[str, Any], svc: Services) -> None:
-    svc.cases.create("C-5", INVOICE)
-    commit = {"status": "credit_requested", "reason": "over-billed", "clearPendingApproval": False}
-    request = {"amount": "100.00", "currency": "EUR", "invoiceId": "INV-1", "supplierId": "S-1", "commit": commit}
-    svc.ledger.run(
-        case_id="C-5",
-        action="request_credit_note",
-        decided_on_version=1,
-        call=lambda k: {"creditNoteId": "CN-9"},
-        request=request,
-    )  # died at F5; its feed batch was lost
-    user_function(functions, "checkpoint_health")(timer_request(past_due=False, schedule_status=None))
-    case = svc.cases.require("C-5")
-    assert case.status == "credit_requested" and case.data["creditRequest"]["creditNoteId"] == "CN-9"

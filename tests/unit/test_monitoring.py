@@ -36,10 +36,9 @@ from tests.unit.test_infra import (
 ALERTS = APP / "alerts.bicep"
 ALERT_QUERY = APP / "alert-records.kql"
 
-# Fields the alert rule's query reads that the alert record does not carry yet. The lead adds alertId
-# (the alert's durable record id, stable across hosts) to the record's extra fields in shared/alerts.py;
-# until then the query falls back to alertKind and the message, so alerts still notify.
-PENDING_ALERT_RECORD_FIELDS = {"alertId"}
+# Fields the alert rule's query reads that the alert record does not carry (none: shared/alerts.py logs
+# alertId, the durable record's id, and alertKind with every alert).
+PENDING_ALERT_RECORD_FIELDS: set[str] = set()
 
 
 def _strings(node: tree_sitter.Node) -> list[str]:

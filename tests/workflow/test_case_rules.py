@@ -184,3 +184,24 @@ def test_no_new_decision_while_an_effect_of_the_case_is_unsettled(app: Harness, 
     assert settled.status is EffectStatus.FAILED
     again = app.handle(ev.CASE_INVESTIGATE, "C-2")  # settled: the case is decided again
     assert again.status == "credit_requested" and len(posts(supplier)) == 1
+
+
+def test_a_redelivered_fact_event_still_runs_the_decision_its_first_delivery_lost(
+    app: Harness, supplier: SupplierStub
+) -> None:
+    """The first delivery wrote the PO and died before deciding; the redelivery finds the facts already
+    recorded and must still decide, or the case would stay open forever."""
+    app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1000.00"))  # approved
+    case = app.cases.require("C-1")
+    app.cases.update_facts("C-1", case.version, {"poAmount": "900.00"}, reason="po.updated", new_status="open")
+    redelivered = app.handle(ev.PO_UPDATED, "C-1", poAmount="900.00")
+    assert [s.outcome for s in redelivered.steps] == ["nothing_to_do", "committed"]
+    assert redelivered.status == "credit_requested"
+    assert [p["body"]["amount"] for p in posts(supplier)] == ["100.00"]  # type: ignore[index]
+
+
+def test_credit_note_redelivered_after_a_lost_decision_decides(app: Harness, supplier: SupplierStub) -> None:
+    app.cases.create("C-2", {**invoice("1100.00"), "credits": [{"creditNoteId": "CN-X", "amount": "40.00"}]})
+    redelivered = app.handle(ev.CREDIT_NOTE_ISSUED, "C-2", creditNoteId="CN-X", amount="40.00")
+    assert redelivered.status == "credit_requested"
+    assert [p["body"]["amount"] for p in posts(supplier)] == ["60.00"]  # type: ignore[index]

@@ -57,3 +57,25 @@ def test_rechecks_redo_their_follow_ups_after_a_crash(store: DocumentStore, supp
     assert len(alerts) == 1
     reconciler.recheck("C-2", effect.key)
     assert app.cases.require("C-2").version == 2  # the escalation is recorded once
+
+
+def test_a_case_with_many_po_edits_never_reopens_an_effect_whose_commit_landed(
+    store: DocumentStore, supplier: SupplierStub
+) -> None:
+    """The history keeps 100 transitions; the commit naming an effect is never the one dropped, so
+    "did this effect's commit land?" keeps its answer however many PO edits follow."""
+    app = make_harness(store, supplier.url)
+    app.handle(ev.INVOICE_RECEIVED, "C-3", **invoice("1100.00"))
+    [effect] = app.ledger.for_case("C-3")
+    for i in range(150):
+        case = app.cases.require("C-3")
+        app.cases.update_facts("C-3", case.version, {"note": str(i)}, reason=f"edit {i}")
+    case = app.cases.require("C-3")
+    assert len(case.history) == 100
+    assert [t.effect_key for t in case.transitions_of(effect.key)] == [effect.key]
+    reconciler = Reconciler(
+        app.ledger, app.cases, store, {"request_credit_note": credit_note_policy(app.deps.supplier)}
+    )
+    assert reconciler.finish_commit(effect) == "already"
+    assert app.cases.require("C-3").version == case.version
+    assert len(posts(supplier)) == 1

@@ -1,0 +1,66 @@
+"""The local host's adapters of the messaging ports, on its SQLite session queue (``queue.py``).
+
+They behave as the Service Bus adapters do where the app relies on it: sessions, scheduled messages,
+duplicate detection by message id, and a dead-letter queue that can be listed and redriven. Both kinds
+pass ``tests/contract/test_senders.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from shared.domain.events import CaseEvent
+from shared.localhost.queue import LocalSessionQueue
+from shared.messaging import DeadLetter, encode, redrive_message_id
+
+
+class LocalQueueEventSender:
+    """:class:`~shared.messaging.EventSender` on the local queue (thread-safe: a connection per thread)."""
+
+    def __init__(self, queue: LocalSessionQueue, queue_name: str) -> None:
+        self._queue = queue
+        self._queue_name = queue_name
+
+    def send(self, event: CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
+        self._queue.send(
+            self._queue_name,
+            encode(event),
+            session_id=event.case_id,
+            message_id=message_id,
+            scheduled_enqueue_time=schedule_at,
+            application_properties={"type": event.type},
+        )
+
+
+class LocalDeadLetters:
+    """:class:`~shared.messaging.DeadLetterQueue` of the local queue."""
+
+    def __init__(self, queue: LocalSessionQueue, queue_name: str) -> None:
+        self._queue = queue
+        self._queue_name = queue_name
+
+    def peek(self, limit: int = 100) -> list[DeadLetter]:
+        return [
+            DeadLetter(
+                message_id=d.message_id,
+                session_id=d.session_id,
+                sequence_number=d.sequence_number,
+                reason=d.reason,
+                description=d.description,
+                delivery_count=d.delivery_count,
+                enqueued_time=d.enqueued_time,
+                body=d.body,
+            )
+            for d in self._queue.dead_letters(self._queue_name)[:limit]
+        ]
+
+    def redrive(self, message_ids: Iterable[str] | None = None) -> list[DeadLetter]:
+        wanted = None if message_ids is None else set(message_ids)
+        moved: list[DeadLetter] = []
+        for letter in self.peek(limit=10_000):
+            if wanted is not None and letter.message_id not in wanted:
+                continue
+            new_id = redrive_message_id(letter.message_id, letter.sequence_number)
+            if self._queue.redrive(self._queue_name, letter.sequence_number, message_id=new_id):
+                moved.append(letter)
+        return moved

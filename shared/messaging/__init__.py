@@ -1,0 +1,106 @@
+"""Case events on the queue (rule R10): the ports, and the one wire format both ends use.
+
+Every event is sent into its case's session (session id = case id), so a case's events are handled one
+at a time. The message id is what the broker deduplicates on: the webhook's delivery id for ingress
+(``webhook:<id>``), a deterministic id for everything Casekeeper schedules itself, so a send repeated
+after a crash is dropped by the broker instead of handled twice.
+
+Ports (each adapter passes ``tests/contract/test_senders.py``):
+
+- :class:`EventSender`: send or schedule an event. Safe to call from many threads at once: the HTTP
+  functions share one sender, and the Functions worker runs them on a thread pool.
+- :class:`DeadLetterQueue`: the queue's dead letters, listed and put back (``casekeeper events``).
+
+Adapters: :mod:`shared.messaging.servicebus` (Azure) and ``shared.localhost.messaging`` (the local host's
+SQLite session queue).
+
+Wire format (:func:`encode` / :func:`decode`): the body is the event's JSON (``type``, ``caseId``,
+``data``) plus ``deliveryId`` and the transport fields of :attr:`CaseEvent.envelope` (a retry count,
+the first message's id, when the event first failed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shared.core.ids import MAX_ID_LENGTH
+from shared.domain.events import CaseEvent
+
+ENVELOPE_FIELDS = ("retry", "rootMessageId", "firstFailedAt")
+
+
+class EventSender(Protocol):
+    def send(self, event: CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
+        """Enqueue ``event`` into session ``event.case_id``; at ``schedule_at`` (epoch seconds) if given.
+
+        Thread-safe. Raises ``StoreUnavailable`` when the broker cannot be reached (the caller answers
+        503 or lets the trigger retry)."""
+        ...
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A dead-lettered message: which case, why, after how many deliveries, and its body."""
+
+    message_id: str
+    session_id: str
+    sequence_number: int
+    reason: str
+    description: str
+    delivery_count: int
+    enqueued_time: float | None
+    body: bytes = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "messageId": self.message_id,
+            "caseId": self.session_id,
+            "sequenceNumber": self.sequence_number,
+            "reason": self.reason,
+            "description": self.description,
+            "deliveryCount": self.delivery_count,
+            "enqueuedTime": self.enqueued_time,
+            "body": self.body.decode("utf-8", errors="replace"),
+        }
+
+
+class DeadLetterQueue(Protocol):
+    def peek(self, limit: int = 100) -> list[DeadLetter]:
+        """The dead letters, oldest first, without changing them. Raises ``StoreUnavailable``."""
+        ...
+
+    def redrive(self, message_ids: Iterable[str] | None = None) -> list[DeadLetter]:
+        """Put dead letters back into their sessions as new messages (id ``<id>:redrive:<sequence>``, so
+        duplicate detection lets them through) and remove them from the dead-letter queue; ``None``: all
+        of them. Returns those put back. Raises ``StoreUnavailable``."""
+        ...
+
+
+def encode(event: CaseEvent) -> bytes:
+    """The message body: the event as JSON, plus its delivery id and envelope fields."""
+    body = {**event.to_json(), "deliveryId": event.delivery_id, **event.envelope}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode(raw: dict[str, Any]) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
+    """The parts of a decoded body: the event fields to validate, the delivery id, the envelope."""
+    event: dict[str, Any] = {k: raw[k] for k in ("type", "caseId", "data") if k in raw}
+    envelope = {k: raw[k] for k in ENVELOPE_FIELDS if raw.get(k) is not None}
+    delivery = raw.get("deliveryId")
+    return event, str(delivery) if delivery is not None else None, envelope
+
+
+def derived_message_id(*parts: str) -> str:
+    """A deterministic message id from parts; hashed when it would exceed Service Bus's 128 characters."""
+    joined = ":".join(parts)
+    if len(joined) <= MAX_ID_LENGTH:
+        return joined
+    return parts[0][:40] + ":" + hashlib.sha256(joined.encode()).hexdigest()
+
+
+def redrive_message_id(message_id: str, sequence_number: int) -> str:
+    return derived_message_id(message_id, "redrive", str(sequence_number))

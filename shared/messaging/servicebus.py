@@ -1,0 +1,206 @@
+"""Azure Service Bus adapters of the messaging ports, identity-based (``DefaultAzureCredential``).
+
+The Python Service Bus output binding cannot set a session id or a message id, so events are sent with
+``azure-servicebus`` itself. Its clients and senders are not thread-safe (the package's README, "Thread
+safety"), and the Functions worker runs the HTTP functions, which share the app's one sender, on a thread
+pool. :class:`ServiceBusEventSender` therefore keeps a small pool of links (a client and its sender each),
+and every send takes one link for itself; a link that failed is closed and replaced, never reused.
+
+Nothing connects at construction: a link is opened on the first send that needs one.
+
+The dead-letter sub-queue of a session-enabled queue is read with an ordinary (non-session) receiver:
+it does not keep sessions, and the SDK refuses a session receiver on a sub-queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue as queue_module
+import threading
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from shared.core.errors import StoreUnavailable
+from shared.domain.events import CaseEvent
+from shared.messaging import DeadLetter, encode, redrive_message_id
+
+if TYPE_CHECKING:
+    from azure.servicebus import ServiceBusClient, ServiceBusReceivedMessage
+
+ClientFactory = Callable[[], "ServiceBusClient"]
+DEFAULT_POOL_SIZE = 8
+
+
+def identity_client_factory(namespace: str) -> ClientFactory:
+    """Clients for ``namespace`` with the app's managed identity (one credential, shared: it is thread-safe)."""
+    from azure.identity import DefaultAzureCredential
+    from azure.servicebus import ServiceBusClient
+
+    credential = DefaultAzureCredential()
+    return lambda: ServiceBusClient(namespace, credential=credential)
+
+
+class _Link:
+    """One client and its queue sender, used by one thread at a time."""
+
+    def __init__(self, client: Any, queue_name: str) -> None:
+        self.client = client
+        self.sender = client.get_queue_sender(queue_name=queue_name)
+
+    def close(self) -> None:
+        for closable in (self.sender, self.client):
+            # Closing a broken link must not hide the error that broke it.
+            with contextlib.suppress(Exception):
+                closable.close()
+
+
+class ServiceBusEventSender:
+    """:class:`~shared.messaging.EventSender` on a session-enabled Service Bus queue, safe across threads."""
+
+    def __init__(self, queue_name: str, client_factory: ClientFactory, *, pool_size: int = DEFAULT_POOL_SIZE) -> None:
+        if pool_size < 1:
+            raise ValueError("pool_size must be at least 1")
+        self._queue_name = queue_name
+        self._factory = client_factory
+        self._slots = threading.BoundedSemaphore(pool_size)
+        self._idle: queue_module.LifoQueue[_Link] = queue_module.LifoQueue()
+        self._all: set[_Link] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def send(self, event: CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
+        from azure.servicebus import ServiceBusMessage
+        from azure.servicebus.exceptions import ServiceBusError
+
+        message = ServiceBusMessage(
+            encode(event),
+            session_id=event.case_id,
+            message_id=message_id,
+            content_type="application/json",
+            application_properties={"type": event.type},
+        )
+        with self._slots:  # at most pool_size sends at once, each on a link of its own
+            link = self._take()
+            try:
+                if schedule_at is None:
+                    link.sender.send_messages(message)
+                else:
+                    link.sender.schedule_messages(message, datetime.fromtimestamp(schedule_at, UTC))
+            except ServiceBusError as exc:
+                self._discard(link)
+                raise StoreUnavailable(f"service bus: {exc}") from exc
+            except BaseException:
+                self._discard(link)
+                raise
+            self._idle.put(link)
+
+    def _take(self) -> _Link:
+        try:
+            return self._idle.get_nowait()
+        except queue_module.Empty:
+            pass
+        from azure.servicebus.exceptions import ServiceBusError
+
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable("the Service Bus sender is closed")
+        try:
+            link = _Link(self._factory(), self._queue_name)
+        except ServiceBusError as exc:
+            raise StoreUnavailable(f"service bus: {exc}") from exc
+        with self._lock:
+            self._all.add(link)
+        return link
+
+    def _discard(self, link: _Link) -> None:
+        with self._lock:
+            self._all.discard(link)
+        link.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            links, self._all = list(self._all), set()
+        for link in links:
+            link.close()
+
+
+class ServiceBusDeadLetters:
+    """:class:`~shared.messaging.DeadLetterQueue` of a Service Bus queue."""
+
+    def __init__(self, queue_name: str, client_factory: ClientFactory, *, max_wait_time: float = 5.0) -> None:
+        self._queue_name = queue_name
+        self._factory = client_factory
+        self._max_wait = max_wait_time
+
+    def peek(self, limit: int = 100) -> list[DeadLetter]:
+        from azure.servicebus.exceptions import ServiceBusError
+
+        try:
+            with self._factory() as client, self._receiver(client) as receiver:
+                return [_dead_letter(m) for m in receiver.peek_messages(max_message_count=limit)]
+        except ServiceBusError as exc:
+            raise StoreUnavailable(f"service bus dead-letter queue: {exc}") from exc
+
+    def redrive(self, message_ids: Iterable[str] | None = None) -> list[DeadLetter]:
+        from azure.servicebus import ServiceBusMessage
+        from azure.servicebus.exceptions import ServiceBusError
+
+        wanted = None if message_ids is None else set(message_ids)
+        moved: list[DeadLetter] = []
+        seen: set[int] = set()  # an abandoned message comes straight back: stop when only those remain
+        try:
+            with self._factory() as client, self._receiver(client) as receiver:
+                sender = client.get_queue_sender(queue_name=self._queue_name)
+                with sender:
+                    while True:
+                        batch = receiver.receive_messages(max_message_count=50, max_wait_time=self._max_wait)
+                        if not batch or all((m.sequence_number or 0) in seen for m in batch):
+                            for message in batch:
+                                receiver.abandon_message(message)
+                            break
+                        for message in batch:
+                            letter = _dead_letter(message)
+                            seen.add(letter.sequence_number)
+                            if wanted is not None and letter.message_id not in wanted:
+                                receiver.abandon_message(message)
+                                continue
+                            copy = ServiceBusMessage(
+                                letter.body,
+                                session_id=letter.session_id,
+                                message_id=redrive_message_id(letter.message_id, letter.sequence_number),
+                                content_type="application/json",
+                                application_properties=dict(message.application_properties or {}),
+                            )
+                            sender.send_messages(copy)
+                            receiver.complete_message(message)  # after the copy is sent: at least once
+                            moved.append(letter)
+                        if wanted is not None and wanted <= {m.message_id for m in moved}:
+                            break
+        except ServiceBusError as exc:
+            raise StoreUnavailable(f"service bus dead-letter queue: {exc}") from exc
+        return moved
+
+    def _receiver(self, client: Any) -> Any:
+        from azure.servicebus import ServiceBusSubQueue
+
+        return client.get_queue_receiver(
+            queue_name=self._queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=self._max_wait
+        )
+
+
+def _dead_letter(message: ServiceBusReceivedMessage) -> DeadLetter:
+    body = message.body
+    raw = body if isinstance(body, bytes) else b"".join(bytes(part) for part in body)
+    enqueued = message.enqueued_time_utc
+    return DeadLetter(
+        message_id=str(message.message_id),
+        session_id=str(message.session_id or ""),
+        sequence_number=int(message.sequence_number or 0),
+        reason=str(message.dead_letter_reason or ""),
+        description=str(message.dead_letter_error_description or ""),
+        delivery_count=int(message.delivery_count or 0),
+        enqueued_time=enqueued.timestamp() if enqueued is not None else None,
+        body=raw,
+    )

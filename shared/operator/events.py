@@ -1,0 +1,86 @@
+"""``casekeeper events dead-lettered`` and ``casekeeper events redrive``: events the queue gave up on.
+
+An accepted event is retried with backoff through a transient outage (``shared.core.retry``); what still
+reaches the queue's dead-letter queue is a bug or an outage of hours. These commands make it visible and
+recoverable, for the local host's queue (``--data``) and for Service Bus (``--from-settings``):
+
+- ``dead-lettered`` lists each dead letter: its case, message id, why it was dead-lettered, after how
+  many deliveries, and the event it carries;
+- ``redrive ID...`` (or ``--all``) puts them back into their case's session as new messages (the id gets
+  ``:redrive:<sequence>``, so duplicate detection lets them through) and removes them from the
+  dead-letter queue. Redrive after the cause is fixed: events are idempotent, so one handled twice does
+  no harm.
+
+The timer raises one ``dead_lettered`` alert per message (``casekeeper alerts``).
+
+Exit codes: 0 done, 1 ``redrive`` named ids that are not dead-lettered, 2 usage or store selection error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from shared.bootstrap import Services
+from shared.messaging import DeadLetter
+from shared.operator.context import common_arguments, error, print_json, run_with_services, time_text
+
+PROG = "casekeeper events"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Events the queue dead-lettered, and putting them back.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = common_arguments()
+    listing = commands.add_parser("dead-lettered", parents=[common], help="list the dead-lettered events")
+    listing.add_argument("--limit", type=int, default=100, metavar="N", help="at most N (default 100)")
+    redrive = commands.add_parser(
+        "redrive", parents=[common], help="put dead-lettered events back into their case's session"
+    )
+    redrive.add_argument("ids", nargs="*", default=[], metavar="ID", help="message ids, as 'dead-lettered' shows")
+    redrive.add_argument("--all", action="store_true", help="every dead-lettered event")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "redrive" and bool(args.all) == bool(args.ids):
+        parser.error("redrive takes message ids, or --all")
+    return run_with_services(PROG, args, lambda svc: _run(svc, args))
+
+
+def _run(svc: Services, args: argparse.Namespace) -> int:
+    if args.command == "dead-lettered":
+        letters = svc.dead_letters.peek(limit=args.limit)
+        if args.json:
+            print_json({"deadLettered": [d.to_json() for d in letters]})
+        elif not letters:
+            print("no dead-lettered events")
+        else:
+            for letter in letters:
+                _print(letter)
+        return 0
+    moved = svc.dead_letters.redrive(None if args.all else args.ids)
+    missing = sorted(set(args.ids) - {m.message_id for m in moved})
+    if args.json:
+        print_json({"redriven": [m.to_json() for m in moved], "notFound": missing})
+    else:
+        for letter in moved:
+            print(f"put back: {letter.message_id} (case {letter.session_id})")
+        if not moved and not missing:
+            print("no dead-lettered events")
+    for message_id in missing:
+        error(PROG, f"no dead-lettered event {message_id!r}")
+    return 1 if missing else 0
+
+
+def _print(letter: DeadLetter) -> None:
+    when = time_text(letter.enqueued_time) if letter.enqueued_time is not None else "?"
+    print(f"{letter.message_id}  case {letter.session_id}  enqueued {when}  deliveries {letter.delivery_count}")
+    print(f"    {letter.reason}: {letter.description}")
+    try:
+        event = json.loads(letter.body)
+        print(f"    event: {event.get('type')} {json.dumps(event.get('data'), separators=(',', ':'))}")
+    except ValueError:
+        print(f"    body: {letter.body[:200]!r}")

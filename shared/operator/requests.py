@@ -1,0 +1,71 @@
+"""``casekeeper requests withdraw``: take an outstanding credit-note request off the books, as a person.
+
+The money rule (``shared.domain.credit``) counts every credit note requested and not yet received as
+outstanding, and never requests more while requested + received exceed what the facts justify. When a
+request will never be answered (cancelled with the supplier, settled another way), a person withdraws
+it: recorded on the case with who, why and when (a fact change: the case's version moves), after which
+it no longer counts. The case goes to ``needs_review``; ``casekeeper send case.investigate ID`` (or the
+next fact event) decides it again on what remains.
+
+Only an outstanding request can be withdrawn: one the supplier has (its effect is ``done``), whose note
+has not arrived. A request whose outcome is unknown is settled first with ``casekeeper effects resolve``.
+
+The same change is made through the API with ``POST /api/cases/{caseId}/requests/{effectKey}/withdraw``.
+
+Exit codes: 0 withdrawn (or already), 1 refused (the message says why), 2 usage or store selection error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from shared.bootstrap import Services
+from shared.core.errors import InvalidEvent
+from shared.domain import events as ev
+from shared.operator.context import common_arguments, error, print_json, run_with_services
+
+PROG = "casekeeper requests"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Credit-note requests a person settles by hand.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    withdraw = commands.add_parser(
+        "withdraw", parents=[common_arguments()], help="take an outstanding request off the books"
+    )
+    withdraw.add_argument("case_id", metavar="CASE")
+    withdraw.add_argument("effect_key", metavar="KEY", help="the request's effect key (case show lists it)")
+    withdraw.add_argument("--by", required=True, help="who decided it")
+    withdraw.add_argument("--why", required=True, help="why (a ticket, the supplier's answer)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_with_services(PROG, args, lambda svc: _withdraw(svc, args))
+
+
+def _withdraw(svc: Services, args: argparse.Namespace) -> int:
+    data = {"effectKey": args.effect_key, "by": args.by, "why": args.why, "at": svc.clock.now()}
+    try:
+        event = ev.parse_event({"type": ev.REQUEST_WITHDRAWN, "caseId": args.case_id, "data": data})
+        result = asyncio.run(svc.worker.handle(event))
+    except InvalidEvent as exc:
+        error(PROG, exc.reason)
+        return 1
+    if args.json:
+        print_json(
+            {
+                "caseId": result.case_id,
+                "outcome": result.outcome,
+                "status": result.status,
+                "version": result.version,
+                "detail": result.detail,
+            }
+        )
+    else:
+        print(f"case {result.case_id}: {result.detail} -> {result.status} v{result.version}")
+        if result.outcome == "facts_changed":
+            print(f"decide it again with: casekeeper send case.investigate {result.case_id}")
+    return 0

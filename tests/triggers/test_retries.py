@@ -1,0 +1,181 @@
+"""An accepted event is never lost to a transient fault (the store down, throttled, a write that keeps
+losing): the case worker, invoked as the host would, with the local session queue's real redelivery and
+dead-lettering around it.
+
+The store outage is a thin wrapper around the real SQLite store that refuses every call while ``down``
+is set: the fault under test is "the store is unreachable", which a real store cannot be told to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import bootstrap
+from shared.bootstrap import Services
+from shared.core.clock import ManualClock
+from shared.core.errors import StoreUnavailable
+from shared.core.ports import DocumentStore
+from shared.domain.events import CaseEvent
+from shared.localhost.messaging import LocalDeadLetters, LocalQueueEventSender
+from shared.localhost.queue import LocalSessionQueue, to_service_bus_message
+from shared.stores.sqlite import SqliteDocumentStore
+from shared.supplier.stub import SupplierStub
+from shared.workflow.capture import uninstall
+from tests.triggers.conftest import settings_for, user_function
+
+QUEUE = "case-events"
+INVOICE = {
+    "invoiceId": "INV-1",
+    "supplierId": "S-1",
+    "poNumber": "PO-1",
+    "invoiceAmount": "1100.00",
+    "poAmount": "1000.00",
+    "currency": "EUR",
+}
+
+
+class OutageStore:
+    """The real store, unreachable while ``down`` (every port call raises ``StoreUnavailable``)."""
+
+    def __init__(self, inner: DocumentStore) -> None:
+        self.inner = inner
+        self.down = False
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if name == "close" or not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                self.refused += 1
+                raise StoreUnavailable("store unreachable (outage under test)")
+            return attribute(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    import time
+
+    return ManualClock(time.time())
+
+
+@pytest.fixture
+def world(
+    tmp_path: Path, supplier: SupplierStub, clock: ManualClock
+) -> Iterator[tuple[Services, OutageStore, LocalSessionQueue]]:
+    settings = settings_for(tmp_path, supplier.url, RETRY_BASE_SECONDS="0.02", RETRY_MAX_DELAY_SECONDS="60")
+    store = OutageStore(SqliteDocumentStore(settings.sqlite_path))
+    queue = LocalSessionQueue(settings.local_queue_path, max_delivery_count=10, clock=clock.now)
+    svc = bootstrap.build(
+        settings,
+        store=store,  # type: ignore[arg-type]
+        sender=LocalQueueEventSender(queue, QUEUE),
+        dead_letters=LocalDeadLetters(queue, QUEUE),
+        clock=clock,
+    )
+    bootstrap.use(svc)
+    try:
+        yield svc, store, queue
+    finally:
+        bootstrap.use(None)
+        uninstall()
+        svc.close()
+        queue.close()
+
+
+def deliver_next(functions: dict[str, Any], queue: LocalSessionQueue) -> str:
+    """One delivery as the host makes it: invoke, then complete, or abandon when the function raised."""
+    msg = queue.receive(QUEUE)
+    assert msg is not None, "nothing to deliver"
+    try:
+        asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
+    except Exception:
+        queue.abandon(msg)
+        return "abandoned"
+    queue.complete(msg)
+    return "completed"
+
+
+def test_a_store_outage_longer_than_every_redelivery_loses_nothing(
+    functions: dict[str, Any],
+    world: tuple[Services, OutageStore, LocalSessionQueue],
+    clock: ManualClock,
+    supplier: SupplierStub,
+) -> None:
+    """Down for 40 attempts (ten immediate redeliveries would have dead-lettered it after 10): each attempt
+    completes the message and schedules a delayed copy under a new id; after recovery the copy is handled."""
+    svc, store, queue = world
+    svc.sender.send(CaseEvent("invoice.received", "C-1", INVOICE, delivery_id="d-1"), message_id="webhook:d-1")
+    store.down = True
+    ids: list[str] = []
+    for _ in range(40):
+        [pending] = queue.peek(QUEUE)
+        ids.append(pending.message_id)
+        clock.advance(max(0.0, pending.enqueued_time - clock.now()) + 0.001)
+        assert deliver_next(functions, queue) == "completed"  # the delivery count is never burned
+    assert store.refused >= 40
+    assert len(set(ids)) == 40, "every copy has a message id of its own, or duplicate detection eats it"
+    [copy] = queue.peek(QUEUE)
+    body = json.loads(copy.body)
+    assert body["retry"] == 40 and body["rootMessageId"] == "webhook:d-1"
+    assert copy.enqueued_time - clock.now() <= 60 * 1.01  # backoff capped at RETRY_MAX_DELAY_SECONDS
+    store.down = False
+    clock.advance(copy.enqueued_time - clock.now() + 0.001)
+    assert deliver_next(functions, queue) == "completed"
+    assert svc.cases.require("C-1").status == "credit_requested"
+    assert len([r for r in supplier.requests if r["method"] == "POST"]) == 1
+    assert queue.counts(QUEUE) == {"active": 0, "scheduled": 0, "locked": 0, "dead_lettered": 0}
+
+
+def test_past_the_retry_window_the_error_goes_to_the_broker_and_its_dead_letter_queue(
+    functions: dict[str, Any], world: tuple[Services, OutageStore, LocalSessionQueue], clock: ManualClock
+) -> None:
+    svc, store, queue = world
+    svc.sender.send(CaseEvent("invoice.received", "C-2", INVOICE), message_id="webhook:d-2")
+    store.down = True
+    assert deliver_next(functions, queue) == "completed"  # deferred once
+    clock.advance(3601 + 1)  # RETRY_FOR_SECONDS (3600) after the first failure
+    outcomes = [deliver_next(functions, queue) for _ in range(10)]
+    assert outcomes == ["abandoned"] * 10
+    assert queue.receive(QUEUE) is None
+    [letter] = svc.dead_letters.peek()
+    assert letter.session_id == "C-2" and letter.message_id == "webhook:d-2:retry:1"
+    store.down = False
+    assert [m.message_id for m in svc.dead_letters.redrive(None)] == ["webhook:d-2:retry:1"]
+    assert deliver_next(functions, queue) == "completed"
+    assert svc.cases.require("C-2").status == "credit_requested"
+
+
+def test_a_blip_is_ridden_out_in_place_without_leaving_the_session_order(
+    functions: dict[str, Any], world: tuple[Services, OutageStore, LocalSessionQueue]
+) -> None:
+    """A store that fails twice and recovers: the event is handled in the same delivery (short waits in
+    place), so the next event of the case is not overtaken."""
+    svc, store, queue = world
+    svc.sender.send(CaseEvent("invoice.received", "C-3", INVOICE), message_id="webhook:d-3")
+    svc.sender.send(CaseEvent("po.updated", "C-3", {"poAmount": "1050.00"}), message_id="webhook:d-4")
+    calls = {"n": 0}
+    inner_create = store.inner.create
+
+    def flaky_create(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise StoreUnavailable("429 throttled")
+        return inner_create(*args, **kwargs)
+
+    store.inner.create = flaky_create  # type: ignore[method-assign]
+    assert deliver_next(functions, queue) == "completed"
+    assert [m.message_id for m in queue.peek(QUEUE)] == ["webhook:d-4"]  # no copy: handled in place
+    assert svc.cases.require("C-3").status == "credit_requested"
+    assert deliver_next(functions, queue) == "completed"
+    assert svc.cases.require("C-3").facts["poAmount"] == "1050.00"

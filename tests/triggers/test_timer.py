@@ -1,0 +1,206 @@
+"""The timer as the host calls it (``TimerRequest``): its sweeps find what is stuck, cost what is stuck,
+and every duty runs on its own. The store runs on a clock the test moves, so "older than the call
+timeout" needs no sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import bootstrap
+from shared.bootstrap import Services
+from shared.core.clock import ManualClock
+from shared.core.ports import Document, DocumentStore, Query
+from shared.handlers.health import HealthChecksFailed, run_health_checks
+from shared.localhost.messaging import LocalDeadLetters, LocalQueueEventSender
+from shared.localhost.queue import LocalSessionQueue, to_service_bus_message
+from shared.localhost.schedule import timer_request
+from shared.stores.sqlite import SqliteDocumentStore
+from shared.supplier.stub import SupplierStub
+from shared.workflow.capture import uninstall
+from tests.triggers.conftest import settings_for, user_function
+
+QUEUE = "case-events"
+INVOICE = {
+    "invoiceId": "INV-1",
+    "supplierId": "S-1",
+    "poNumber": "PO-1",
+    "invoiceAmount": "1100.00",
+    "poAmount": "1000.00",
+    "currency": "EUR",
+}
+COMMIT = {"status": "credit_requested", "reason": "over-billed", "clearPendingApproval": False}
+REQUEST = {"amount": "100.00", "currency": "EUR", "invoiceId": "INV-1", "supplierId": "S-1", "commit": COMMIT}
+
+
+class ReadCounter:
+    """The real store, counting the documents its queries return per container: the sweep's cost."""
+
+    def __init__(self, inner: DocumentStore) -> None:
+        self.inner = inner
+        self.returned: dict[str, list[str]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def query(self, container: str, query: Query) -> list[Document]:
+        docs = self.inner.query(container, query)
+        self.returned.setdefault(container, []).extend(d.id for d in docs)
+        return docs
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def timed(tmp_path: Path, supplier: SupplierStub, clock: ManualClock) -> Iterator[tuple[Services, ReadCounter]]:
+    settings = settings_for(tmp_path, supplier.url)
+    store = ReadCounter(SqliteDocumentStore(settings.sqlite_path, clock=clock.now))
+    queue = LocalSessionQueue(settings.local_queue_path)
+    svc = bootstrap.build(
+        settings,
+        store=store,  # type: ignore[arg-type]
+        sender=LocalQueueEventSender(queue, QUEUE),
+        dead_letters=LocalDeadLetters(queue, QUEUE),
+    )
+    bootstrap.use(svc)
+    try:
+        yield svc, store
+    finally:
+        bootstrap.use(None)
+        uninstall()
+        svc.close()
+        queue.close()
+
+
+def tick(functions: dict[str, Any]) -> None:
+    user_function(functions, "checkpoint_health")(timer_request(past_due=False, schedule_status=None))
+
+
+def deliver_all(functions: dict[str, Any], svc: Services) -> list[dict[str, Any]]:
+    queue = LocalSessionQueue(svc.settings.local_queue_path)
+    bodies = []
+    while (msg := queue.receive(QUEUE)) is not None:
+        bodies.append(json.loads(msg.body))
+        asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
+        queue.complete(msg)
+    queue.close()
+    return bodies
+
+
+def test_a_commit_the_change_feed_never_delivered_is_finished_through_the_open_gate(
+    functions: dict[str, Any], timed: tuple[Services, ReadCounter], clock: ManualClock
+) -> None:
+    svc, _ = timed
+    svc.cases.create("C-5", INVOICE)
+    svc.ledger.run(
+        case_id="C-5",
+        action="request_credit_note",
+        decided_on_version=1,
+        call=lambda k: {"creditNoteId": "CN-9"},
+        request=REQUEST,
+    )  # died at F5, and the feed's batch was lost
+    assert svc.cases.require("C-5").gate is not None
+    tick(functions)
+    assert deliver_all(functions, svc) == []  # younger than the call timeout: the worker may still commit it
+    clock.advance(121)
+    tick(functions)
+    [recheck] = deliver_all(functions, svc)
+    assert recheck["type"] == "effect.recheck"
+    case = svc.cases.require("C-5")
+    assert case.status == "credit_requested" and case.data["creditRequest"]["creditNoteId"] == "CN-9"
+    assert case.gate is None
+
+
+def test_the_sweep_reads_what_is_stuck_not_what_is_done(
+    functions: dict[str, Any], timed: tuple[Services, ReadCounter], clock: ManualClock
+) -> None:
+    """Thirty effects done and committed cost the sweep nothing; the one stuck effect is the one it reads."""
+    svc, counter = timed
+    for i in range(30):
+        case_id = f"D-{i}"
+        svc.cases.create(case_id, INVOICE)
+        outcome = svc.ledger.run(
+            case_id=case_id,
+            action="request_credit_note",
+            decided_on_version=1,
+            call=lambda k: {"creditNoteId": k[:6]},
+            request=REQUEST,
+        )
+        assert svc.cases.commit_status(
+            case_id, 1, "credit_requested", effect_key=outcome.effect.key, expected=outcome.case
+        )
+    svc.cases.create("STUCK", INVOICE)
+    svc.ledger.run(
+        case_id="STUCK",
+        action="request_credit_note",
+        decided_on_version=1,
+        call=lambda k: {"creditNoteId": "CN-1"},
+        request=REQUEST,
+    )
+    clock.advance(121)
+    counter.returned.clear()
+    report = run_health_checks(svc)
+    assert report.gates_rechecked == ["STUCK"]
+    assert counter.returned.get("effects", []) == []
+    assert set(counter.returned["cases"]) == {"STUCK"}
+
+
+def test_a_case_left_open_without_a_decision_is_investigated(
+    functions: dict[str, Any], timed: tuple[Services, ReadCounter], clock: ManualClock, supplier: SupplierStub
+) -> None:
+    """A fact was recorded and the process died before deciding: the case would stay open forever."""
+    svc, _ = timed
+    svc.cases.create("C-7", INVOICE)  # open, and nothing is going to happen to it
+    clock.advance(121)
+    tick(functions)
+    tick(functions)  # the same hour: one investigation, not two
+    bodies = deliver_all(functions, svc)
+    assert [b["type"] for b in bodies] == ["case.investigate"]
+    assert svc.cases.require("C-7").status == "credit_requested"
+    assert len([r for r in supplier.requests if r["method"] == "POST"]) == 1
+
+
+def test_each_duty_runs_on_its_own_and_a_malformed_document_is_skipped_and_recorded(
+    functions: dict[str, Any], timed: tuple[Services, ReadCounter], clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc, _ = timed
+    svc.store.create(
+        "effects", "C-8", "broken", {"id": "broken", "caseId": "C-8", "kind": "effect", "status": "started"}
+    )
+    svc.cases.create("C-9", INVOICE)
+    clock.advance(121)
+
+    def unreachable(limit: int = 100) -> list[Any]:
+        raise ConnectionError("the dead-letter queue cannot be reached")
+
+    monkeypatch.setattr(svc.dead_letters, "peek", unreachable)
+    with pytest.raises(HealthChecksFailed, match="dead letters"):
+        tick(functions)
+    kinds = sorted(a.alert_kind for a in svc.alerts.recent())
+    assert kinds == ["malformed_document"]
+    [alert] = svc.alerts.recent()
+    assert alert.fields["documentId"] == "broken"
+    assert [b["caseId"] for b in deliver_all(functions, svc)] == ["C-9"]  # the other sweeps ran
+
+
+def test_each_dead_lettered_event_alerts_once(functions: dict[str, Any], timed: tuple[Services, ReadCounter]) -> None:
+    svc, _ = timed
+    queue = LocalSessionQueue(svc.settings.local_queue_path, max_delivery_count=1)
+    queue.send(QUEUE, b'{"type":"case.investigate","caseId":"C-1","data":{}}', session_id="C-1", message_id="webhook:x")
+    msg = queue.receive(QUEUE)
+    assert msg is not None
+    queue.abandon(msg)
+    queue.close()
+    tick(functions)
+    tick(functions)
+    [alert] = svc.alerts.recent()
+    assert alert.alert_kind == "dead_lettered" and alert.fields["messageId"] == "webhook:x"
+    assert "casekeeper events redrive webhook:x" in alert.message
