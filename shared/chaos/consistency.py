@@ -39,6 +39,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -64,6 +65,12 @@ def check_reflected(evidence: Evidence, timelines: dict[str, Timeline]) -> list[
         problem = _not_reflected(evidence, sent, timelines.get(sent.case_id))
         if problem is not None:
             violations.append(Violation(3, sent.case_id, problem, {"event": sent.__dict__}))
+    for case_id, got in sorted(evidence.cases.items()):
+        if got.get("operatorView") is not None:
+            api = f"GET /api/cases/{{id}} answers {got.get('status')} ({_error_text(got.get('body'))})"
+            violations.append(
+                Violation(3, case_id, f"{api}, but 'casekeeper case show' shows the case: the API cannot show it", {})
+            )
     for case_id, timeline in timelines.items():
         view = evidence.view(case_id)
         assert view is not None  # timelines are built for cases with a view only
@@ -83,6 +90,19 @@ def check_reflected(evidence: Evidence, timelines: dict[str, Timeline]) -> list[
     return violations
 
 
+def set_aside_delivery(rejected: dict[str, Any]) -> str | None:
+    """The delivery id of an event set aside: from the message body it kept (a copy rescheduled with
+    its own message id still carries it), else from a ``webhook:<delivery>`` message id."""
+    try:
+        body = json.loads(str(rejected.get("body") or ""))
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("deliveryId"):
+        return str(body["deliveryId"])
+    message_id = str(rejected.get("id") or "")
+    return message_id.removeprefix("webhook:") if message_id.startswith("webhook:") else None
+
+
 def _identity(sent: Sent) -> tuple[str, ...]:
     if sent.event_type == APPROVAL:
         return (sent.case_id, sent.delivery, str(sent.data.get("decision")), str(sent.data.get("caseVersion")))
@@ -92,12 +112,12 @@ def _identity(sent: Sent) -> tuple[str, ...]:
 def _not_reflected(evidence: Evidence, sent: Sent, timeline: Timeline | None) -> str | None:
     what = f"{sent.event_type} ({sent.delivery}) accepted"
     for rejected in evidence.rejected(sent.case_id):
-        if rejected.get("id") == f"webhook:{sent.delivery}":
+        if set_aside_delivery(rejected) == sent.delivery:
             return None if str(rejected.get("reason") or "").strip() else f"{what}: set aside without a reason"
     view = evidence.view(sent.case_id)
     if view is None:
         status = (evidence.cases.get(sent.case_id) or {}).get("status")
-        return f"{what}, but GET /api/cases/{{id}} answers {status} and nothing was set aside"
+        return f"{what}, but the case cannot be read (GET answers {status}) and nothing was set aside"
     case = view.get("case") or {}
     facts = case.get("facts") or {}
     if sent.event_type == "invoice.received":
@@ -265,6 +285,10 @@ def _queue_and_quiescence(evidence: Evidence) -> list[Violation]:
             summary = f"effect {str(effect.get('key'))[:12]} still started after quiescence (case not readable)"
             violations.append(Violation(4, effect.get("caseId"), summary, {"effect": effect}))
     return violations
+
+
+def _error_text(body: Any) -> str:
+    return str(body.get("error")) if isinstance(body, dict) and body.get("error") else "no case view"
 
 
 def _eq(a: Any, b: Any) -> bool:

@@ -30,6 +30,7 @@ APPROVAL = "approval.answered"
 GIVE_UP_SECONDS = 45.0  # a request no host answered for this long is recorded as not accepted
 LOOKUP_TRIES = 5
 LOOKUP_DELAY = 2.0
+FACT_EVENTS = ("po.updated", "credit_note.issued")
 
 
 @dataclass
@@ -38,6 +39,8 @@ class Driver:
     cluster: Cluster
     sent: list[Sent] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    facts_accepted: int = 0
+    """Fact events (PO changes, credit notes) accepted so far: a kill can be timed just after one."""
     _resolved: dict[int, Sent] = field(default_factory=dict)
     _observed: dict[str, dict[str, Any]] = field(default_factory=dict)
     _answered: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -169,6 +172,9 @@ class Driver:
             record.status, record.host = status, host
             if status == 202:
                 record.accepted_at = time.time()
+                if record.event_type in FACT_EVENTS:
+                    with self._lock:
+                        self.facts_accepted += 1
                 return
             if (status is not None and status < 500) or time.monotonic() > give_up:
                 return

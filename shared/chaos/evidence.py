@@ -63,7 +63,8 @@ class Evidence:
     attempts: list[Attempt] = field(default_factory=list)
     supplier: list[dict[str, Any]] = field(default_factory=list)
     cases: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Case id -> ``{"status": HTTP status, "body": the GET /api/cases/{id} answer}``."""
+    """Case id -> ``{"status": HTTP status, "body": the GET /api/cases/{id} answer}``, plus
+    ``"operatorView"`` (``casekeeper case show --json``) when the API did not show the case."""
     pending: dict[str, Any] = field(default_factory=dict)
     """``casekeeper effects pending --json``."""
     alerts: list[dict[str, Any]] = field(default_factory=list)
@@ -77,14 +78,22 @@ class Evidence:
     approval_threshold: Decimal = Decimal("1000.00")
 
     def view(self, case_id: str) -> dict[str, Any] | None:
-        """The case's API view (200), or ``None``."""
+        """The case's API view (200); when the API could not show an existing case, the operator's
+        ``case show`` view in the API's shape; else ``None``."""
         got = self.cases.get(case_id)
-        return got["body"] if got is not None and got.get("status") == 200 else None
+        if got is None:
+            return None
+        if got.get("status") == 200:
+            body: dict[str, Any] = got["body"]
+            return body
+        shown = got.get("operatorView")
+        return api_shape(shown) if isinstance(shown, dict) and "case" in shown else None
 
     def rejected(self, case_id: str) -> list[dict[str, Any]]:
         """The events set aside for the case, from its view or its 404 answer."""
         got = self.cases.get(case_id) or {}
-        body = got.get("body")
+        view = self.view(case_id)
+        body = view if view is not None else got.get("body")
         return list(body.get("rejectedEvents") or []) if isinstance(body, dict) else []
 
     def sent_for(self, case_id: str) -> list[Sent]:
@@ -93,6 +102,18 @@ class Evidence:
     def supplier_for(self, case_id: str) -> list[dict[str, Any]]:
         keys = {r.get("idempotencyKey") for r in self.supplier if _case_of(r) == case_id}
         return [r for r in self.supplier if _case_of(r) == case_id or r.get("idempotencyKey") in keys - {None}]
+
+
+def api_shape(shown: dict[str, Any]) -> dict[str, Any]:
+    """``casekeeper case show --json`` as ``GET /api/cases/{id}`` shows a case (it has all the same fields)."""
+    return {
+        "case": shown.get("case"),
+        "effects": shown.get("effects") or [],
+        "pendingApproval": (shown.get("approvals") or {}).get("pending"),
+        "history": shown.get("history") or [],
+        "notes": shown.get("notes") or [],
+        "rejectedEvents": shown.get("rejectedEvents") or [],
+    }
 
 
 def _case_of(record: dict[str, Any]) -> str | None:

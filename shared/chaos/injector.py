@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,8 @@ class Injector:
     kills_done: int = 0
     errors: list[str] = field(default_factory=list)
     current_faults: dict[str, Any] = field(default_factory=dict)
+    facts_accepted: Callable[[], int] = lambda: 0
+    """How many fact events the driver got accepted so far (the driver's counter)."""
 
     def start(self, t0: float, stop: threading.Event) -> list[threading.Thread]:
         threads = [
@@ -82,6 +85,8 @@ class Injector:
             detail = ""
             if kill.mode == "after_supplier_request":
                 detail = self._wait_for_request(stop)
+            elif kill.mode == "after_fact_event":
+                detail = self._wait_for_fact_event(stop, kill.delay)
             try:
                 self.cluster.kill(kill.host, restart_after=kill.restart_after, mode=kill.mode, detail=detail)
             except Exception as exc:  # a host that will not come back ends the run: say why
@@ -89,6 +94,16 @@ class Injector:
                 stop.set()
                 return
             self.kills_done += 1
+
+    def _wait_for_fact_event(self, stop: threading.Event, delay: float) -> str:
+        seen = self.facts_accepted()
+        deadline = time.monotonic() + WAIT_FOR_REQUEST_SECONDS
+        while time.monotonic() < deadline and not stop.is_set():
+            if self.facts_accepted() > seen:
+                time.sleep(delay)
+                return f"killed {delay:.2f}s after a fact event was accepted"
+            time.sleep(0.005)
+        return f"no fact event within {WAIT_FOR_REQUEST_SECONDS:.0f}s; killed anyway"
 
     def _wait_for_request(self, stop: threading.Event) -> str:
         journal = self.cluster.journal

@@ -42,6 +42,7 @@ KEEP = "keep"
 
 _KINDS = (("within", 0.20), ("over_small", 0.42), ("over_large", 0.23), ("under", 0.15))
 _APPROVAL_MODES = (("once", 0.3), ("twice", 0.2), ("conflicting", 0.1), ("stale", 0.2), ("never", 0.2))
+_KILL_MODES = (("now", 0.4), ("after_supplier_request", 0.35), ("after_fact_event", 0.25))
 RESEND_SHARE = 0.30
 COPY_SHARE = 0.10
 _LATEST = 0.97  # no step after this share of the injection phase: the last events still get handled
@@ -92,14 +93,17 @@ class FaultWindow:
 
 @dataclass(frozen=True)
 class KillSpec:
-    """``kill -9`` of host ``host``'s process group at ``at``; ``after_supplier_request``: at the first
-    credit-note request the supplier receives from then on (bounded wait). Restarted after
+    """``kill -9`` of host ``host``'s process group at ``at`` (mode ``now``), or at the first credit-note
+    request the supplier receives from then on (``after_supplier_request``), or ``delay`` seconds after
+    the next ``po.updated``/``credit_note.issued`` a host accepts (``after_fact_event``: while the fact
+    change and the decision it owes are being made). Waits are bounded. Restarted after
     ``restart_after`` seconds."""
 
     at: float
     host: int
     mode: str
     restart_after: float
+    delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -342,9 +346,10 @@ def _kills(rng: random.Random, seconds: float, count: int, hosts: int) -> tuple[
     slot = span / count
     kills = []
     for i in range(count):
-        mode = "after_supplier_request" if rng.random() < 0.4 else "now"
+        mode = _pick(rng, _KILL_MODES)
         at = begin + i * slot + rng.uniform(0.0, 0.6 * slot)
-        kills.append(KillSpec(at, rng.randrange(hosts), mode, rng.uniform(0.1, 1.5)))
+        delay = rng.uniform(0.0, 0.3) if mode == "after_fact_event" else 0.0
+        kills.append(KillSpec(at, rng.randrange(hosts), mode, rng.uniform(0.1, 1.5), delay))
     return tuple(kills)
 
 

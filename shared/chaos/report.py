@@ -59,6 +59,7 @@ def counts(evidence: Evidence, plan_summary: dict[str, Any], kills_planned: int)
             "planned": kills_planned,
             "done": len(windows),
             "just after a supplier request": sum(1 for w in windows if w.detail.startswith("killed just after")),
+            "just after a fact event": sum(1 for w in windows if "after a fact event" in w.detail),
             "mean downtime (s)": round(sum(w.end - w.start for w in windows) / len(windows), 2) if windows else 0,
             "hosts that exited by themselves": sum(1 for w in evidence.kill_windows if w.mode == "died"),
         },

@@ -136,7 +136,7 @@ def _inject_settle_collect(
 ) -> tuple[Evidence, dict[str, Any]]:
     stop = threading.Event()
     driver = Driver(plan, cluster)
-    injector = Injector(plan, cluster)
+    injector = Injector(plan, cluster, facts_accepted=lambda: driver.facts_accepted)
     t0 = time.monotonic()
     threads = injector.start(t0, stop)
     drive = threading.Thread(
@@ -165,7 +165,7 @@ def _inject_settle_collect(
         sent=driver.sent,
         attempts=driver.attempts,
         supplier=cluster.journal.refresh(),
-        cases=case_views(cluster, case_ids),
+        cases=_with_operator_views(cluster, case_views(cluster, case_ids)),
         pending=operator(cluster, "effects", "pending"),
         alerts=list((operator(cluster, "alerts", "--limit", "100000") or {}).get("alerts") or []),
         alert_deliveries=cluster.alerts.received(),
@@ -177,6 +177,17 @@ def _inject_settle_collect(
     )
     extra = {"faultLog": injector.fault_log, "injectorErrors": injector.errors}
     return evidence, extra
+
+
+def _with_operator_views(cluster: Cluster, views: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Ask the operator command for every case the API did not show: a case the API cannot serve (an id
+    it cannot route, say) is still checked, and the API's failure is reported on its own."""
+    for case_id, got in views.items():
+        if got.get("status") != 200:
+            shown = operator(cluster, "case", "show", case_id)
+            if isinstance(shown, dict) and "case" in shown:
+                got["operatorView"] = shown
+    return views
 
 
 class _Progress:
