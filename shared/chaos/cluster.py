@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 from shared.chaos.alert_sink import AlertSink
@@ -64,7 +65,10 @@ class Cluster:
         server = start_cosmos_server()
         self._cosmos = server
         database = f"chaos{uuid.uuid4().hex[:10]}"
-        make_cosmos_store(server, database).close()  # the database and its containers
+        with warnings.catch_warnings():
+            # The SDK skips TLS checks for the loopback test server, and urllib3 warns on every request.
+            warnings.simplefilter("ignore")
+            make_cosmos_store(server, database).close()  # the database and its containers
         return {
             "CASEKEEPER_STORE": "cosmos",
             "CosmosDBConnection__accountEndpoint": server.endpoint,
@@ -133,3 +137,20 @@ class Cluster:
     @property
     def queue_path(self) -> Path:
         return self.data / "queue.sqlite"
+
+    def last_failures(self, message_ids: set[str]) -> dict[str, str]:
+        """The hosts' last log line saying why each message failed: a hint beside a dead letter."""
+        found: dict[str, str] = {}
+        if not message_ids:
+            return found
+        for host in self.hosts:
+            try:
+                lines = host.log_path.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                if " failed (" in line and "message " in line:
+                    message_id = line.split("message ", 1)[1].split(" failed (", 1)[0]
+                    if message_id in message_ids:
+                        found[message_id] = line
+        return found

@@ -273,7 +273,8 @@ def _queue_and_quiescence(evidence: Evidence) -> list[Violation]:
             Violation(
                 4,
                 dead.get("sessionId"),
-                f"message {dead.get('messageId')} dead-lettered: {dead.get('reason')}",
+                f"message {dead.get('messageId')} dead-lettered: {dead.get('reason')}"
+                + (f" (last failure: {_failure_text(dead['lastFailure'])})" if dead.get("lastFailure") else ""),
                 {"deadLetter": dead},
             )
         )
@@ -285,6 +286,12 @@ def _queue_and_quiescence(evidence: Evidence) -> list[Violation]:
             summary = f"effect {str(effect.get('key'))[:12]} still started after quiescence (case not readable)"
             violations.append(Violation(4, effect.get("caseId"), summary, {"effect": effect}))
     return violations
+
+
+def _failure_text(line: str) -> str:
+    """``... message X failed (Error: why); redelivering ...`` -> ``Error: why``."""
+    start, end = line.find(" failed ("), line.rfind("); redelivering")
+    return line[start + len(" failed (") : end] if start >= 0 and end > start else line[-200:]
 
 
 def _error_text(body: Any) -> str:

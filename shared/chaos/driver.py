@@ -82,7 +82,7 @@ class Driver:
         elif step.kind in ("resend", "copy"):
             original = self._resolved.get(step.ref if step.ref is not None else -1)
             if original is None:
-                self._skip(step, f"step {step.ref} sent nothing")
+                self._skip(step, "the event it repeats was not sent (yet)")
             else:
                 delivery = original.delivery if step.kind == "resend" else step.delivery
                 self._send_event(step, original.event_type, dict(original.data), delivery)

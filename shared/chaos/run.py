@@ -169,7 +169,7 @@ def _inject_settle_collect(
         pending=operator(cluster, "effects", "pending"),
         alerts=list((operator(cluster, "alerts", "--limit", "100000") or {}).get("alerts") or []),
         alert_deliveries=cluster.alerts.received(),
-        queue=queue_state(cluster.queue_path),
+        queue=_with_failure_hints(cluster, queue_state(cluster.queue_path)),
         kill_windows=list(cluster.kill_windows),
         quiescence=quiescence,
         tolerance=config.tolerance,
@@ -177,6 +177,14 @@ def _inject_settle_collect(
     )
     extra = {"faultLog": injector.fault_log, "injectorErrors": injector.errors}
     return evidence, extra
+
+
+def _with_failure_hints(cluster: Cluster, queue: dict[str, Any]) -> dict[str, Any]:
+    dead_letters = queue.get("deadLetters") or []
+    hints = cluster.last_failures({str(d.get("messageId")) for d in dead_letters})
+    for dead in dead_letters:
+        dead["lastFailure"] = hints.get(str(dead.get("messageId")))
+    return queue
 
 
 def _with_operator_views(cluster: Cluster, views: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
