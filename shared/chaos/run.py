@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -72,7 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"casekeeper chaos: {exc}", file=sys.stderr)
         return 2
     plan = make_plan(config.seed, cases=config.cases, seconds=config.seconds, kills=config.kills, hosts=config.hosts)
+    # The hosts run in their own process groups, out of reach of a signal to ours: a SIGTERM must end the
+    # run through its cleanup (as Ctrl-C does), or they would outlive it.
+    signal.signal(signal.SIGTERM, _interrupt)
     return run(config, plan)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def run(config: ChaosConfig, plan: Plan) -> int:
