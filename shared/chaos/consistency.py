@@ -27,7 +27,8 @@
    - no effect is ``started`` after quiescence (its outcome unknown past the call timeout);
    - every ``needs_reconciliation`` effect has exactly one ``effect_escalated`` alert record and
      exactly one webhook delivery of it, and its case is ``needs_review``;
-   - a ``credit_requested`` case's last transition names an effect that is ``done`` with the note's id;
+   - a ``credit_requested`` case's transition into that status (its last one, passing over facts
+     changes that kept it ``credit_requested``) names an effect that is ``done`` with the note's id;
    - an ``awaiting_approval`` case has a pending approval asked on its current version;
    - every ``done`` effect has a transition naming it (its commit landed, or the case went to a person
      with it), unless it is older than the bounded history; every refused (non-stale ``failed``)
@@ -243,11 +244,11 @@ def check_effects_and_status(evidence: Evidence) -> list[Violation]:
                     effect=effect,
                 )
         if status == "credit_requested":
-            last = history[-1] if history else {}
+            last = _entered_credit_requested(history)
             effect = effects.get(str(last.get("effectKey")))
             if effect is None or effect.get("status") != "done" or not (effect.get("result") or {}).get("creditNoteId"):
                 add(
-                    "the case is credit_requested but its last transition names no done effect with a note",
+                    "the case is credit_requested but the transition into it names no done effect with a note",
                     transition=last,
                     effect=effect,
                 )
@@ -256,6 +257,16 @@ def check_effects_and_status(evidence: Evidence) -> list[Violation]:
             if pending.get("caseVersion") != (view.get("case") or {}).get("version"):
                 add("the case is awaiting_approval without a request on its current version", pending=pending)
     return violations
+
+
+def _entered_credit_requested(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The transition that made the case ``credit_requested``: the last one, passing over facts changes
+    that kept it so (a credit received for one request while another is outstanding)."""
+    for transition in reversed(history):
+        if not (is_facts_transition(transition) and transition.get("status") == "credit_requested"):
+            entered: dict[str, Any] = transition
+            return entered
+    return {}
 
 
 def _queue_and_quiescence(evidence: Evidence) -> list[Violation]:

@@ -253,3 +253,14 @@ def test_a_case_only_the_operator_command_can_show_is_checked_and_the_api_report
     [api] = violations(evidence, 3)
     assert "no function serves" in api.summary and "case show" in api.summary
     assert len(violations(evidence, 2)) == 1  # the money check still ran, on the operator's view
+
+
+def test_credit_requested_must_rest_on_a_done_request_even_after_a_partial_credit() -> None:
+    story = Story(invoice="1300.00", po="1000.00")
+    story.request("a", "200.00")
+    story.request("b", "100.00")
+    story.credit("CN-2", "100.00", "d-credit", status_after="credit_requested")  # 200.00 still outstanding
+    assert violations(story.done(), 4) == []
+    story.history[1]["effectKey"] = None  # the request's commit names no effect
+    summaries = [v.summary for v in violations(story.done(), 4)]
+    assert any("names no done effect" in s for s in summaries) and any("no transition names it" in s for s in summaries)
