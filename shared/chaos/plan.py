@@ -335,9 +335,10 @@ def _fault_windows(rng: random.Random, seconds: float) -> tuple[FaultWindow, ...
             windows.append(FaultWindow(start, start + rng.uniform(2.0, 6.0), label, rng.randint(1, 3), label))
     # Lookups down for good: from late in the phase to its end, so that effects whose outcome is unknown
     # then cannot be settled and must be escalated, and alerted, once each.
-    windows.append(FaultWindow(0.72 * seconds, seconds, "lookup_down", True, "lookup_down_for_good"))
+    windows.append(FaultWindow(0.62 * seconds, seconds, "lookup_down", True, "lookup_down_for_good"))
     # ...and calls whose outcome is unknown early in it, so that there are such effects in every run.
-    windows.append(FaultWindow(0.74 * seconds, 0.79 * seconds, "hold_seconds", HOLD_SECONDS, "hold_while_lookup_down"))
+    # New cases start until 0.7 of the phase; after that few calls are made.
+    windows.append(FaultWindow(0.63 * seconds, 0.69 * seconds, "hold_seconds", HOLD_SECONDS, "hold_while_lookup_down"))
     return tuple(windows)
 
 
