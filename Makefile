@@ -13,7 +13,7 @@ PYTHON313 ?= $(shell for p in $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.13*
   $$(command -v python3.13 2>/dev/null); do "$$p" -c 'import sys' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 STAMP313 := .venv313/.installed-stamp
 
-.PHONY: setup lint test run demo bench clean
+.PHONY: setup lint test run demo bench chaos clean
 
 setup: $(STAMP) $(NODE_STAMP) $(if $(PYTHON313),$(STAMP313))
 
@@ -50,6 +50,11 @@ demo: setup
 
 bench: setup
 	$(BIN)/python -m benchmarks.guarded_effect
+
+# The promise under faults and kill -9, checked from outside (about 3-4 minutes). Exits non-zero on any
+# violation. More: make chaos CHAOS_ARGS="--hosts 2 --seed 42" (or --store cosmos, --report FILE).
+chaos: setup
+	$(BIN)/casekeeper chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv313 node_modules .mypy_cache .ruff_cache .pytest_cache

@@ -36,6 +36,12 @@ def _send(argv: list[str]) -> int:
     return main(argv)
 
 
+def _chaos(argv: list[str]) -> int:
+    from shared.chaos.run import main
+
+    return main(argv)
+
+
 def _operator(module: str) -> Callable[[list[str]], int]:
     def run(argv: list[str]) -> int:
         import importlib
@@ -60,6 +66,7 @@ COMMANDS: dict[str, Command] = {
     "alerts": ("recent alerts", _operator("alerts")),
     "demo": ("drive the failure modes against a local supplier and print what the supplier saw", _demo),
     "supplier-stub": ("serve the supplier portal API locally, logging every request", _supplier_stub),
+    "chaos": ("drive events through faults and kill -9, then check the invariants from outside", _chaos),
 }
 
 

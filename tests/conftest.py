@@ -53,7 +53,7 @@ def supplier() -> Iterator[SupplierStub]:
 @pytest.fixture(scope="session")
 def cosmos_server() -> Iterator[object]:
     """The Cosmos DB test server, started once per session on a free loopback port."""
-    from tests.support.cosmos import start_cosmos_server
+    from shared.localhost.cosmos_server import start_cosmos_server
 
     server = start_cosmos_server()
     try:
@@ -66,7 +66,7 @@ def cosmos_server() -> Iterator[object]:
 def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
     if request.param == "sqlite":
         return StoreSpec("sqlite", sqlite_path=str(tmp_path / "store.sqlite"))
-    from tests.support.cosmos import make_cosmos_store
+    from shared.localhost.cosmos_server import make_cosmos_store
 
     server = request.getfixturevalue("cosmos_server")
     database = f"t{uuid.uuid4().hex[:12]}"

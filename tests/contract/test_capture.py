@@ -19,6 +19,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from shared.core.errors import StoreUnavailable
 from shared.core.ports import Document, DocumentStore
+from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 from shared.workflow.capture import (
     HEALTH,
     KIND_CHECKPOINT_FAILURE,
@@ -33,7 +34,6 @@ from shared.workflow.capture import (
     uninstall,
 )
 from shared.workflow.checkpoints import CaseCheckpointStorage, type_key
-from tests.support.cosmos import INSECURE_REQUEST_WARNING_FILTER
 from tests.support.tiny_workflow import ALL_TYPES, WORKFLOW_NAME, CaseNote, CaseStarted, build_workflow
 
 pytestmark = pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)

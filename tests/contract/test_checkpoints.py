@@ -14,6 +14,7 @@ from agent_framework._workflows import _checkpoint_encoding
 from agent_framework.exceptions import WorkflowCheckpointException
 
 from shared.core.ports import DocumentStore, Query
+from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 from shared.workflow.checkpoints import (
     CHECKPOINTS,
     KIND_CHECKPOINT,
@@ -22,7 +23,6 @@ from shared.workflow.checkpoints import (
     CheckpointUnusable,
     type_key,
 )
-from tests.support.cosmos import INSECURE_REQUEST_WARNING_FILTER
 from tests.support.tiny_workflow import (
     ALL_TYPES,
     WORKFLOW_NAME,

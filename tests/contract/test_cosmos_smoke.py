@@ -14,13 +14,13 @@ import pytest
 
 from shared.core.errors import AlreadyExists, ConcurrencyConflict, InvalidDocumentId
 from shared.core.ports import DocumentStore, Query
-from shared.stores.cosmos import CosmosDocumentStore
-from tests.support.cosmos import (
+from shared.localhost.cosmos_server import (
     INSECURE_REQUEST_WARNING_FILTER,
     CosmosServer,
     make_cosmos_store,
     start_cosmos_server,
 )
+from shared.stores.cosmos import CosmosDocumentStore
 
 pytestmark = [pytest.mark.cosmos, pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)]
 

@@ -1,8 +1,10 @@
-"""The local Cosmos DB test server (``@vercel/cosmosdb-server`` via ``tests/support/cosmos_server.js``).
+"""The local Cosmos DB test server (``@vercel/cosmosdb-server`` via ``cosmos_server.js`` beside this file).
 
-``start_cosmos_server()`` spawns ``node tests/support/cosmos_server.js 0`` on a free loopback port and
+``start_cosmos_server()`` spawns ``node shared/localhost/cosmos_server.js 0`` on a free loopback port and
 returns once it listens; ``make_cosmos_store(server, database)`` creates a database with every container
 and returns a store on it. The server keeps data in memory only: give each test its own database.
+
+The tests use it, and so does ``casekeeper chaos --store cosmos`` (which is why it is product code).
 
 Needs ``node`` on PATH and ``npm ci`` run in the repository root (the package is pinned in
 ``package-lock.json``).
@@ -25,7 +27,7 @@ from typing import IO, Final
 from shared.stores.cosmos import CosmosDocumentStore
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
-LAUNCHER: Final = REPO_ROOT / "tests" / "support" / "cosmos_server.js"
+LAUNCHER: Final = Path(__file__).with_suffix(".js")
 PACKAGE_DIR: Final = REPO_ROOT / "node_modules" / "@vercel" / "cosmosdb-server"
 
 COSMOS_KEY: Final = base64.b64encode(b"casekeeper-local-cosmos-test-key").decode("ascii")

@@ -1,0 +1,133 @@
+"""After the injection phase: wait for quiescence (bounded), then collect the evidence from outside.
+
+Sources, and only these: the supplier's journal, ``GET /api/cases/{id}``, the operator commands with
+``--json`` (run as an operator runs them, in their own process), the alert sink's deliveries, and the
+local queue's counts (:func:`queue_state`, until an operator command shows them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from shared.chaos.cluster import Cluster
+
+QUEUE = "case-events"
+
+
+def queue_state(path: Path, queue: str = QUEUE) -> dict[str, Any]:
+    """Counts and dead letters of the local case-events queue.
+
+    To be replaced by the operator command ``casekeeper events dead-lettered --json --data DIR`` (which
+    also covers Service Bus's dead-letter queue) once it exists: this is the one place that reads the
+    queue file directly.
+    """
+    from shared.localhost.queue import LocalSessionQueue
+
+    q = LocalSessionQueue(path)
+    try:
+        dead = [
+            {
+                "sessionId": d.session_id,
+                "messageId": d.message_id,
+                "reason": d.reason,
+                "description": d.description,
+                "deliveryCount": d.delivery_count,
+                "body": d.body.decode("utf-8", "replace")[:2000],
+            }
+            for d in q.dead_letters(queue)
+        ]
+        return {"counts": q.counts(queue), "deadLetters": dead}
+    finally:
+        q.close()
+
+
+def case_views(cluster: Cluster, case_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``GET /api/cases/{id}`` for every case, from whichever host is up."""
+    views: dict[str, dict[str, Any]] = {}
+    with httpx.Client(timeout=10.0) as http:
+        for case_id in case_ids:
+            host = cluster.pick(0)
+            if host is None:
+                views[case_id] = {"status": None, "body": None, "error": "no host up"}
+                continue
+            url = f"{cluster.url(host)}/api/cases/{quote(case_id, safe='')}"
+            try:
+                response = http.get(url)
+                views[case_id] = {"status": response.status_code, "body": _json(response)}
+            except httpx.HTTPError as exc:
+                views[case_id] = {"status": None, "body": None, "error": f"{type(exc).__name__}: {exc}"}
+    return views
+
+
+def operator(cluster: Cluster, *args: str) -> Any:
+    """Run ``casekeeper ARGS --json`` against the run's store; its JSON, or ``{"error": ...}``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(cluster.config.app_dir)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if cluster.config.store == "cosmos":
+        env.update(cluster.operator_env())
+        where = ["--from-settings"]
+    else:
+        where = ["--data", str(cluster.data)]
+    argv = [sys.executable, "-m", "shared.cli", *args, *where, "--json"]
+    done = subprocess.run(
+        argv, check=False, cwd=cluster.config.app_dir, env=env, capture_output=True, text=True, timeout=120
+    )
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        return {"error": f"exit {done.returncode}: {done.stderr.strip()[-800:]}"}
+
+
+def settle(
+    cluster: Cluster, case_ids: list[str], bound: float, *, on_poll: Callable[[str], None] = lambda line: None
+) -> dict[str, Any]:
+    """Wait until no effect is ``started``, the queue has nothing active or scheduled, and the case views
+    stop changing (two polls alike), for at most ``bound`` seconds. Says whether it got there and why not."""
+    started = time.monotonic()
+    previous: str | None = None
+    alike = 0
+    detail = ""
+    while True:
+        cluster.ensure_hosts_up()
+        views = case_views(cluster, case_ids)
+        fingerprint = hashlib.sha256(json.dumps(views, sort_keys=True, default=str).encode()).hexdigest()
+        in_flight = sum(
+            1
+            for v in views.values()
+            for e in (v.get("body") or {}).get("effects") or []
+            if e.get("status") == "started"
+        )
+        counts = queue_state(cluster.queue_path)["counts"]
+        busy = in_flight or counts["active"] or counts["scheduled"]
+        alike = alike + 1 if fingerprint == previous and not busy else 0
+        previous = fingerprint
+        waited = time.monotonic() - started
+        detail = (
+            f"{in_flight} effects started, queue {counts['active']} active / {counts['scheduled']} scheduled, "
+            f"views {'unchanged' if alike else 'changing'}"
+        )
+        on_poll(f"settling {waited:.0f}s/{bound:.0f}s: {detail}")
+        if alike >= 2:
+            return {"reached": True, "waited": round(waited, 1), "detail": detail}
+        if waited > bound:
+            return {"reached": False, "waited": round(waited, 1), "detail": detail}
+        time.sleep(1.5)
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return {"text": response.text[:500]}

@@ -1,0 +1,62 @@
+"""What a chaos run is configured with: its size, the build under test, and the hosts' short timeouts.
+
+:data:`HOST_ENV` is the one place the hosts' setting overrides live, so a new setting (a retry backoff,
+say) is one more line. The timeouts are short so that a run of a few minutes sees every path: calls
+that outlive their timeout, reconciliation, escalation, the timer's sweep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+CALL_TIMEOUT_SECONDS = 4.0
+LOCK_DURATION_SECONDS = 3.0
+SECRET = "chaos-webhook-secret"  # noqa: S105 - a test secret for hosts this command starts and stops
+
+HOST_ENV: dict[str, str] = {
+    "CALL_TIMEOUT_SECONDS": str(CALL_TIMEOUT_SECONDS),
+    # httpx applies it per phase; 4x must stay below the call timeout (the settings check it).
+    "SUPPLIER_TIMEOUT_SECONDS": "0.9",
+    "CHECKPOINT_HEALTH_SCHEDULE": "*/2 * * * * *",
+    "WEBHOOK_SECRET": SECRET,
+}
+"""Environment overrides for every host; the run adds the supplier URL, the alert sink and the store."""
+
+HOLD_SECONDS = 1.5
+"""How long the stub holds a reply in a hold window: past the hosts' supplier timeout (0.9 s per phase),
+well within the call timeout, so the call's outcome is unknown and reconciliation must find the note."""
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """One run. ``seconds`` is the injection phase; settling and checking come after it."""
+
+    cases: int = 160
+    seconds: float = 140.0
+    kills: int = 15
+    seed: int = 0
+    hosts: int = 1
+    store: str = "sqlite"
+    report: Path | None = None
+    data: Path = field(default_factory=lambda: REPO_ROOT / ".casekeeper" / "chaos")
+    app_dir: Path = REPO_ROOT
+    settle_seconds: float = 3 * CALL_TIMEOUT_SECONDS + 33.0
+    progress: bool = True
+    tolerance: Decimal = Decimal("5.00")
+    approval_threshold: Decimal = Decimal("1000.00")
+
+    def __post_init__(self) -> None:
+        if self.cases < 1:
+            raise ValueError("--cases must be at least 1")
+        if self.seconds < 10:
+            raise ValueError("--seconds must be at least 10")
+        if self.kills < 0:
+            raise ValueError("--kills must be zero or more")
+        if self.hosts not in (1, 2):
+            raise ValueError("--hosts must be 1 or 2")
+        if self.store not in ("sqlite", "cosmos"):
+            raise ValueError("--store must be sqlite or cosmos")

@@ -1,0 +1,316 @@
+"""Invariants 3 and 4, as pure functions of the evidence.
+
+3. **Every accepted event is reflected in its case, or set aside with a reason.** An event counts once
+   per delivery id (a re-send with the same id is the same event); an approval answer once per
+   (request id, decision, version), the broker's message id for it. Set aside means a
+   ``rejectedEvents`` entry with id ``webhook:<delivery>`` and a non-empty reason. Otherwise, per type:
+
+   - ``invoice.received``: the case exists with that invoice id, amount and currency;
+   - ``po.updated``: the case's PO amount was that amount at some version; and the number of PO changes
+     in its history is the number of changes the accepted ``po.updated`` events make;
+   - ``credit_note.issued``: the case's credits hold that note id;
+   - ``case.investigate``: the case exists (an investigation either decides, which the history shows,
+     or is a no-op in the case's status, which is only visible in its result);
+   - approval answers: the history has the decision (``approved by``/``rejected by`` the answer's
+     approver), or the request is no longer the pending one at that version (answered already,
+     withdrawn, stale: the rules then commit nothing);
+   - per case: the decision every fact change owes is made. The case's creation, and each facts
+     transition from a status other than ``credit_requested``/``closed``, is followed by an
+     investigation, which always commits a transition; so the last of them must be followed by a
+     transition that is not a facts change, unless an effect of the case has no known outcome
+     (``started``/``needs_reconciliation``: the decision waits for it);
+   - per case: the facts rebuilt from the accepted events equal the case's facts.
+
+4. **Nothing left unknown, every escalation alerted once, every status consistent with its effects,
+   the queue drained**:
+
+   - no effect is ``started`` after quiescence (its outcome unknown past the call timeout);
+   - every ``needs_reconciliation`` effect has exactly one ``effect_escalated`` alert record and
+     exactly one webhook delivery of it, and its case is ``needs_review``;
+   - a ``credit_requested`` case's transition into that status (its last one, passing over facts
+     changes that kept it ``credit_requested``) names an effect that is ``done`` with the note's id;
+   - an ``awaiting_approval`` case has a pending approval asked on its current version;
+   - every ``done`` effect has a transition naming it (its commit landed, or the case went to a person
+     with it), unless it is older than the bounded history; every refused (non-stale ``failed``)
+     effect too (the case went to review with it);
+   - every note the supplier created belongs to an effect of its case that is ``done`` with that note
+     or ``needs_reconciliation``, and every ``done`` effect's note is one the supplier created for it;
+   - the queue has nothing active, scheduled or dead-lettered; quiescence was reached.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from shared.chaos.checks import Violation
+from shared.chaos.evidence import Evidence, Sent
+from shared.chaos.facts import Timeline, is_facts_transition
+
+APPROVAL = "approval.answered"
+UNSETTLED = ("started", "needs_reconciliation")
+
+
+def check_reflected(evidence: Evidence, timelines: dict[str, Timeline]) -> list[Violation]:
+    violations: list[Violation] = []
+    seen: set[tuple[str, ...]] = set()
+    for sent in evidence.sent:
+        if not sent.accepted:
+            continue
+        identity = _identity(sent)
+        if identity in seen:
+            continue
+        seen.add(identity)
+        problem = _not_reflected(evidence, sent, timelines.get(sent.case_id))
+        if problem is not None:
+            violations.append(Violation(3, sent.case_id, problem, {"event": sent.__dict__}))
+    for case_id, got in sorted(evidence.cases.items()):
+        if got.get("operatorView") is not None:
+            api = f"GET /api/cases/{{id}} answers {got.get('status')} ({_error_text(got.get('body'))})"
+            violations.append(
+                Violation(3, case_id, f"{api}, but 'casekeeper case show' shows the case: the API cannot show it", {})
+            )
+    for case_id, timeline in timelines.items():
+        view = evidence.view(case_id)
+        assert view is not None  # timelines are built for cases with a view only
+        violations += [Violation(3, case_id, f"facts: {p}", {}) for p in timeline.problems]
+        if timeline.po_changes != len(timeline.expected_po) and not timeline.problems:
+            violations.append(
+                Violation(
+                    3,
+                    case_id,
+                    f"{len(timeline.expected_po)} PO changes accepted, {timeline.po_changes} in the history",
+                    {"expected": [str(p) for p in timeline.expected_po]},
+                )
+            )
+        owed = _decision_owed(view)
+        if owed is not None:
+            violations.append(Violation(3, case_id, owed, {"history": view.get("history")}))
+    return violations
+
+
+def set_aside_delivery(rejected: dict[str, Any]) -> str | None:
+    """The delivery id of an event set aside: from the message body it kept (a copy rescheduled with
+    its own message id still carries it), else from a ``webhook:<delivery>`` message id."""
+    try:
+        body = json.loads(str(rejected.get("body") or ""))
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("deliveryId"):
+        return str(body["deliveryId"])
+    message_id = str(rejected.get("id") or "")
+    return message_id.removeprefix("webhook:") if message_id.startswith("webhook:") else None
+
+
+def _identity(sent: Sent) -> tuple[str, ...]:
+    if sent.event_type == APPROVAL:
+        return (sent.case_id, sent.delivery, str(sent.data.get("decision")), str(sent.data.get("caseVersion")))
+    return (sent.case_id, sent.delivery)
+
+
+def _not_reflected(evidence: Evidence, sent: Sent, timeline: Timeline | None) -> str | None:
+    what = f"{sent.event_type} ({sent.delivery}) accepted"
+    for rejected in evidence.rejected(sent.case_id):
+        if set_aside_delivery(rejected) == sent.delivery:
+            return None if str(rejected.get("reason") or "").strip() else f"{what}: set aside without a reason"
+    view = evidence.view(sent.case_id)
+    if view is None:
+        status = (evidence.cases.get(sent.case_id) or {}).get("status")
+        return f"{what}, but the case cannot be read (GET answers {status}) and nothing was set aside"
+    case = view.get("case") or {}
+    facts = case.get("facts") or {}
+    if sent.event_type == "invoice.received":
+        same = all(str(facts.get(k)) == str(sent.data.get(k)) for k in ("invoiceId", "currency")) and _eq(
+            facts.get("invoiceAmount"), sent.data.get("invoiceAmount")
+        )
+        return None if same else f"{what} for another invoice than the case's, and not set aside"
+    if sent.event_type == "po.updated":
+        amounts = {f.po_amount for f in timeline.at.values()} if timeline is not None else set()
+        if timeline is not None and timeline.at and not any(_eq(a, sent.data.get("poAmount")) for a in amounts):
+            return f"{what}: the case's PO amount was never {sent.data.get('poAmount')}"
+        return None
+    if sent.event_type == "credit_note.issued":
+        ids = {str(c.get("creditNoteId")) for c in facts.get("credits") or ()}
+        return (
+            None if sent.data.get("creditNoteId") in ids else f"{what}: credit {sent.data.get('creditNoteId')} missing"
+        )
+    if sent.event_type == APPROVAL:
+        return _approval_not_reflected(view, sent, what)
+    return None  # case.investigate: the case exists
+
+
+def _approval_not_reflected(view: dict[str, Any], sent: Sent, what: str) -> str | None:
+    approver = str(sent.data.get("approver"))
+    decided = any(
+        str(t.get("reason") or "").startswith((f"approved by {approver}", f"rejected by {approver}"))
+        for t in view.get("history") or ()
+    )
+    pending = view.get("pendingApproval") or {}
+    version = (view.get("case") or {}).get("version")
+    still = pending.get("requestId") == sent.delivery and sent.data.get("caseVersion") == version
+    if decided or not still:
+        return None
+    return f"{what} on v{version}, still pending at v{version} with nothing decided"
+
+
+def _decision_owed(view: dict[str, Any]) -> str | None:
+    history = sorted(view.get("history") or [], key=lambda t: int(t.get("fromVersion", 0)))
+    if history and int(history[0].get("fromVersion", 1)) != 1:
+        return None  # the creation is out of the bounded history
+    if any(e.get("status") in UNSETTLED for e in view.get("effects") or ()):
+        return None
+    owed_at, owed_by = -1, "the case's creation"
+    for i, transition in enumerate(history):
+        if not is_facts_transition(transition):
+            continue
+        before = history[i - 1].get("status") if i > 0 else "open"
+        if before not in ("credit_requested", "closed"):
+            owed_at, owed_by = i, f"the facts change on v{transition.get('fromVersion')} ({transition.get('reason')})"
+    if any(not is_facts_transition(t) for t in history[owed_at + 1 :]):
+        return None
+    status = (view.get("case") or {}).get("status")
+    return f"no decision followed {owed_by}: the case stayed {status} (a follow-up investigation was lost)"
+
+
+# --- 4 ------------------------------------------------------------------------------------------
+
+
+def check_effects_and_status(evidence: Evidence) -> list[Violation]:
+    violations = _queue_and_quiescence(evidence)
+    alerts = Counter(
+        str((a.get("fields") or {}).get("effectKey")) for a in evidence.alerts if a.get("kind") == "effect_escalated"
+    )
+    delivered = Counter(
+        str(((d.get("payload") or {}).get("fields") or {}).get("effectKey"))
+        for d in evidence.alert_deliveries
+        if isinstance(d.get("payload"), dict) and d["payload"].get("alert") == "effect_escalated"
+    )
+    notes = {str(r["idempotencyKey"]): r.get("note") or {} for r in evidence.supplier if r.get("created")}
+    for case_id in sorted(evidence.cases):
+        view = evidence.view(case_id)
+        if view is None:
+            continue
+        status = (view.get("case") or {}).get("status")
+        effects = {str(e.get("key")): e for e in view.get("effects") or ()}
+        history = sorted(view.get("history") or [], key=lambda t: int(t.get("fromVersion", 0)))
+        oldest = int(history[0].get("fromVersion", 1)) if history else 1
+        named = {t.get("effectKey") for t in history if t.get("effectKey")}
+
+        def add(summary: str, **details: Any) -> None:
+            violations.append(Violation(4, case_id, summary, details))  # noqa: B023 - used at once
+
+        for key, effect in effects.items():
+            short, state = key[:12], effect.get("status")
+            if state == "started":
+                add(f"effect {short} still started after quiescence: its outcome is unknown", effect=effect)
+            elif state == "needs_reconciliation":
+                if alerts[key] != 1 or delivered[key] != 1:
+                    add(
+                        f"effect {short} escalated: {alerts[key]} alert records, {delivered[key]} deliveries "
+                        "(want 1 and 1)",
+                        effect=effect,
+                    )
+                if status != "needs_review":
+                    add(f"effect {short} needs reconciliation but the case is {status}", effect=effect)
+            elif state == "done" and key not in named and int(effect.get("caseVersion", 0)) >= oldest:
+                add(
+                    f"effect {short} is done but no transition names it: its commit never landed and the "
+                    "case never went to a person",
+                    effect=effect,
+                )
+            elif state == "failed" and not str(effect.get("reason") or "").startswith("stale") and key not in named:
+                add(f"effect {short} was refused but the case never went to review with it", effect=effect)
+            note = notes.get(key)
+            result = effect.get("result") if isinstance(effect.get("result"), dict) else {}
+            if state == "done" and (note is None or result.get("creditNoteId") != note.get("creditNoteId")):
+                add(
+                    f"effect {short} is done with note {result.get('creditNoteId')}, which the supplier did not "
+                    "create for its key",
+                    effect=effect,
+                    note=note,
+                )
+        for key, note in notes.items():
+            if note.get("caseId") != case_id:
+                continue
+            effect = effects.get(key)
+            state = effect.get("status") if effect else None
+            if state not in ("done", "needs_reconciliation", "started"):
+                add(
+                    f"the supplier created note {note.get('creditNoteId')} for key {key[:12]} but the ledger "
+                    f"says {state or 'nothing'}",
+                    note=note,
+                    effect=effect,
+                )
+        if status == "credit_requested":
+            last = _entered_credit_requested(history)
+            effect = effects.get(str(last.get("effectKey")))
+            if effect is None or effect.get("status") != "done" or not (effect.get("result") or {}).get("creditNoteId"):
+                add(
+                    "the case is credit_requested but the transition into it names no done effect with a note",
+                    transition=last,
+                    effect=effect,
+                )
+        if status == "awaiting_approval":
+            pending = view.get("pendingApproval") or {}
+            if pending.get("caseVersion") != (view.get("case") or {}).get("version"):
+                add("the case is awaiting_approval without a request on its current version", pending=pending)
+    return violations
+
+
+def _entered_credit_requested(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The transition that made the case ``credit_requested``: the last one, passing over facts changes
+    that kept it so (a credit received for one request while another is outstanding)."""
+    for transition in reversed(history):
+        if not (is_facts_transition(transition) and transition.get("status") == "credit_requested"):
+            entered: dict[str, Any] = transition
+            return entered
+    return {}
+
+
+def _queue_and_quiescence(evidence: Evidence) -> list[Violation]:
+    violations = []
+    if evidence.quiescence and not evidence.quiescence.get("reached"):
+        violations.append(Violation(4, None, f"quiescence not reached: {evidence.quiescence.get('detail')}"))
+    counts = evidence.queue.get("counts") or {}
+    for name in ("active", "scheduled"):
+        if counts.get(name):
+            violations.append(
+                Violation(4, None, f"{counts[name]} messages left {name} in the queue", {"counts": counts})
+            )
+    for dead in evidence.queue.get("deadLetters") or ():
+        violations.append(
+            Violation(
+                4,
+                dead.get("sessionId"),
+                f"message {dead.get('messageId')} dead-lettered: {dead.get('reason')}"
+                + (f" (last failure: {_failure_text(dead['lastFailure'])})" if dead.get("lastFailure") else ""),
+                {"deadLetter": dead},
+            )
+        )
+    if isinstance(evidence.pending, dict) and evidence.pending.get("error"):
+        violations.append(Violation(4, None, f"casekeeper effects pending failed: {evidence.pending['error']}"))
+    for effect in evidence.pending.get("effects") or () if isinstance(evidence.pending, dict) else ():
+        # Those of cases the API cannot show; the others are judged on the case's view.
+        if effect.get("status") == "started" and evidence.view(str(effect.get("caseId"))) is None:
+            summary = f"effect {str(effect.get('key'))[:12]} still started after quiescence (case not readable)"
+            violations.append(Violation(4, effect.get("caseId"), summary, {"effect": effect}))
+    return violations
+
+
+def _failure_text(line: str) -> str:
+    """``... message X failed (Error: why); redelivering ...`` -> ``Error: why``."""
+    start, end = line.find(" failed ("), line.rfind("); redelivering")
+    return line[start + len(" failed (") : end] if start >= 0 and end > start else line[-200:]
+
+
+def _error_text(body: Any) -> str:
+    return str(body.get("error")) if isinstance(body, dict) and body.get("error") else "no case view"
+
+
+def _eq(a: Any, b: Any) -> bool:
+    try:
+        return Decimal(str(a)) == Decimal(str(b))
+    except InvalidOperation:
+        return False

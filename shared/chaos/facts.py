@@ -1,0 +1,170 @@
+"""The facts of a case at each of its versions, rebuilt from outside: F(v).
+
+Start from the invoice the driver sent (the facts at v1), then apply the case history's transitions in
+order; transition ``fromVersion f`` makes version ``f + 1``. What a transition changed comes from:
+
+1. its ``changes`` object (the facts it changed, e.g. ``{"poAmount": "900.00"}``), when the API has it;
+2. otherwise its reason: ``po.updated: ...`` takes the next PO amount from the driver's record of the
+   accepted ``po.updated`` events (distinct deliveries, in the order they were accepted, skipping those
+   set aside and those equal to the PO amount at the time, which change nothing), and
+   ``credit_note.issued: credit note X for A received ...`` adds credit X for A.
+
+The rebuilt final facts are compared with the case's facts; a difference is reported (an event lost, or
+applied that was never accepted).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from shared.chaos.evidence import Sent
+
+PO_REASON = "po.updated:"
+CREDIT_REASON = "credit_note.issued:"
+_CREDIT = re.compile(r"credit note (\S+) for (-?[0-9]+(?:\.[0-9]+)?) received")
+
+
+@dataclass(frozen=True)
+class Facts:
+    invoice_amount: Decimal
+    po_amount: Decimal
+    credits: tuple[tuple[str, Decimal], ...] = ()
+
+    @property
+    def justified(self) -> Decimal:
+        """What an over-billing can justify asking for, in all: invoice amount - PO amount."""
+        return self.invoice_amount - self.po_amount
+
+    def credit(self, note_id: str) -> Decimal | None:
+        return next((amount for cid, amount in self.credits if cid == note_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "invoiceAmount": str(self.invoice_amount),
+            "poAmount": str(self.po_amount),
+            "credits": [{"creditNoteId": c, "amount": str(a)} for c, a in self.credits],
+        }
+
+
+@dataclass
+class Timeline:
+    """``at[v]``: the facts at version ``v``; ``source``: ``changes``, ``driver`` or ``mixed``."""
+
+    at: dict[int, Facts] = field(default_factory=dict)
+    source: str = "changes"
+    problems: list[str] = field(default_factory=list)
+    po_changes: int = 0
+    """How many transitions changed the PO amount."""
+    expected_po: list[Decimal] = field(default_factory=list)
+    """The PO amounts the accepted ``po.updated`` events should have produced, in order."""
+
+
+def is_facts_transition(transition: dict[str, Any]) -> bool:
+    if transition.get("changes") or transition.get("factsChanged"):
+        return True
+    reason = str(transition.get("reason") or "")
+    return reason.startswith((PO_REASON, CREDIT_REASON))
+
+
+def rebuild(view: dict[str, Any], sent: list[Sent], rejected_ids: set[str]) -> Timeline:
+    """F(v) for every version the history covers. ``sent``: the driver's records for this case."""
+    timeline = Timeline()
+    invoice = next((s for s in sent if s.event_type == "invoice.received" and s.accepted), None)
+    if invoice is None:
+        timeline.problems.append("no accepted invoice.received: the facts at v1 are unknown")
+        return timeline
+    try:
+        facts = Facts(_amount(invoice.data["invoiceAmount"]), _amount(invoice.data["poAmount"]))
+    except (KeyError, InvalidOperation) as exc:
+        timeline.problems.append(f"the invoice's amounts are unreadable: {exc}")
+        return timeline
+    timeline.expected_po = _expected_po(facts.po_amount, sent, rejected_ids)
+    history = sorted(view.get("history") or [], key=lambda t: int(t.get("fromVersion", 0)))
+    if history and int(history[0].get("fromVersion", 1)) != 1:
+        timeline.problems.append(f"history starts at v{history[0].get('fromVersion')}: earlier facts are unknown")
+        return timeline
+    version = 1
+    timeline.at[1] = facts
+    next_po = iter(timeline.expected_po)
+    sources: set[str] = set()
+    for transition in history:
+        version = int(transition["fromVersion"]) + 1
+        facts, source = _apply(facts, transition, next_po, timeline)
+        if source:
+            sources.add(source)
+        timeline.at[version] = facts
+    timeline.source = "mixed" if len(sources) > 1 else next(iter(sources), "changes")
+    _compare_final(facts, view, timeline)
+    return timeline
+
+
+def _apply(
+    facts: Facts, transition: dict[str, Any], next_po: Iterator[Decimal], timeline: Timeline
+) -> tuple[Facts, str]:
+    changes = transition.get("changes")
+    reason = str(transition.get("reason") or "")
+    if isinstance(changes, dict) and changes:
+        if "poAmount" in changes:
+            timeline.po_changes += 1
+        changed_po = _amount(changes["poAmount"]) if "poAmount" in changes else facts.po_amount
+        credits = facts.credits
+        if "credits" in changes:
+            credits = tuple((str(c["creditNoteId"]), _amount(c["amount"])) for c in changes["credits"] or ())
+        return Facts(facts.invoice_amount, changed_po, credits), "changes"
+    if reason.startswith(PO_REASON):
+        timeline.po_changes += 1
+        po = next(next_po, None)
+        if po is None:
+            timeline.problems.append(f"v{transition['fromVersion']}: a PO change with no accepted po.updated left")
+            return facts, "driver"
+        return Facts(facts.invoice_amount, po, facts.credits), "driver"
+    if reason.startswith(CREDIT_REASON):
+        match = _CREDIT.search(reason)
+        if match is None:
+            timeline.problems.append(f"v{transition['fromVersion']}: cannot read the credit from {reason!r}")
+            return facts, "driver"
+        credit = (match.group(1), _amount(match.group(2)))
+        return Facts(facts.invoice_amount, facts.po_amount, (*facts.credits, credit)), "driver"
+    return facts, ""
+
+
+def _expected_po(initial: Decimal, sent: list[Sent], rejected_ids: set[str]) -> list[Decimal]:
+    """The PO amounts accepted ``po.updated`` events produce in order: each distinct delivery once, in
+    acceptance order, not those set aside, and only those that differ from the PO amount at the time."""
+    seen: set[str] = set()
+    accepted = sorted(
+        (s for s in sent if s.event_type == "po.updated" and s.accepted and s.accepted_at is not None),
+        key=lambda s: s.accepted_at or 0.0,
+    )
+    current, expected = initial, []
+    for s in accepted:
+        if s.delivery in seen or f"webhook:{s.delivery}" in rejected_ids:
+            continue
+        seen.add(s.delivery)
+        po = _amount(s.data["poAmount"])
+        if po != current:
+            expected.append(po)
+            current = po
+    return expected
+
+
+def _compare_final(facts: Facts, view: dict[str, Any], timeline: Timeline) -> None:
+    actual = (view.get("case") or {}).get("facts") or {}
+    try:
+        po = _amount(actual.get("poAmount"))
+        credits = {str(c["creditNoteId"]): _amount(c["amount"]) for c in actual.get("credits") or ()}
+    except (InvalidOperation, KeyError, TypeError):
+        timeline.problems.append("the case's facts are unreadable")
+        return
+    if po != facts.po_amount:
+        timeline.problems.append(f"rebuilt PO amount {facts.po_amount} but the case shows {po}")
+    if credits != dict(facts.credits):
+        timeline.problems.append(f"rebuilt credits {dict(facts.credits)} but the case shows {credits}")
+
+
+def _amount(value: Any) -> Decimal:
+    return Decimal(str(value))

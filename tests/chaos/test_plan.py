@@ -1,0 +1,96 @@
+"""The plan is a pure function of its seed, and it covers the mix the issue asks for."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from shared.chaos.journal import Journal
+from shared.chaos.plan import KEEP, FaultWindow, Plan, make_plan
+
+
+def plan(seed: int = 7, **kw: int) -> Plan:
+    args = {"cases": 160, "seconds": 140, "kills": 15, "hosts": 2, **kw}
+    return make_plan(seed, cases=args["cases"], seconds=args["seconds"], kills=args["kills"], hosts=args["hosts"])
+
+
+def test_the_same_seed_gives_the_same_plan_and_another_seed_another() -> None:
+    assert plan(7) == plan(7)
+    assert plan(7).to_json() == plan(7).to_json()
+    assert plan(8).steps != plan(7).steps
+
+
+def test_the_default_size_has_the_whole_mix() -> None:
+    p = plan()
+    summary = p.summary()
+    assert summary["cases"] == 160 and len(p.kills) == 15
+    assert set(summary["caseKinds"]) == {"within", "over_small", "over_large", "under"}
+    assert set(summary["events"]) == {"invoice.received", "po.updated", "credit_note.issued", "case.investigate"}
+    assert {"once", "twice", "stale"} <= set(summary["approvalModes"])
+    assert set(summary["creditForRequest"]) == {"1", "0.5"}
+    assert set(summary["kills"]) == {"after_supplier_request", "after_fact_event", "now"}
+    assert {"lookup_down_for_good", "lookup_down_a_while", "hold_while_lookup_down"} <= set(summary["faultWindows"])
+    events = sum(1 for s in p.steps if s.kind in ("event", "credit_for_request"))
+    resent = sum(1 for s in p.steps if s.kind == "resend")
+    copies = sum(1 for s in p.steps if s.kind == "copy")
+    assert 0.2 < resent / events < 0.4 and 0.05 < copies / events < 0.15
+    assert any("/" in c.case_id for c in p.cases)  # ids with "/" are valid and must be served
+
+
+def test_steps_are_in_time_order_within_the_phase_and_each_case_starts_with_its_invoice() -> None:
+    p = plan()
+    times = [s.at for s in p.steps]
+    assert times == sorted(times) and times[0] >= 0 and times[-1] <= p.seconds
+    first = {}
+    for step in p.steps:
+        first.setdefault(step.case_id, step)
+    assert all(s.kind == "event" and s.event_type == "invoice.received" for s in first.values())
+    assert all(0 < k.at < p.seconds for k in p.kills) and all(k.host in (0, 1) for k in p.kills)
+
+
+def test_a_resend_reuses_its_events_delivery_id_and_a_copy_has_its_own() -> None:
+    p = plan()
+    by_id = {s.id: s for s in p.steps}
+    for step in p.steps:
+        if step.kind == "resend":
+            assert step.ref is not None and by_id[step.ref].delivery == step.delivery
+            assert by_id[step.ref].at <= step.at
+        if step.kind == "copy":
+            assert step.ref is not None and step.delivery != by_id[step.ref].delivery
+    deliveries = Counter(s.delivery for s in p.steps if s.kind in ("event", "copy", "credit_for_request"))
+    assert max(deliveries.values()) == 1
+
+
+def test_fault_changes_arm_counters_once_keep_them_while_open_and_clear_everything_at_the_end() -> None:
+    p = Plan(
+        seed=1,
+        seconds=20.0,
+        hosts=1,
+        cases=(),
+        steps=(),
+        faults=(
+            FaultWindow(2.0, 6.0, "fail_after_create", 2, "fail_after_create"),
+            FaultWindow(3.0, 4.0, "lookup_down", True, "lookup_down_a_while"),
+            FaultWindow(5.0, 20.0, "hold_seconds", 1.5, "hold"),
+        ),
+        kills=(),
+    )
+    assert p.fault_changes() == [
+        (2.0, {"fail_after_create": 2}),
+        (3.0, {"fail_after_create": KEEP, "lookup_down": True}),
+        (4.0, {"fail_after_create": KEEP}),
+        (5.0, {"fail_after_create": KEEP, "hold_seconds": 1.5}),
+        (6.0, {"hold_seconds": 1.5}),
+        (20.0, {}),
+    ]
+
+
+def test_the_journal_reads_what_was_appended_and_waits_for_an_unfinished_line(tmp_path: Path) -> None:
+    path = tmp_path / "supplier.jsonl"
+    journal = Journal(path)
+    assert journal.refresh() == []
+    path.write_text('{"method": "POST", "path": "/credit-notes"}\n{"method": "GET", "pa')
+    assert journal.credit_note_posts() == 1 and len(journal.refresh()) == 1
+    with path.open("a") as f:
+        f.write('th": "/credit-notes", "status": 404}\n')
+    assert [r["method"] for r in journal.refresh()] == ["POST", "GET"]
