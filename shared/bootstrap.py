@@ -95,10 +95,15 @@ def open_dead_letters(settings: Settings) -> DeadLetterQueue:
         from shared.localhost.queue import LocalSessionQueue
 
         return LocalDeadLetters(LocalSessionQueue(settings.local_queue_path), settings.case_events_queue)
-    from shared.messaging.servicebus import ServiceBusDeadLetters, identity_client_factory
+    from shared.messaging.servicebus import ServiceBusDeadLetters, identity_admin_factory, identity_client_factory
 
-    assert settings.service_bus_namespace is not None
-    return ServiceBusDeadLetters(settings.case_events_queue, identity_client_factory(settings.service_bus_namespace))
+    namespace = settings.service_bus_namespace
+    assert namespace is not None
+    return ServiceBusDeadLetters(
+        settings.case_events_queue,
+        identity_client_factory(namespace),
+        admin_factory=identity_admin_factory(namespace),
+    )
 
 
 def build(

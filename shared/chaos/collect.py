@@ -1,8 +1,7 @@
 """After the injection phase: wait for quiescence (bounded), then collect the evidence from outside.
 
 Sources, and only these: the supplier's journal, ``GET /api/cases/{id}``, the operator commands with
-``--json`` (run as an operator runs them, in their own process), the alert sink's deliveries, and the
-local queue's counts (:func:`queue_state`, until an operator command shows them).
+``--json`` (run as an operator runs them, in their own process), the alert sink's deliveries.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -25,31 +23,16 @@ from shared.chaos.cluster import Cluster
 QUEUE = "case-events"
 
 
-def queue_state(path: Path, queue: str = QUEUE) -> dict[str, Any]:
-    """Counts and dead letters of the local case-events queue.
-
-    To be replaced by the operator command ``casekeeper events dead-lettered --json --data DIR`` (which
-    also covers Service Bus's dead-letter queue) once it exists: this is the one place that reads the
-    queue file directly.
-    """
-    from shared.localhost.queue import LocalSessionQueue
-
-    q = LocalSessionQueue(path)
-    try:
-        dead = [
-            {
-                "sessionId": d.session_id,
-                "messageId": d.message_id,
-                "reason": d.reason,
-                "description": d.description,
-                "deliveryCount": d.delivery_count,
-                "body": d.body.decode("utf-8", "replace")[:2000],
-            }
-            for d in q.dead_letters(queue)
-        ]
-        return {"counts": q.counts(queue), "deadLetters": dead}
-    finally:
-        q.close()
+def queue_state(cluster: Cluster) -> dict[str, Any]:
+    """The case-events queue's counts and dead letters, as an operator sees them (``casekeeper events queue``
+    and ``casekeeper events dead-lettered``)."""
+    counts = operator(cluster, "events", "queue")
+    dead = operator(cluster, "events", "dead-lettered")
+    return {
+        "counts": counts.get("queue") if isinstance(counts, dict) and "queue" in counts else {},
+        "deadLetters": dead.get("deadLettered") or [] if isinstance(dead, dict) else [],
+        "errors": [r["error"] for r in (counts, dead) if isinstance(r, dict) and "error" in r],
+    }
 
 
 def case_views(cluster: Cluster, case_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -109,13 +92,13 @@ def settle(
             for e in (v.get("body") or {}).get("effects") or []
             if e.get("status") == "started"
         )
-        counts = queue_state(cluster.queue_path)["counts"]
-        busy = in_flight or counts["active"] or counts["scheduled"]
+        counts = queue_state(cluster)["counts"]
+        busy = in_flight or counts.get("active", 1) or counts.get("scheduled", 1)
         alike = alike + 1 if fingerprint == previous and not busy else 0
         previous = fingerprint
         waited = time.monotonic() - started
         detail = (
-            f"{in_flight} effects started, queue {counts['active']} active / {counts['scheduled']} scheduled, "
+            f"{in_flight} effects started, queue {counts.get('active')} active / {counts.get('scheduled')} scheduled, "
             f"views {'unchanged' if alike else 'changing'}"
         )
         on_poll(f"settling {waited:.0f}s/{bound:.0f}s: {detail}")

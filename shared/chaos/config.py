@@ -22,6 +22,9 @@ HOST_ENV: dict[str, str] = {
     # httpx applies it per phase; 4x must stay below the call timeout (the settings check it).
     "SUPPLIER_TIMEOUT_SECONDS": "0.9",
     "CHECKPOINT_HEALTH_SCHEDULE": "*/2 * * * * *",
+    # Transient errors (a busy SQLite file under two hosts) come back within seconds, not minutes.
+    "RETRY_BASE_SECONDS": "0.5",
+    "RETRY_MAX_DELAY_SECONDS": "5",
     "WEBHOOK_SECRET": SECRET,
 }
 """Environment overrides for every host; the run adds the supplier URL, the alert sink and the store."""

@@ -273,6 +273,8 @@ def _queue_and_quiescence(evidence: Evidence) -> list[Violation]:
     violations = []
     if evidence.quiescence and not evidence.quiescence.get("reached"):
         violations.append(Violation(4, None, f"quiescence not reached: {evidence.quiescence.get('detail')}"))
+    for error in evidence.queue.get("errors") or ():
+        violations.append(Violation(4, None, f"the queue could not be read: {error}"))
     counts = evidence.queue.get("counts") or {}
     for name in ("active", "scheduled"):
         if counts.get(name):
@@ -283,7 +285,7 @@ def _queue_and_quiescence(evidence: Evidence) -> list[Violation]:
         violations.append(
             Violation(
                 4,
-                dead.get("sessionId"),
+                dead.get("caseId"),
                 f"message {dead.get('messageId')} dead-lettered: {dead.get('reason')}"
                 + (f" (last failure: {_failure_text(dead['lastFailure'])})" if dead.get("lastFailure") else ""),
                 {"deadLetter": dead},

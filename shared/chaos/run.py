@@ -177,7 +177,7 @@ def _inject_settle_collect(
         pending=operator(cluster, "effects", "pending"),
         alerts=list((operator(cluster, "alerts", "--limit", "100000") or {}).get("alerts") or []),
         alert_deliveries=cluster.alerts.received(),
-        queue=_with_failure_hints(cluster, queue_state(cluster.queue_path)),
+        queue=_with_failure_hints(cluster, queue_state(cluster)),
         kill_windows=list(cluster.kill_windows),
         quiescence=quiescence,
         tolerance=config.tolerance,

@@ -54,6 +54,10 @@ class LocalDeadLetters:
             for d in self._queue.dead_letters(self._queue_name)[:limit]
         ]
 
+    def counts(self) -> dict[str, int]:
+        counts = self._queue.counts(self._queue_name)
+        return {k: counts[k] for k in ("active", "scheduled", "dead_lettered")}
+
     def redrive(self, message_ids: Iterable[str] | None = None) -> list[DeadLetter]:
         wanted = None if message_ids is None else set(message_ids)
         moved: list[DeadLetter] = []

@@ -9,7 +9,8 @@ Ports (each adapter passes ``tests/contract/test_senders.py``):
 
 - :class:`EventSender`: send or schedule an event. Safe to call from many threads at once: the HTTP
   functions share one sender, and the Functions worker runs them on a thread pool.
-- :class:`DeadLetterQueue`: the queue's dead letters, listed and put back (``casekeeper events``).
+- :class:`DeadLetterQueue`: the queue's dead letters, listed and put back, and its counts
+  (``casekeeper events``).
 
 Adapters: :mod:`shared.messaging.servicebus` (Azure) and ``shared.localhost.messaging`` (the local host's
 SQLite session queue).
@@ -71,6 +72,11 @@ class DeadLetter:
 class DeadLetterQueue(Protocol):
     def peek(self, limit: int = 100) -> list[DeadLetter]:
         """The dead letters, oldest first, without changing them. Raises ``StoreUnavailable``."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """The queue's message counts, to watch it drain: ``active``, ``scheduled``, ``dead_lettered``.
+        Raises ``StoreUnavailable``."""
         ...
 
     def redrive(self, message_ids: Iterable[str] | None = None) -> list[DeadLetter]:

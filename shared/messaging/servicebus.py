@@ -32,6 +32,15 @@ ClientFactory = Callable[[], "ServiceBusClient"]
 DEFAULT_POOL_SIZE = 8
 
 
+def identity_admin_factory(namespace: str) -> Callable[[], Any]:
+    """Administration clients for ``namespace`` (queue runtime properties), with the app's identity."""
+    from azure.identity import DefaultAzureCredential
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    credential = DefaultAzureCredential()
+    return lambda: ServiceBusAdministrationClient(namespace, credential=credential)
+
+
 def identity_client_factory(namespace: str) -> ClientFactory:
     """Clients for ``namespace`` with the app's managed identity (one credential, shared: it is thread-safe)."""
     from azure.identity import DefaultAzureCredential
@@ -127,12 +136,37 @@ class ServiceBusEventSender:
 
 
 class ServiceBusDeadLetters:
-    """:class:`~shared.messaging.DeadLetterQueue` of a Service Bus queue."""
+    """:class:`~shared.messaging.DeadLetterQueue` of a Service Bus queue. ``counts`` needs an administration
+    client (``admin_factory``: its runtime properties, readable with the Data Owner role the app holds)."""
 
-    def __init__(self, queue_name: str, client_factory: ClientFactory, *, max_wait_time: float = 5.0) -> None:
+    def __init__(
+        self,
+        queue_name: str,
+        client_factory: ClientFactory,
+        *,
+        admin_factory: Callable[[], Any] | None = None,
+        max_wait_time: float = 5.0,
+    ) -> None:
         self._queue_name = queue_name
         self._factory = client_factory
+        self._admin_factory = admin_factory
         self._max_wait = max_wait_time
+
+    def counts(self) -> dict[str, int]:
+        from azure.core.exceptions import AzureError
+
+        if self._admin_factory is None:
+            raise StoreUnavailable("no Service Bus administration client configured")
+        try:
+            with self._admin_factory() as admin:
+                props = admin.get_queue_runtime_properties(self._queue_name)
+        except AzureError as exc:
+            raise StoreUnavailable(f"service bus queue properties: {exc}") from exc
+        return {
+            "active": int(props.active_message_count),
+            "scheduled": int(props.scheduled_message_count),
+            "dead_lettered": int(props.dead_letter_message_count),
+        }
 
     def peek(self, limit: int = 100) -> list[DeadLetter]:
         from azure.servicebus.exceptions import ServiceBusError

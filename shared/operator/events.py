@@ -4,6 +4,7 @@ An accepted event is retried with backoff through a transient outage (``shared.c
 reaches the queue's dead-letter queue is a bug or an outage of hours. These commands make it visible and
 recoverable, for the local host's queue (``--data``) and for Service Bus (``--from-settings``):
 
+- ``queue`` shows the queue's counts (active, scheduled, dead-lettered): a quiet system drains to zero;
 - ``dead-lettered`` lists each dead letter: its case, message id, why it was dead-lettered, after how
   many deliveries, and the event it carries;
 - ``redrive ID...`` (or ``--all``) puts them back into their case's session as new messages (the id gets
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Events the queue dead-lettered, and putting them back.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = common_arguments()
+    commands.add_parser("queue", parents=[common], help="the queue's counts: active, scheduled, dead-lettered")
     listing = commands.add_parser("dead-lettered", parents=[common], help="list the dead-lettered events")
     listing.add_argument("--limit", type=int, default=100, metavar="N", help="at most N (default 100)")
     redrive = commands.add_parser(
@@ -51,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(svc: Services, args: argparse.Namespace) -> int:
+    if args.command == "queue":
+        counts = svc.dead_letters.counts()
+        if args.json:
+            print_json({"queue": counts})
+        else:
+            print("  ".join(f"{name} {count}" for name, count in counts.items()))
+        return 0
     if args.command == "dead-lettered":
         letters = svc.dead_letters.peek(limit=args.limit)
         if args.json:

@@ -197,7 +197,7 @@ def test_a_dead_letter_and_a_scheduled_message_are_violations() -> None:
     evidence = story.done()
     evidence.queue = {
         "counts": {"active": 0, "scheduled": 1, "dead_lettered": 1},
-        "deadLetters": [{"sessionId": "C-1", "messageId": "webhook:d", "reason": "MaxDeliveryCountExceeded"}],
+        "deadLetters": [{"caseId": "C-1", "messageId": "webhook:d", "reason": "MaxDeliveryCountExceeded"}],
     }
     summaries = [v.summary for v in violations(evidence, 4)]
     assert any("dead-lettered" in s for s in summaries) and any("scheduled" in s for s in summaries)

@@ -20,7 +20,7 @@ from shared.localhost.messaging import LocalDeadLetters, LocalQueueEventSender
 from shared.localhost.queue import LocalSessionQueue
 from shared.messaging import DeadLetterQueue, EventSender, decode
 from shared.messaging.servicebus import ServiceBusDeadLetters, ServiceBusEventSender
-from tests.support.fake_servicebus import Broker, Dead, FakeClient
+from tests.support.fake_servicebus import Broker, Dead, FakeAdmin, FakeClient
 
 QUEUE = "case-events"
 
@@ -65,7 +65,12 @@ def messaging(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Messag
         broker.dead.append(Dead(message_id, session, next(numbers), body))
 
     sender = ServiceBusEventSender(QUEUE, factory, pool_size=4)
-    yield Messaging(sender, ServiceBusDeadLetters(QUEUE, factory, max_wait_time=0.1), bus_sent, bus_dead_letter)
+    yield Messaging(
+        sender,
+        ServiceBusDeadLetters(QUEUE, factory, admin_factory=lambda: FakeAdmin(broker), max_wait_time=0.1),
+        bus_sent,
+        bus_dead_letter,
+    )
     sender.close()
 
 
@@ -107,12 +112,14 @@ def test_a_scheduled_send_carries_its_time_and_the_envelope(messaging: Messaging
     [(session, message_id, body, at)] = messaging.sent()
     assert (session, message_id) == ("C-1", "webhook:d-1:retry:2")
     assert at == pytest.approx(4_000_000_000.0, abs=1)
+    assert messaging.dead_letters.counts() == {"active": 0, "scheduled": 1, "dead_lettered": 0}
     assert decode(json.loads(body))[2] == envelope
 
 
 def test_dead_letters_are_listed_and_redriven_by_id_as_new_messages(messaging: Messaging) -> None:
     messaging.dead_letter("C-1", "webhook:a", b'{"type":"case.investigate","caseId":"C-1","data":{}}')
     messaging.dead_letter("C-2", "webhook:b", b'{"type":"case.investigate","caseId":"C-2","data":{}}')
+    assert messaging.dead_letters.counts()["dead_lettered"] == 2
     listed = messaging.dead_letters.peek()
     assert [(d.session_id, d.message_id) for d in listed] == [("C-1", "webhook:a"), ("C-2", "webhook:b")]
     assert all(d.reason for d in listed)

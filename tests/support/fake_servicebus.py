@@ -141,3 +141,27 @@ class FakeClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class FakeAdmin:
+    """``ServiceBusAdministrationClient``'s queue runtime properties, from the broker's messages."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def get_queue_runtime_properties(self, queue_name: str) -> Any:
+        from types import SimpleNamespace
+
+        with self._broker.lock:
+            scheduled = sum(1 for s in self._broker.sent if s.scheduled_at is not None)
+            return SimpleNamespace(
+                active_message_count=len(self._broker.sent) - scheduled,
+                scheduled_message_count=scheduled,
+                dead_letter_message_count=len(self._broker.dead),
+            )
+
+    def __enter__(self) -> FakeAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
