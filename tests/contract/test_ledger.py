@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -116,6 +117,39 @@ def test_stale_decision_is_refused_before_the_call_and_the_claim_is_closed(
         run(ledger, downstream, version=1)
     assert downstream.total == 0
     assert run(ledger, downstream, version=2).result["creditNoteId"] == "CN-0001"
+
+
+class LaggingReplica:
+    """The store as an instance sees it under Cosmos DB's Session consistency when another instance made
+    the last write: point reads of the case may come from a replica that has not caught up. Writes, and
+    their conditions, are judged on the latest state. (A wrapper: neither backend can be told to lag.)"""
+
+    def __init__(self, inner: DocumentStore, stale: dict[str, Any]) -> None:
+        self.inner = inner
+        self.stale = stale
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def read(self, container: str, partition: str, doc_id: str) -> Any:
+        if container == "cases" and doc_id in self.stale:
+            return self.stale[doc_id]
+        return self.inner.read(container, partition, doc_id)
+
+
+def test_a_lagging_replica_cannot_let_a_stale_call_through(
+    store: DocumentStore, cases: CaseRepository, ledger: Ledger
+) -> None:
+    """The version gate is a conditional write: a read served by a lagging replica would show v1 and let
+    the call through on facts that already changed."""
+    before = store.read("cases", "c1", "c1")
+    assert cases.update_facts("c1", 1, {"poAmount": "90.00"}, reason="po edited elsewhere")  # now v2
+    lagging = LaggingReplica(store, {"c1": before})
+    lagging_ledger = Ledger(lagging, CaseRepository(lagging, ManualClock()))  # type: ignore[arg-type]
+    downstream = CountingDownstream()
+    with pytest.raises(StaleDecision):
+        run(lagging_ledger, downstream, version=1)
+    assert downstream.total == 0
 
 
 def test_a_missing_case_is_a_stale_decision(store: DocumentStore, cases: CaseRepository) -> None:
