@@ -1,7 +1,7 @@
 """Casekeeper's Azure Functions app (Python v2 programming model).
 
 The Functions host imports this module to index the functions: it opens no connection. Everything is
-built on first use by ``shared.bootstrap.services()``.
+built on first use by ``shared.app.bootstrap.services()``.
 """
 
 import azure.functions as func

@@ -7,7 +7,7 @@
 //
 // App settings of the function app, and what reads each one
 // ---------------------------------------------------------
-// Read by the code (shared/settings.py SETTINGS, validated at first use by Settings.from_mapping):
+// Read by the code (shared/app/settings.py SETTINGS, validated at first use by Settings.from_mapping):
 //   CASEKEEPER_STORE                     = cosmos. shared/bootstrap.open_store picks the Cosmos DB store.
 //   CosmosDBConnection__accountEndpoint  = Cosmos DB endpoint. The code's Cosmos client, and the
 //                                          Functions host: the reconciler's trigger has connection

@@ -1,7 +1,8 @@
 """The ``casekeeper`` command.
 
 Each subcommand is a thin wrapper over a module with its own ``main(argv) -> int``, so that each can
-be run and tested on its own (``python -m shared.demo``, ``python -m shared.supplier.stub``).
+be run and tested on its own (``python -m shared.localhost.demo``,
+``python -m shared.localhost.supplier_stub``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ Command = tuple[str, Callable[[list[str]], int]]
 
 
 def _demo(argv: list[str]) -> int:
-    from shared.demo import main
+    from shared.localhost.demo import main
 
     return main(argv)
 
 
 def _supplier_stub(argv: list[str]) -> int:
-    from shared.supplier.stub import main
+    from shared.localhost.supplier_stub import main
 
     return main(argv)
 
@@ -31,7 +32,7 @@ def _dev(argv: list[str]) -> int:
 
 
 def _send(argv: list[str]) -> int:
-    from shared.send import main
+    from shared.localhost.send import main
 
     return main(argv)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from shared.core.ports import DocumentStore
+from shared.localhost.supplier_stub import SupplierStub
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.supplier.stub import SupplierStub
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),

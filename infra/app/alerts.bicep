@@ -2,7 +2,7 @@
 // action group (without one, the rules still fire and show under Alerts in the portal, but nobody is told).
 //
 // 1. Casekeeper alerts (log search alert on the workspace): every alert the code raises
-//    (shared/alerts.py: checkpoint_failure, checkpoint_lag, effect_escalated) notifies once. The query
+//    (shared/app/alerts.py: checkpoint_failure, checkpoint_lag, effect_escalated) notifies once. The query
 //    is alert-records.kql. How "once" holds:
 //    - the code emits one ERROR record per alert: it claims the alert's durable record first, so a
 //      repeat of the same alert (next timer tick, another host) logs nothing;
@@ -19,7 +19,7 @@
 //    once the dead-letter queue is empty again.
 // 3. Function failures (metric alert, Application Insights requests/failed): a function invocation
 //    failed (an exception, or an HTTP 5xx such as 503 when the queue cannot be reached). The 4xx answers
-//    the HTTP API gives on purpose (shared/ingress.py: 400, 401, 404, 413, 415) are excluded: they are a
+//    the HTTP API gives on purpose (shared/handlers/ingress.py: 400, 401, 404, 413, 415) are excluded: they are a
 //    sender's mistake, not the app's. Flex Consumption's own platform metrics count executions but have
 //    no failure dimension, so failures come from the request telemetry. Stateful, like the dead letters.
 
@@ -47,7 +47,7 @@ param serviceBusNamespaceId string
 @description('The case-events queue (the EntityName dimension of DeadletteredMessages).')
 param caseEventsQueueName string
 
-// Result codes the HTTP API returns on purpose for a sender's mistake (shared/ingress.py); not failures of
+// Result codes the HTTP API returns on purpose for a sender's mistake (shared/handlers/ingress.py); not failures of
 // the app. tests/unit/test_infra.py checks the list against the code.
 var expectedClientErrorCodes = [
   '400'

@@ -24,7 +24,7 @@ from shared.chaos.cluster import Cluster
 from shared.chaos.config import SECRET
 from shared.chaos.evidence import Attempt, Sent
 from shared.chaos.plan import CREDIT, Plan, Step
-from shared.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
+from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 
 APPROVAL = "approval.answered"
 GIVE_UP_SECONDS = 45.0  # a request no host answered for this long is recorded as not accepted

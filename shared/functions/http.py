@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import azure.functions as func
 
-from shared.bootstrap import services
+from shared.app.bootstrap import services
 from shared.handlers import http as handlers
-from shared.ingress import Response
+from shared.handlers.ingress import Response
 
 bp = func.Blueprint()
 

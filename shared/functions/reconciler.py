@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import azure.functions as func
 
-from shared.bootstrap import services
+from shared.app.bootstrap import services
 from shared.functions import CONTAINER_EFFECTS, CONTAINER_LEASES
 from shared.handlers.effect_changes import handle_effect_changes
 

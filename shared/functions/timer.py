@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import azure.functions as func
 
-from shared.bootstrap import services
+from shared.app.bootstrap import services
 from shared.handlers.health import run_health_checks
 
 bp = func.Blueprint()

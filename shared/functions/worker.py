@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import azure.functions as func
 
-from shared.bootstrap import services
+from shared.app.bootstrap import services
 from shared.handlers.case_events import handle_case_message
 
 bp = func.Blueprint()

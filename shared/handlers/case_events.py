@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.core.errors import CasekeeperError, EffectInFlight, InvalidDocumentId, InvalidEvent
 from shared.domain import events as ev
 from shared.handlers.rejected import set_aside

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.core.ledger import Effect, EffectStatus
 from shared.core.ports import Document
 from shared.handlers.case_events import schedule_recheck

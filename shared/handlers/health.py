@@ -15,7 +15,7 @@ the duty carries on with the rest.
 3. **Open cases** left ``open`` for longer than the call timeout: a fact was recorded and the decision
    that should follow never ran (a crash, or an error before its first checkpoint); the case is
    investigated again (idempotent at the same version).
-4. **Alert delivery**: every recorded alert still owed its notification is notified (``shared.alerts``).
+4. **Alert delivery**: every recorded alert still owed its notification is notified (``shared.app.alerts``).
 5. **Checkpoint failures** captured since the last tick: one alert each.
 6. **Lagging runs**: a case whose last workflow commit is not covered by its checkpoints alerts once per
    version. Cases are examined once, in a window that trails now by the lag; the cursor moves on even
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.core.cases import CASES, Case
 from shared.core.ports import Document, Query, decode_all
 from shared.core.reconcile import RECONCILED_SUFFIX

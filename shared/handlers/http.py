@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.core.ids import id_problem
 from shared.core.ledger import Effect
 from shared.core.ports import Query
+from shared.handlers.ingress import Response
 from shared.handlers.rejected import rejected_events
-from shared.ingress import Response
 from shared.workflow.actions import money_position
 
 

@@ -35,17 +35,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared import bootstrap
-from shared.bootstrap import Services
+from shared.app import bootstrap
+from shared.app.bootstrap import Services
+from shared.app.settings import SETTINGS, Settings
+from shared.app.telemetry import configure as configure_telemetry
 from shared.core.errors import StoreError
 from shared.localhost.changefeed import LocalChangeFeed, to_document_list
 from shared.localhost.http_server import HttpFrontend, Route
-from shared.localhost.messaging import LocalDeadLetters, LocalQueueEventSender
-from shared.localhost.queue import LocalSessionQueue, LockLost, to_service_bus_message
 from shared.localhost.schedule import NcrontabSchedule, timer_request
-from shared.settings import SETTINGS, Settings
+from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
+from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.telemetry import configure as configure_telemetry
 
 log = logging.getLogger("casekeeper.dev")
 

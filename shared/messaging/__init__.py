@@ -12,7 +12,7 @@ Ports (each adapter passes ``tests/contract/test_senders.py``):
 - :class:`DeadLetterQueue`: the queue's dead letters, listed and put back, and its counts
   (``casekeeper events``).
 
-Adapters: :mod:`shared.messaging.servicebus` (Azure) and ``shared.localhost.messaging`` (the local host's
+Adapters: :mod:`shared.messaging.servicebus` (Azure) and ``shared.messaging.local`` (the local host's
 SQLite session queue).
 
 Wire format (:func:`encode` / :func:`decode`): the body is the event's JSON (``type``, ``caseId``,

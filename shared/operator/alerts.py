@@ -1,7 +1,7 @@
 """``casekeeper alerts``: the recent alerts (rules R3, R7), newest first, and whether the webhook got them.
 
 Alerts are read from their durable records (container ``health``, kind ``alert``; see
-:mod:`shared.alerts`). Delivery is ``delivered`` / ``NOT delivered`` when ``ALERT_WEBHOOK_URL`` was set
+:mod:`shared.app.alerts`). Delivery is ``delivered`` / ``NOT delivered`` when ``ALERT_WEBHOOK_URL`` was set
 when the alert was raised, ``no webhook`` otherwise.
 
 Exit codes: 0 listed (also when there are none), 2 usage or store selection error. Reads only.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shared.alerts import Alert
-from shared.bootstrap import Services
+from shared.app.alerts import Alert
+from shared.app.bootstrap import Services
 from shared.operator.context import (
     common_arguments,
     compact,

@@ -18,7 +18,7 @@ import argparse
 import re
 from typing import Any
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.core.cases import Case
 from shared.core.ledger import Effect
 from shared.core.reconcile import RECONCILED_SUFFIX

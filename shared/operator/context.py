@@ -7,7 +7,7 @@ Store selection (the same options on every command):
 - ``--from-settings``: the app's settings (the environment, falling back to ``local.settings.json`` in
   the current directory, as the local host reads them) and whatever store they configure.
 
-The services come from the composition root (:func:`shared.bootstrap.build`), so the reconciler's
+The services come from the composition root (:func:`shared.app.bootstrap.build`), so the reconciler's
 policies (what a finished commit writes) are the app's own, with a sender that refuses to send:
 operator commands never enqueue.
 """
@@ -23,11 +23,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared import bootstrap
-from shared.bootstrap import Services
+from shared.app import bootstrap
+from shared.app.bootstrap import Services
+from shared.app.settings import Settings
 from shared.core.errors import ConfigurationError
 from shared.domain.events import CaseEvent
-from shared.settings import Settings
 from shared.workflow import capture
 from shared.workflow.proposers import RulesProposer
 

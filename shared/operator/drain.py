@@ -29,7 +29,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.core.cases import CASES, Case
 from shared.core.ports import Query
 from shared.operator.context import (

@@ -29,7 +29,7 @@ import argparse
 import json
 from typing import Any
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.core.errors import OutcomeAlreadyRecorded
 from shared.core.ledger import OPEN_STATUSES, Effect, EffectStatus
 from shared.operator.context import (

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.messaging import DeadLetter
 from shared.operator.context import common_arguments, error, print_json, run_with_services, time_text
 

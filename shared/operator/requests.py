@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.core.errors import InvalidEvent
 from shared.domain import events as ev
 from shared.operator.context import common_arguments, error, print_json, run_with_services

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from agent_framework import Workflow
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.core.ports import DocumentStore
 from shared.workflow.checkpoints import (
     CHECKPOINTS,

@@ -1,9 +1,8 @@
 """The supplier portal: the one external system the workflow acts on (it requests credit notes).
 
-- :mod:`shared.supplier.portal`: :class:`SupplierPortal`, the HTTP client, which turns every answer
-  into a credit note, ``DownstreamRejected`` or ``OutcomeUnknown``.
-- :mod:`shared.supplier.stub`: a local portal on the standard library, with fault injection, for
-  trying Casekeeper out and for tests (``casekeeper supplier-stub --port 8765``).
+:mod:`shared.supplier.portal` holds :class:`SupplierPortal`, the HTTP client, which turns every answer
+into a credit note, ``DownstreamRejected`` or ``OutcomeUnknown``. The local stand-in for trying it out
+and for tests is a dev tool: ``shared.localhost.supplier_stub`` (``casekeeper supplier-stub``).
 """
 
 from shared.supplier.portal import SupplierPortal

@@ -24,6 +24,7 @@ from typing import Any, Never
 
 from agent_framework import Executor, WorkflowContext, handler, response_handler
 
+from shared.app.telemetry import Telemetry
 from shared.core.cases import Case, CaseRepository
 from shared.core.commits import CommitFinisher, FinishResult
 from shared.core.errors import EffectFailed, EffectInFlight, InvalidProposal, NeedsReconciliation, StaleDecision
@@ -31,7 +32,6 @@ from shared.core.keys import approval_request_id, effect_key
 from shared.core.ledger import OPEN_STATUSES, Effect, EffectStatus, Ledger
 from shared.domain.credit import CreditRequest, needs_approval, position, status_for, validate
 from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Rules, Status
-from shared.telemetry import Telemetry
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall, credit_request_data, credit_requests
 from shared.workflow.messages import (
     AnswerWithoutCheckpoint,

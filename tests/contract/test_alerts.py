@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.alerts import MAX_WEBHOOK_ATTEMPTS, NOTIFY_GRACE_SECONDS, Alerter
+from shared.app.alerts import MAX_WEBHOOK_ATTEMPTS, NOTIFY_GRACE_SECONDS, Alerter
 from shared.core.clock import ManualClock
 from shared.core.errors import StoreUnavailable
 from shared.core.ports import Document, DocumentStore

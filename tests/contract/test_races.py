@@ -19,8 +19,8 @@ from shared.core.clock import ManualClock
 from shared.core.errors import EffectInFlight
 from shared.core.ledger import Ledger
 from shared.core.ports import DocumentStore
+from shared.localhost.supplier_stub import SupplierStub
 from shared.supplier.portal import SupplierPortal
-from shared.supplier.stub import SupplierStub
 from tests.conftest import StoreSpec
 from tests.support.downstream import CountingDownstream
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from shared.domain.events import CaseEvent
-from shared.localhost.messaging import LocalDeadLetters, LocalQueueEventSender
-from shared.localhost.queue import LocalSessionQueue
 from shared.messaging import DeadLetterQueue, EventSender, decode
+from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.servicebus import ServiceBusDeadLetters, ServiceBusEventSender
+from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.support.fake_servicebus import Broker, Dead, FakeAdmin, FakeClient
 
 QUEUE = "case-events"

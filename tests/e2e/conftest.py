@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
-from shared.supplier.stub import SupplierStub
+from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
+from shared.localhost.supplier_stub import SupplierStub
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "e2e-secret"

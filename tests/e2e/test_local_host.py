@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.localhost.queue import LocalSessionQueue
-from shared.supplier.stub import Faults, SupplierStub
+from shared.localhost.supplier_stub import Faults, SupplierStub
+from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.e2e.conftest import DevHost, invoice, posts
 
 pytestmark = pytest.mark.slow

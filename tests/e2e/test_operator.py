@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.operator import drain
-from shared.supplier.stub import Faults, SupplierStub
 from tests.e2e.conftest import DevHost, invoice
 from tests.support.changed_build import build_v2
 

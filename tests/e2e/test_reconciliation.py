@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from shared.core.ports import Query
+from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.supplier.stub import Faults, SupplierStub
 from tests.e2e.conftest import DevHost, invoice, posts
 
 pytestmark = pytest.mark.slow

@@ -22,8 +22,8 @@ from shared.core.clock import ManualClock
 from shared.core.keys import effect_key
 from shared.core.ledger import EffectStatus, Ledger
 from shared.core.reconcile import Reconciler
+from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.supplier.portal import SupplierPortal
-from shared.supplier.stub import Faults, SupplierStub
 from shared.workflow.actions import credit_note_policy
 from tests.conftest import StoreSpec
 from tests.support.crash_worker import DIED

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from shared.localhost.queue import LocalSessionQueue, LockLost
+from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost
 
 
 def _send(path: str, queue: str, session_id: str, message_id: str) -> None:

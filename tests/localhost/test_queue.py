@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from shared.core.errors import CasekeeperError
-from shared.localhost.queue import (
+from shared.messaging.sqlite_queue import (
     MAX_DELIVERY_COUNT_EXCEEDED,
     LocalSessionQueue,
     LockLost,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from shared.localhost.supplier_stub import SupplierStub
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.supplier.stub import SupplierStub
 from shared.workflow.capture import uninstall
 from tests.support.app import Harness, make_harness
 

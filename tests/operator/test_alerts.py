@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import httpx
 
-from shared.alerts import Alerter
+from shared.app.alerts import Alerter
 from shared.core.clock import ManualClock
 from shared.operator.alerts import main
 from shared.stores.sqlite import SqliteDocumentStore

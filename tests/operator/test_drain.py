@@ -7,9 +7,9 @@ from collections.abc import Callable
 import pytest
 
 from shared.domain import events as ev
+from shared.localhost.supplier_stub import SupplierStub
 from shared.operator.drain import main
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.supplier.stub import SupplierStub
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, ApprovalRequest, CommitOrder, type_key
 from tests.operator.conftest import Ran
 from tests.support.app import Harness, invoice, make_harness

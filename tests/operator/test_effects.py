@@ -12,10 +12,10 @@ from shared.core.keys import effect_key
 from shared.core.ledger import Ledger
 from shared.core.reconcile import RECONCILED_SUFFIX, Reconciler
 from shared.domain import events as ev
+from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.operator.effects import main
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.supplier.portal import SupplierPortal
-from shared.supplier.stub import Faults, SupplierStub
 from shared.workflow.actions import credit_note_policy
 from tests.operator.conftest import Ran
 from tests.support.app import Harness, invoice

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from shared.domain import events as ev
-from shared.localhost.queue import LocalSessionQueue
+from shared.localhost.supplier_stub import SupplierStub
+from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.operator.events import main as events_main
 from shared.operator.requests import main as requests_main
-from shared.supplier.stub import SupplierStub
 from tests.operator.conftest import Ran
 from tests.support.app import Harness, invoice
 

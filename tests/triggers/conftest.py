@@ -12,12 +12,12 @@ import azure.functions as func
 import pytest
 
 import function_app
-from shared import bootstrap
-from shared.bootstrap import Services
-from shared.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
-from shared.localhost.queue import LocalSessionQueue
-from shared.settings import Settings
-from shared.supplier.stub import SupplierStub
+from shared.app import bootstrap
+from shared.app.bootstrap import Services
+from shared.app.settings import Settings
+from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
+from shared.localhost.supplier_stub import SupplierStub
+from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.workflow.capture import uninstall
 
 SECRET = "test-secret-one"

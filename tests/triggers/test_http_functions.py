@@ -13,10 +13,10 @@ from typing import Any
 import azure.functions as func
 import pytest
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.domain.events import CaseEvent
-from shared.localhost.queue import LocalSessionQueue
-from shared.supplier.stub import SupplierStub
+from shared.localhost.supplier_stub import SupplierStub
+from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.triggers.conftest import SECRET, signed_request, user_function
 
 QUEUE = "case-events"

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shared.app.settings import SETTINGS
 from shared.functions import CONTAINER_EFFECTS, CONTAINER_LEASES
-from shared.settings import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = {s.name: s.default for s in SETTINGS}

@@ -14,13 +14,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from shared import bootstrap
-from shared.bootstrap import Services
+from shared.app import bootstrap
+from shared.app.bootstrap import Services
+from shared.app.telemetry import Telemetry
 from shared.domain.events import CaseEvent
 from shared.handlers.case_events import handle_case_message
+from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import encode
-from shared.supplier.stub import SupplierStub
-from shared.telemetry import Telemetry
 from shared.workflow.capture import uninstall
 from tests.triggers.conftest import settings_for
 
@@ -103,7 +103,7 @@ def test_without_application_insights_spans_go_to_the_console_exporter(tmp_path:
     out = tmp_path / "telemetry.jsonl"
     probe = (
         "from opentelemetry import trace\n"
-        "from shared.telemetry import Telemetry, configure\n"
+        "from shared.app.telemetry import Telemetry, configure\n"
         "assert configure(None) == 'console'\n"
         "with Telemetry().span('case_event', {'casekeeper.case_id': 'C-9'}):\n"
         "    pass\n"

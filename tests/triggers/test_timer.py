@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from shared import bootstrap
-from shared.bootstrap import Services
+from shared.app import bootstrap
+from shared.app.bootstrap import Services
 from shared.core.clock import ManualClock
 from shared.core.ports import Document, DocumentStore, Query
 from shared.handlers.health import HealthChecksFailed, run_health_checks
-from shared.localhost.messaging import LocalDeadLetters, LocalQueueEventSender
-from shared.localhost.queue import LocalSessionQueue, to_service_bus_message
 from shared.localhost.schedule import timer_request
+from shared.localhost.supplier_stub import SupplierStub
+from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
+from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.supplier.stub import SupplierStub
 from shared.workflow.capture import uninstall
 from tests.triggers.conftest import settings_for, user_function
 

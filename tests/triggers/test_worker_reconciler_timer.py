@@ -11,13 +11,13 @@ from typing import Any
 import azure.functions as func
 import pytest
 
-from shared.bootstrap import Services
+from shared.app.bootstrap import Services
 from shared.core.keys import effect_key
 from shared.core.ports import Query
 from shared.domain.events import CaseEvent
-from shared.localhost.queue import LocalSessionQueue, to_service_bus_message
 from shared.localhost.schedule import timer_request
-from shared.supplier.stub import SupplierStub
+from shared.localhost.supplier_stub import SupplierStub
+from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from tests.support.downstream import leave_started
 from tests.triggers.conftest import user_function
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from shared import demo
+from shared.localhost import demo
 from shared.core.keys import effect_key
 from shared.core.ledger import Effect, EffectOutcome
 

@@ -28,7 +28,7 @@ LOCAL = {"shared", "function_app"}
 # `make setup` for the local host) rather than deployed: distribution -> where and why.
 LOCAL_ONLY = {
     "opentelemetry-exporter-otlp-proto-http": (
-        "shared/telemetry.py imports it lazily when OTEL_EXPORTER_OTLP_ENDPOINT is set; infra/ never sets it"
+        "shared/app/telemetry.py imports it lazily when OTEL_EXPORTER_OTLP_ENDPOINT is set; infra/ never sets it"
     ),
 }
 

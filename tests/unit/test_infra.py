@@ -23,8 +23,8 @@ import tree_sitter
 import tree_sitter_bicep
 import yaml
 
+from shared.app.settings import SETTINGS
 from shared.core.ports import CONTAINERS
-from shared.settings import SETTINGS
 from tests.support.index_with_worker import WORKER_PYTHON
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ REQUIRED_APP_SETTINGS = (
     "APPLICATIONINSIGHTS_CONNECTION_STRING",
     "AzureWebJobsStorage__accountName",
 )
-# Names in shared.settings.SETTINGS that stay unset in Azure on purpose (local development and tests).
+# Names in shared.app.settings.SETTINGS that stay unset in Azure on purpose (local development and tests).
 LOCAL_ONLY_SETTINGS = frozenset(
     {
         "CASEKEEPER_SQLITE_PATH",
@@ -343,7 +343,7 @@ def test_every_code_setting_is_documented_and_emitted_unless_local_only() -> Non
     undocumented = sorted(n for n in names | set(REQUIRED_APP_SETTINGS) if n not in header)
     assert not undocumented, f"main.bicep's header does not list: {undocumented}"
     missing = sorted(names - LOCAL_ONLY_SETTINGS - emitted)
-    assert not missing, f"read by shared/settings.py but not set by infra: {missing}"
+    assert not missing, f"read by shared/app/settings.py but not set by infra: {missing}"
     local = sorted(LOCAL_ONLY_SETTINGS & emitted)
     assert not local, f"local-only settings set in Azure: {local}"
 

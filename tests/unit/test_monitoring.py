@@ -1,6 +1,6 @@
 """The alert rules in ``infra/app/alerts.bicep``: who is told, about what, and how often.
 
-The Casekeeper-alert rule is checked against a real alert record: ``shared.alerts.Alerter`` raises one,
+The Casekeeper-alert rule is checked against a real alert record: ``shared.app.alerts.Alerter`` raises one,
 the OpenTelemetry logging handler that ``configure_azure_monitor(logger_name="casekeeper")`` installs
 records it, and the Azure Monitor exporter turns it into the telemetry item Application Insights stores
 as an ``AppTraces`` row. Every ``Properties[...]`` field the rule's query reads must be on that item.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import tree_sitter
 
-from shared.alerts import Alerter
+from shared.app.alerts import Alerter
 from shared.core.clock import ManualClock
 from shared.stores.sqlite import SqliteDocumentStore
 from tests.unit.test_infra import (
@@ -36,7 +36,7 @@ from tests.unit.test_infra import (
 ALERTS = APP / "alerts.bicep"
 ALERT_QUERY = APP / "alert-records.kql"
 
-# Fields the alert rule's query reads that the alert record does not carry (none: shared/alerts.py logs
+# Fields the alert rule's query reads that the alert record does not carry (none: shared/app/alerts.py logs
 # alertId, the durable record's id, and alertKind with every alert).
 PENDING_ALERT_RECORD_FIELDS: set[str] = set()
 
@@ -197,7 +197,7 @@ def test_dead_letters_of_the_case_events_queue_alert() -> None:
 def _client_error_statuses() -> set[str]:
     """Every 4xx status the HTTP API answers with: _error(4xx, ...) and Response(4xx, ...) in the code."""
     found: set[str] = set()
-    for path in (ROOT / "shared" / "ingress.py", ROOT / "shared" / "handlers" / "http.py"):
+    for path in (ROOT / "shared" / "handlers" / "ingress.py", ROOT / "shared" / "handlers" / "http.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
                 name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")

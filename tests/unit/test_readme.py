@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shared.ingress import sign
-from shared.settings import SETTINGS
+from shared.app.settings import SETTINGS
+from shared.handlers.ingress import sign
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

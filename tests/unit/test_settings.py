@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
+from shared.app.settings import Settings
 from shared.core.errors import ConfigurationError
-from shared.settings import Settings
 
 BASE = {"WEBHOOK_SECRET": "s", "CASEKEEPER_QUEUE": "local"}
 

@@ -226,7 +226,7 @@ def test_spans_and_metrics_land_where_the_queries_look(tmp_path: Path) -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from shared.telemetry import Telemetry
+    from shared.app.telemetry import Telemetry
 
     spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
     tracer_provider = TracerProvider()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from shared.core.keys import approval_request_id, effect_key
 from shared.domain import events as ev
-from shared.supplier.stub import SupplierStub
+from shared.localhost.supplier_stub import SupplierStub
 from tests.support.app import Harness, invoice
 from tests.workflow.conftest import posts
 

@@ -10,7 +10,7 @@ import pytest
 from shared.core.errors import InvalidEvent
 from shared.core.keys import effect_key
 from shared.domain import events as ev
-from shared.supplier.stub import SupplierStub
+from shared.localhost.supplier_stub import SupplierStub
 from tests.support.app import Harness, invoice
 from tests.support.downstream import leave_started
 from tests.workflow.conftest import posts

@@ -8,7 +8,7 @@ from shared.core.clock import ManualClock
 from shared.core.ports import DocumentStore
 from shared.core.reconcile import Reconciler
 from shared.domain import events as ev
-from shared.supplier.stub import SupplierStub
+from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.actions import credit_note_policy
 from tests.support.app import invoice, make_harness
 from tests.support.downstream import leave_started

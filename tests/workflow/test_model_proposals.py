@@ -8,7 +8,7 @@ import pytest
 
 from shared.core.ports import DocumentStore
 from shared.domain import events as ev
-from shared.supplier.stub import SupplierStub
+from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.proposers import AgentProposer
 from tests.support.app import invoice, make_harness
 from tests.support.scripted_chat import ScriptedChatClient

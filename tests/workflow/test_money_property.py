@@ -29,9 +29,9 @@ from shared.core.errors import CasekeeperError
 from shared.core.ledger import EffectStatus
 from shared.core.reconcile import Reconciler
 from shared.domain import events as ev
+from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.supplier.portal import SupplierPortal
-from shared.supplier.stub import Faults, SupplierStub
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import uninstall
 from tests.support.app import Harness, invoice, make_harness

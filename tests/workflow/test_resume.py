@@ -8,7 +8,7 @@ import pytest
 
 from shared.core.ports import DocumentStore, Query
 from shared.domain import events as ev
-from shared.supplier.stub import SupplierStub
+from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, CommitOrder, type_key
 from tests.support.app import invoice, make_harness
 from tests.support.changed_build import build_v2

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from shared.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
+from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 from shared.localhost.host import SECRET_FILE
 
 

@@ -13,18 +13,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.alerts import Alerter
+from shared.app.alerts import Alerter
+from shared.app.settings import Settings
+from shared.app.telemetry import Telemetry
+from shared.app.telemetry import configure as configure_telemetry
 from shared.core.cases import CaseRepository
 from shared.core.clock import Clock
 from shared.core.ledger import Ledger
 from shared.core.ports import DocumentStore
 from shared.core.reconcile import Reconciler
-from shared.ingress import Ingress
+from shared.handlers.ingress import Ingress
 from shared.messaging import DeadLetterQueue, EventSender
-from shared.settings import Settings
 from shared.supplier.portal import SupplierPortal
-from shared.telemetry import Telemetry
-from shared.telemetry import configure as configure_telemetry
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import install as install_capture
 from shared.workflow.executors import WorkflowDeps
@@ -78,8 +78,8 @@ def open_store(settings: Settings) -> DocumentStore:
 
 def open_sender(settings: Settings) -> EventSender:
     if settings.queue == "local":
-        from shared.localhost.messaging import LocalQueueEventSender
-        from shared.localhost.queue import LocalSessionQueue
+        from shared.messaging.local import LocalQueueEventSender
+        from shared.messaging.sqlite_queue import LocalSessionQueue
 
         return LocalQueueEventSender(LocalSessionQueue(settings.local_queue_path), settings.case_events_queue)
     from shared.messaging.servicebus import ServiceBusEventSender, identity_client_factory
@@ -91,8 +91,8 @@ def open_sender(settings: Settings) -> EventSender:
 def open_dead_letters(settings: Settings) -> DeadLetterQueue:
     """The case-events queue's dead letters. Opening connects to nothing."""
     if settings.queue == "local":
-        from shared.localhost.messaging import LocalDeadLetters
-        from shared.localhost.queue import LocalSessionQueue
+        from shared.messaging.local import LocalDeadLetters
+        from shared.messaging.sqlite_queue import LocalSessionQueue
 
         return LocalDeadLetters(LocalSessionQueue(settings.local_queue_path), settings.case_events_queue)
     from shared.messaging.servicebus import ServiceBusDeadLetters, identity_admin_factory, identity_client_factory

@@ -12,7 +12,7 @@ Traces: ``case_event`` (one per queue message) with child spans ``workflow.run``
 ``casekeeper.commits.lost``           status commits that lost the race (rule R5)
 ``casekeeper.events.deferred``        events re-sent with backoff after a transient error
 ``casekeeper.checkpoint.failures``    failed checkpoint saves (``shared.workflow.capture``)
-``casekeeper.alerts``                 alerts raised (``shared.alerts``)
+``casekeeper.alerts``                 alerts raised (``shared.app.alerts``)
 ====================================  ==========================================================
 
 Logs carry ``caseId`` and ``effectKey`` as ``extra`` fields, which Application Insights keeps as

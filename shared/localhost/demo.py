@@ -4,7 +4,7 @@ What it does, in one process and in a few seconds:
 
 - opens a **fresh** SQLite store (in a temporary directory, or ``--data DIR``: the demo then owns
   ``DIR/demo.sqlite`` and ``DIR/supplier.jsonl`` and recreates both on every run);
-- starts a real :class:`~shared.supplier.stub.SupplierStub` on a free loopback port; every guarded
+- starts a real :class:`~shared.localhost.supplier_stub.SupplierStub` on a free loopback port; every guarded
   call goes through :class:`~shared.supplier.portal.SupplierPortal` over that socket;
 - drives five scenarios, each on its own case, and prints one table row per scenario:
   ``scenario | requests the supplier received | outcome``.
@@ -31,15 +31,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from shared.bootstrap import SystemClock
+from shared.app.bootstrap import SystemClock
 from shared.core.cases import Case, CaseRepository
 from shared.core.errors import EffectInFlight, NeedsReconciliation, OutcomeUnknown, StaleDecision
 from shared.core.keys import effect_key
 from shared.core.ledger import Effect, EffectOutcome, EffectStatus, Ledger
 from shared.core.reconcile import Reconciler
+from shared.localhost.supplier_stub import NOTES_PATH, Faults, SupplierStub
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.supplier.portal import SupplierPortal
-from shared.supplier.stub import NOTES_PATH, Faults, SupplierStub
 from shared.workflow.actions import credit_note_policy
 
 DEMO_CALL_TIMEOUT = 2.0

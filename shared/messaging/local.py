@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from shared.domain.events import CaseEvent
-from shared.localhost.queue import LocalSessionQueue
 from shared.messaging import DeadLetter, encode, redrive_message_id
+from shared.messaging.sqlite_queue import LocalSessionQueue
 
 
 class LocalQueueEventSender:
