@@ -9,9 +9,9 @@ from typing import Any, cast
 
 import pytest
 
-from shared.localhost import demo
 from shared.core.keys import effect_key
 from shared.core.ledger import Effect, EffectOutcome
+from shared.localhost import demo
 
 # A scenario's first table line: | n | title | N POST [+ M lookup] | outcome...
 ROW = re.compile(r"^\|\s*(\d+)\s*\|([^|]*)\|\s*(\d+) POST(?: \+ (\d+) lookup)?\s*\|(.*)\|$")
