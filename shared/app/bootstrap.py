@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,15 +116,17 @@ def build(
     clock: Clock | None = None,
     proposer: Proposer | None = None,
     telemetry: Telemetry | None = None,
+    probe: Callable[[str], None] | None = None,
 ) -> Services:
     """Wire everything. Pass ``store``/``sender``/``clock``/``proposer``/``telemetry`` to replace the
-    configured ones."""
+    configured ones. ``probe`` is called at the failure points F1, F2, F4 (the ledger), F5 and F6 (the
+    commit) by name: the fault tests raise there to stop a run as a crash would; production passes none."""
     telemetry = telemetry or Telemetry()
     store = store if store is not None else open_store(settings)
     sender = sender if sender is not None else open_sender(settings)
     clock = clock or SystemClock()
     cases = CaseRepository(store, clock)
-    ledger = Ledger(store, cases, call_timeout=settings.call_timeout, observer=telemetry.observe_effect)
+    ledger = Ledger(store, cases, call_timeout=settings.call_timeout, observer=telemetry.observe_effect, probe=probe)
     supplier = SupplierPortal(settings.supplier_portal_url, timeout=settings.supplier_timeout)
     if proposer is None:
         if settings.azure_openai_endpoint and settings.azure_openai_deployment:
@@ -132,7 +135,13 @@ def build(
             proposer = RulesProposer()
     alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
     deps = WorkflowDeps(
-        cases=cases, ledger=ledger, supplier=supplier, proposer=proposer, rules=settings.rules, telemetry=telemetry
+        cases=cases,
+        ledger=ledger,
+        supplier=supplier,
+        proposer=proposer,
+        rules=settings.rules,
+        telemetry=telemetry,
+        probe=probe or (lambda point: None),
     )
     reconciler = Reconciler(
         ledger,

@@ -165,8 +165,9 @@ class Ledger:
         probe: Callable[[str], None] | None = None,
         observer: Callable[[str, Effect], None] | None = None,
     ) -> None:
-        """``probe`` is called at the named points ``F2`` (claimed, before the call) and ``F4`` (reply
-        received, before it is recorded): the crash tests end the process there. ``observer`` hears
+        """``probe`` is called at the named points ``F1`` (decided, before the claim is written), ``F2``
+        (claimed, before the call) and ``F4`` (reply received, before it is recorded): the crash tests end
+        the process there. ``observer`` hears
         ``started``, ``done``, ``failed`` and ``stale`` (telemetry)."""
         if call_timeout <= 0:
             raise ValueError("call_timeout must be positive")
@@ -211,6 +212,7 @@ class Ledger:
             "resolution": None,
             "history": [{"status": "started", "attempt": 1}],
         }
+        self._probe("F1")
         try:
             claimed = Effect.from_document(self._store.create(EFFECTS, case_id, key, body))
         except AlreadyExists as exc:
