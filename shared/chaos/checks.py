@@ -8,8 +8,8 @@
    the case version its decision was made on (the API's ``effects[].caseVersion`` for K) and F(v) the
    facts then (:mod:`shared.chaos.facts`). Then a + the case's earlier requests (keys first posted
    before R whose note the supplier created; each at its requested amount, or at the received amount
-   if F(v) shows its note received) + the external credits in F(v) must not exceed F(v)'s invoice
-   amount - PO amount.
+   if F(v) shows its note received; not at all if F(v) shows it withdrawn by a person) + the external
+   credits in F(v) must not exceed F(v)'s invoice amount - PO amount.
 5. **No 5xx to a valid signed request outside a kill window.** Every ``POST`` the driver made (events,
    approval answers; all valid and signed) that got a 5xx or no answer at all, at a time when its host
    was not inside a kill window (from just before the kill until the restarted host answered its
@@ -133,6 +133,9 @@ def check_money(evidence: Evidence, timelines: dict[str, Timeline]) -> list[Viol
             for earlier in requests[:position]:
                 note = notes.get(earlier["idempotencyKey"])
                 if note is None:
+                    continue
+                if earlier["idempotencyKey"] in facts.withdrawn:  # a person settled it by hand
+                    parts.append(f"withdrawn {earlier['body'].get('amount')}")
                     continue
                 received = facts.credit(note["creditNoteId"])
                 counted = received if received is not None else Decimal(str(earlier["body"].get("amount")))

@@ -28,7 +28,9 @@
    - every ``needs_reconciliation`` effect has exactly one ``effect_escalated`` alert record and
      exactly one webhook delivery of it, and its case is ``needs_review``;
    - a ``credit_requested`` case's transition into that status (its last one, passing over facts
-     changes that kept it ``credit_requested``) names an effect that is ``done`` with the note's id;
+     changes that kept it ``credit_requested``) names an effect that is ``done`` with the note's id, or,
+     when it names none (waiting for credit that requests already made cover), one of the case's done
+     requests is still outstanding (its note neither received nor withdrawn);
    - an ``awaiting_approval`` case has a pending approval asked on its current version;
    - every ``done`` effect has a transition naming it (its commit landed, or the case went to a person
      with it), unless it is older than the bounded history; every refused (non-stale ``failed``)
@@ -245,18 +247,41 @@ def check_effects_and_status(evidence: Evidence) -> list[Violation]:
                 )
         if status == "credit_requested":
             last = _entered_credit_requested(history)
-            effect = effects.get(str(last.get("effectKey")))
-            if effect is None or effect.get("status") != "done" or not (effect.get("result") or {}).get("creditNoteId"):
+            if last.get("effectKey"):
+                effect = effects.get(str(last.get("effectKey")))
+                if effect is None or effect.get("status") != "done" or not _note_of(effect):
+                    add(
+                        "the case is credit_requested but the transition into it names no done effect with a note",
+                        transition=last,
+                        effect=effect,
+                    )
+            elif not _outstanding(view):
+                # Waiting for credit without a new request (the requests already made cover what is owed):
+                # only consistent while one of them is still outstanding.
                 add(
-                    "the case is credit_requested but the transition into it names no done effect with a note",
+                    "the case is credit_requested, waiting for credit, but no request of it is outstanding",
                     transition=last,
-                    effect=effect,
                 )
         if status == "awaiting_approval":
             pending = view.get("pendingApproval") or {}
             if pending.get("caseVersion") != (view.get("case") or {}).get("version"):
                 add("the case is awaiting_approval without a request on its current version", pending=pending)
     return violations
+
+
+def _note_of(effect: dict[str, Any]) -> str | None:
+    result = effect.get("result")
+    note = result.get("creditNoteId") if isinstance(result, dict) else None
+    return str(note) if note else None
+
+
+def _outstanding(view: dict[str, Any]) -> list[str]:
+    """Keys of the case's done requests whose note is neither received nor withdrawn by a person."""
+    facts = (view.get("case") or {}).get("facts") or {}
+    received = {str(c.get("creditNoteId")) for c in facts.get("credits") or ()}
+    withdrawn = {str(w.get("effectKey")) for w in facts.get("withdrawn") or ()}
+    done = [e for e in view.get("effects") or () if e.get("status") == "done"]
+    return [str(e.get("key")) for e in done if _note_of(e) not in (None, *received) and e.get("key") not in withdrawn]
 
 
 def _entered_credit_requested(history: list[dict[str, Any]]) -> dict[str, Any]:

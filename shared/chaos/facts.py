@@ -33,6 +33,8 @@ class Facts:
     invoice_amount: Decimal
     po_amount: Decimal
     credits: tuple[tuple[str, Decimal], ...] = ()
+    withdrawn: tuple[str, ...] = ()
+    """Keys of requests a person took off the books (settled by hand): no longer outstanding."""
 
     @property
     def justified(self) -> Decimal:
@@ -47,6 +49,7 @@ class Facts:
             "invoiceAmount": str(self.invoice_amount),
             "poAmount": str(self.po_amount),
             "credits": [{"creditNoteId": c, "amount": str(a)} for c, a in self.credits],
+            "withdrawn": list(self.withdrawn),
         }
 
 
@@ -114,21 +117,24 @@ def _apply(
         credits = facts.credits
         if "credits" in changes:
             credits = tuple((str(c["creditNoteId"]), _amount(c["amount"])) for c in changes["credits"] or ())
-        return Facts(facts.invoice_amount, changed_po, credits), "changes"
+        withdrawn = facts.withdrawn
+        if "withdrawn" in changes:
+            withdrawn = tuple(str(w["effectKey"]) for w in changes["withdrawn"] or ())
+        return Facts(facts.invoice_amount, changed_po, credits, withdrawn), "changes"
     if reason.startswith(PO_REASON):
         timeline.po_changes += 1
         po = next(next_po, None)
         if po is None:
             timeline.problems.append(f"v{transition['fromVersion']}: a PO change with no accepted po.updated left")
             return facts, "driver"
-        return Facts(facts.invoice_amount, po, facts.credits), "driver"
+        return Facts(facts.invoice_amount, po, facts.credits, facts.withdrawn), "driver"
     if reason.startswith(CREDIT_REASON):
         match = _CREDIT.search(reason)
         if match is None:
             timeline.problems.append(f"v{transition['fromVersion']}: cannot read the credit from {reason!r}")
             return facts, "driver"
         credit = (match.group(1), _amount(match.group(2)))
-        return Facts(facts.invoice_amount, facts.po_amount, (*facts.credits, credit)), "driver"
+        return Facts(facts.invoice_amount, facts.po_amount, (*facts.credits, credit), facts.withdrawn), "driver"
     return facts, ""
 
 
