@@ -269,7 +269,12 @@ class ApprovalGate(Executor):
         # must never exceed what may still be requested at the version it is made on.
         facts = InvoiceFacts.from_dict(case.facts)
         effects = await asyncio.to_thread(deps.ledger.for_case, case.id)
-        pos = position(facts, credit_requests(effects))
+        # This answer's own request, if a run of it already claimed it (a crash after the claim, then this
+        # answer redelivered), is not an earlier request to subtract: it is this one, and the ledger replays
+        # it (in flight, reconciled, or done) when the order reaches it. Counting it would send an approved,
+        # already-made request to review as exceeding itself.
+        own = effect_key(case.id, REQUEST_CREDIT_NOTE, case.version)
+        pos = position(facts, credit_requests([e for e in effects if e.key != own]))
         if request.amount > pos.remaining:
             reason = f"approved by {who}, but {request.amount} exceeds what may still be requested ({pos.remaining})"
             await ctx.send_message(
