@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import httpx
+
 try:
     from playwright.sync_api import expect
 except ImportError:  # the browser fixture skips, or fails under CI, with the reason
@@ -15,6 +17,7 @@ except ImportError:  # the browser fixture skips, or fails under CI, with the re
 
 from shared.core.keys import effect_key
 from shared.localhost.supplier_stub import SupplierStub
+from shared.web.identity import APPROVER_ROLE, PRINCIPAL_HEADER, encode_principal
 from tests.browser.conftest import APPROVER, DOCS, OPERATOR
 from tests.e2e.conftest import DevHost
 
@@ -128,6 +131,12 @@ def test_an_operator_who_is_not_an_approver_gets_403(page: Any, host: DevHost, o
     assert status == 403 and "needs the app role Casekeeper.Approver" in body
     view = host.case("INV-B4")
     assert view is not None and view["case"]["status"] == "awaiting_approval"
+
+
+def test_the_local_identity_replaces_whatever_principal_a_client_sends(host: DevHost) -> None:
+    forged = {PRINCIPAL_HEADER: encode_principal("mallory@example.com", [APPROVER_ROLE], auth_type="aad")}
+    page = httpx.get(f"{host.url}/api/approvals", headers=forged, timeout=10)
+    assert page.status_code == 200 and APPROVER in page.text and "mallory" not in page.text
 
 
 def test_facts_are_shown_as_text_never_run(page: Any, host: DevHost) -> None:
