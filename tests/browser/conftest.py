@@ -16,8 +16,15 @@ from typing import Any
 
 import pytest
 
+from shared.app import bootstrap
+from shared.app.settings import Settings
+from shared.core.errors import OutcomeUnknown
+from shared.domain.events import CaseEvent
 from shared.localhost.supplier_stub import SupplierStub
-from tests.e2e.conftest import DevHost
+from shared.messaging import encode
+from shared.messaging.sqlite_queue import LocalSessionQueue
+from shared.workflow.capture import uninstall
+from tests.e2e.conftest import SECRET, DevHost
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -70,8 +77,57 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("browser") / "data"
 
 
+ESCALATED_CASE = "INV-ESC"
+DEAD_CASE = "INV-DEAD"
+
+
+def seed_stuck_work(data: Path, supplier: SupplierStub) -> str:
+    """Before the host starts: an effect escalated to a person, and a dead-lettered event, so the ops page
+    has something in each part. Returns the escalated effect's key."""
+    data.mkdir(parents=True, exist_ok=True)
+    settings = Settings.from_mapping(
+        {
+            "CASEKEEPER_STORE": "sqlite",
+            "CASEKEEPER_SQLITE_PATH": str(data / "casekeeper.sqlite"),
+            "CASEKEEPER_QUEUE": "local",
+            "CASEKEEPER_LOCAL_QUEUE_PATH": str(data / "queue.sqlite"),
+            "WEBHOOK_SECRET": SECRET,
+            "SUPPLIER_PORTAL_URL": supplier.url,
+        }
+    )
+    svc = bootstrap.build(settings)
+    try:
+        svc.cases.create(ESCALATED_CASE, {"invoiceId": ESCALATED_CASE, "supplierId": "SUP-3", "poNumber": "PO-3"})
+
+        def unknown(_key: str) -> dict[str, Any]:
+            raise OutcomeUnknown("the supplier answered 503")
+
+        with pytest.raises(OutcomeUnknown):
+            svc.ledger.run(case_id=ESCALATED_CASE, action="request_credit_note", decided_on_version=1, call=unknown)
+        [effect] = svc.ledger.for_case(ESCALATED_CASE)
+        svc.ledger.mark_needs_reconciliation(effect, "three lookups failed: the supplier cannot say")
+    finally:
+        uninstall()
+        svc.close()
+    queue = LocalSessionQueue(data / "queue.sqlite")
+    try:
+        event = CaseEvent(type="case.investigate", case_id=DEAD_CASE, data={}, delivery_id="seeded")
+        queue.send("case-events", encode(event), session_id=DEAD_CASE, message_id="seeded-dead-letter")
+        msg = queue.receive("case-events")
+        assert msg is not None
+        queue.dead_letter(msg, "Seeded", "a dead letter for the browser test")
+    finally:
+        queue.close()
+    return effect.key
+
+
 @pytest.fixture(scope="module")
-def host(data: Path, supplier: SupplierStub) -> Iterator[DevHost]:
+def escalated_key(data: Path, supplier: SupplierStub) -> str:
+    return seed_stuck_work(data, supplier)
+
+
+@pytest.fixture(scope="module")
+def host(data: Path, supplier: SupplierStub, escalated_key: str) -> Iterator[DevHost]:
     """Signed in as an approver who is also the operator, as ``make run`` is."""
     dev = DevHost(data, supplier, extra_args=["--as", APPROVER, "--role", "approver", "--role", "operator"]).start()
     try:

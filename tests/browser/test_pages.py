@@ -162,7 +162,7 @@ def test_facts_are_shown_as_text_never_run(page: Any, host: DevHost) -> None:
     assert page.dialogs == []
 
 
-def test_the_ops_page(page: Any, host: DevHost) -> None:
+def test_the_ops_page(page: Any, host: DevHost, escalated_key: str) -> None:
     below = {"invoiceId": "INV-B6", **OVER_THRESHOLD, "invoiceAmount": "2250.00", "currency": "EUR"}
     assert host.post_event("invoice.received", "INV-B6", below).status_code == 202
     host.wait_for("INV-B6", lambda v: v["case"]["status"] == "credit_requested")
