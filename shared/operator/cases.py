@@ -41,7 +41,7 @@ from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 PROG = "casekeeper case"
 AWAITING_APPROVAL = "awaiting_approval"
 DECISION_REASON = re.compile(
-    r"^(approved|rejected) by (.+?)(?: \(reason: (.*)\))?(?: " + re.escape(RECONCILED_SUFFIX) + r")?$", re.DOTALL
+    r"^(approved|rejected) by (.+?)(?: \(reason: (.*?)\))?(?: " + re.escape(RECONCILED_SUFFIX) + r")?$", re.DOTALL
 )
 _ASKED = "approval requested"
 
