@@ -59,16 +59,20 @@ def _origin(url: str) -> str | None:
 def same_origin_problem(headers: Mapping[str, str], request_url: str) -> str | None:
     """Why the request does not come from our own page, or ``None`` when it does. ``headers`` must be
     case-insensitive. The expected origin is the request's own: its URL's scheme and the host it was
-    sent to (``X-Forwarded-Host`` where a front end set it, else ``Host``, else the URL's)."""
+    sent to (the URL's, ``Host``, and ``X-Forwarded-Proto``/``X-Forwarded-Host`` where a front end set them)."""
     expected = _origin(request_url)
     if expected is None:
         return "the request URL has no origin"
-    scheme = expected.split("://", 1)[0]
+    schemes = {expected.split("://", 1)[0]}
+    if headers.get("X-Forwarded-Proto"):  # a TLS-terminating front end: the browser saw this scheme
+        schemes.add(headers["X-Forwarded-Proto"].split(",")[0].strip().lower())
     hosts = {expected.split("://", 1)[1]}
     for name in ("X-Forwarded-Host", "Host"):
         if headers.get(name):
             hosts.add(headers[name].split(",")[0].strip().lower())
-    allowed = {f"{scheme}://{host}" for host in hosts}
+    # The forwarded headers only widen the set to what a front end says the browser used; a cross-site
+    # form cannot set them, and its Origin is the other site's, which is never in the set.
+    allowed = {f"{scheme}://{host}" for scheme in schemes for host in hosts}
     origin = headers.get("Origin")
     if origin and origin != "null":
         return None if origin.lower() in allowed else f"the form was posted from another origin ({origin})"

@@ -136,6 +136,26 @@ def test_nobody_signed_in_gets_401_and_someone_without_a_role_403_with_the_reaso
     assert get(functions, "ops_page", "/api/ops", OLGA).status_code == 200
 
 
+def test_behind_easy_auth_a_browser_without_a_sign_in_is_sent_to_the_login(
+    functions: dict[str, Any], svc: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WEBSITE_SITE_NAME", "casekeeper")
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")
+    browser = get(functions, "approvals_page", "/api/approvals", {"Accept": "text/html,application/xhtml+xml"})
+    assert browser.status_code == 303
+    assert browser.headers["Location"] == "/.auth/login/aad?post_login_redirect_uri=/api/approvals"
+    assert get(functions, "ops_page", "/api/ops", {"Accept": "application/json"}).status_code == 401
+    assert get(functions, "ops_page", "/api/ops", OLGA).status_code == 200  # the platform's header is trusted
+
+
+def test_without_easy_auth_on_app_service_the_principal_header_is_ignored(
+    functions: dict[str, Any], svc: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WEBSITE_SITE_NAME", "casekeeper")
+    monkeypatch.delenv("WEBSITE_AUTH_ENABLED", raising=False)
+    assert get(functions, "ops_page", "/api/ops", OLGA).status_code == 401
+
+
 def test_every_page_is_never_cached_and_runs_only_its_own_script(functions: dict[str, Any], svc: Services) -> None:
     for response in (
         get(functions, "approvals_page", "/api/approvals", ANA),

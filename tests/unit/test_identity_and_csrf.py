@@ -120,6 +120,9 @@ def test_a_form_token_is_not_the_webhook_signature_of_the_same_text() -> None:
         ({"Referer": "http://evil.example/x", "Host": "127.0.0.1:7071"}, "another page's origin"),
         ({"Host": "127.0.0.1:7071"}, "neither"),
         ({"Origin": "null", "Host": "127.0.0.1:7071"}, "neither"),
+        # Behind a TLS-terminating front end the app may see http while the browser used https.
+        ({"Origin": "https://127.0.0.1:7071", "Host": "127.0.0.1:7071", "X-Forwarded-Proto": "https"}, None),
+        ({"Origin": "https://evil.example", "Host": "127.0.0.1:7071", "X-Forwarded-Proto": "https"}, "another"),
     ],
 )
 def test_same_origin(headers: dict[str, str], problem: str | None) -> None:
