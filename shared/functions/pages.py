@@ -51,3 +51,10 @@ def ops_page(req: func.HttpRequest) -> func.HttpResponse:
 def ops_redrive(req: func.HttpRequest) -> func.HttpResponse:
     """The ops page's redrive button."""
     return _reply(pages.ops_redrive(services(), req.headers, req.url, req.get_body()))
+
+
+@bp.function_name("ops_resolve")
+@bp.route(route="ops/resolve", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS)
+def ops_resolve(req: func.HttpRequest) -> func.HttpResponse:
+    """The ops page's form that settles an escalated effect (as ``casekeeper effects resolve``)."""
+    return _reply(pages.ops_resolve(services(), req.headers, req.url, req.get_body()))

@@ -11,6 +11,8 @@ route                                          role             what
                                                                 reason, csrf)
 ``GET /api/ops``                               operator         what is stuck, from the operator commands
 ``POST /api/ops/redrive``                      operator         put dead-lettered events back
+``POST /api/ops/resolve``                      operator         settle an escalated effect (as
+                                                                ``casekeeper effects resolve``)
 =============================================  ===============  ==========================================
 
 Nobody signed in: 401 (or, behind App Service Authentication, a redirect to its login). Signed in without
@@ -36,7 +38,8 @@ from shared.handlers.rejected import rejected_events
 from shared.operator.alerts import alert_json
 from shared.operator.cases import DECISION_REASON
 from shared.operator.drain import check as drain_check
-from shared.operator.effects import pending_view
+from shared.operator.effects import SETTLED_TEXT, Refused, pending_view
+from shared.operator.effects import resolve as resolve_effect
 from shared.operator.runs import graph_hash_of
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.web import csrf
@@ -57,6 +60,11 @@ MAX_FORM_BYTES = 16 * 1024
 LOGIN_PATH = "/.auth/login/aad"
 """App Service Authentication's Microsoft Entra ID login; it returns to ``post_login_redirect_uri``."""
 REDRIVE_PURPOSE = "ops:redrive"
+
+
+def resolve_purpose(key: str) -> str:
+    return f"ops:resolve:{key}"
+
 
 Headers = Mapping[str, str]
 
@@ -385,7 +393,13 @@ def ops_page(svc: Services, headers: Headers, *, notice: str | None = None, stat
     if pending["ok"]:
         for row in pending["value"]["effects"]:
             if row["status"] == "needs_reconciliation":
-                escalations.append({**row, "commands": resolve_commands(row["key"], who.name, store)})
+                escalations.append(
+                    {
+                        **row,
+                        "commands": resolve_commands(row["key"], who.name, store),
+                        "csrf": csrf.token(svc.settings.webhook_secrets, who.name, resolve_purpose(row["key"])),
+                    }
+                )
     view = {
         "cases": _section(lambda: _cases_by_status(svc)),
         "pending": pending,
@@ -422,3 +436,51 @@ def ops_redrive(svc: Services, headers: Headers, url: str, body: bytes) -> Page:
         return ops_page(svc, headers, notice=f"Nothing redriven: {message_id} is not dead-lettered.", status=404)
     names = ", ".join(m.message_id for m in moved)
     return ops_page(svc, headers, notice=f"Put back into their case's session by {who.name}: {names}.")
+
+
+def ops_resolve(svc: Services, headers: Headers, url: str, body: bytes) -> Page:
+    """Record the outcome a person established for an escalated effect, signed by who is signed in, and
+    settle its case: ``casekeeper effects resolve`` (the same function), from the ops page's form."""
+    who = _signed_in(headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="settle escalated effects")
+    if isinstance(who, Page):
+        return who
+    form = _form(body)
+    if form is None:
+        return render("message.html", 400, title="Bad form", principal=who, message="the form could not be read")
+    key = form.get("key") or ""
+    refused = _post_guard(svc, who, headers, url, purpose=resolve_purpose(key), form=form)
+    if refused is not None:
+        return refused
+    outcome, why = form.get("outcome"), (form.get("why") or "").strip()
+    note_id, reason = (form.get("creditNoteId") or "").strip(), (form.get("reason") or "").strip()
+    problem = None
+    if not why:
+        problem = "say how the outcome was established (kept on the effect)"
+    elif outcome == "done" and not note_id:
+        problem = "give the credit note id the supplier issued"
+    elif outcome == "failed" and not reason:
+        problem = "give the reason it did not happen"
+    elif outcome not in ("done", "failed"):
+        problem = "choose whether it happened (done) or not (failed)"
+    if problem is not None:
+        return ops_page(svc, headers, notice=f"Nothing recorded: {problem}.", status=400)
+    try:
+        view = resolve_effect(
+            svc,
+            key,
+            result={"creditNoteId": note_id} if outcome == "done" else None,
+            reason=reason if outcome == "failed" else None,
+            by=who.name,
+            why=why,
+        )
+    except Refused as exc:
+        return ops_page(svc, headers, notice=f"Nothing recorded: {exc}.", status=409)
+    effect, case = view["effect"], view["case"]
+    settled = SETTLED_TEXT.get(view["settled"], view["settled"])
+    now = f"; now {case['status']} at v{case['version']}" if case is not None else ""
+    return ops_page(
+        svc,
+        headers,
+        notice=f"Recorded {effect['status']} for effect {effect['key'][:12]} of case {effect['caseId']} "
+        f"by {who.name}. The case: {settled}{now}.",
+    )

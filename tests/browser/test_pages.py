@@ -18,7 +18,7 @@ except ImportError:  # the browser fixture skips, or fails under CI, with the re
 from shared.core.keys import effect_key
 from shared.localhost.supplier_stub import SupplierStub
 from shared.web.identity import APPROVER_ROLE, PRINCIPAL_HEADER, encode_principal
-from tests.browser.conftest import APPROVER, DOCS, OPERATOR
+from tests.browser.conftest import APPROVER, DEAD_CASE, DOCS, OPERATOR
 from tests.e2e.conftest import DevHost
 
 OVER_THRESHOLD = {"supplierId": "SUP-9", "poNumber": "PO-88", "invoiceAmount": "3400.00", "poAmount": "2000.00"}
@@ -178,5 +178,26 @@ def test_the_ops_page(page: Any, host: DevHost, escalated_key: str) -> None:
     assert re.search(
         r"\d+ in-flight runs, \d+ cannot be resumed by this build", page.locator("#drain-summary").inner_text()
     )
-    assert "casekeeper drain check --data" in page.locator("main").inner_text()
+    main = page.locator("main").inner_text()
+    assert "casekeeper drain check --data" in main
+    # The seeded escalation, with the command that settles it, signed by who is looking.
+    assert f"casekeeper effects resolve {escalated_key} --done" in main and f"--by {APPROVER}" in main
+    assert "three lookups failed" in page.locator("#pending-effects").inner_text()
+    # The seeded dead letter, and the alert the timer raised for it.
+    assert DEAD_CASE in page.locator("#dead-letters").inner_text()
+    expect(page.locator("#alerts")).to_contain_text("dead_lettered", timeout=20_000)
     page.screenshot(path=str(DOCS / "ops-page.png"), full_page=True)
+
+    page.locator("#dead-letters button").first.click()
+    expect(page.locator("#notice")).to_contain_text(f"Put back into their case's session by {APPROVER}")
+    assert page.locator("#dead-letters").count() == 0
+    assert "No dead-lettered events" in page.locator("main").inner_text()
+
+    # The escalation, settled from its form as the signed-in operator.
+    form = page.locator("form.resolve")
+    form.locator('input[name="creditNoteId"]').fill("CN-4242")
+    form.locator('input[name="why"]').fill("confirmed by phone, ticket 4411")
+    form.locator("button").click()
+    expect(page.locator("#notice")).to_contain_text(f"Recorded done for effect {escalated_key[:12]}")
+    assert f"by {APPROVER}" in page.locator("#notice").inner_text()
+    assert "Nothing escalated to a person" in page.locator("main").inner_text()

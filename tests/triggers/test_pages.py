@@ -381,3 +381,40 @@ def test_redrive_needs_the_operator_and_the_form_token(functions: dict[str, Any]
     assert redrive(OLGA, {"messageId": "all", "csrf": "f" * 64}).status_code == 403
     nothing = redrive(OLGA, {"messageId": "all", "csrf": token})
     assert nothing.status_code == 404 and "is not dead-lettered" in text(nothing)
+
+
+def post_ops(functions: dict[str, Any], name: str, path: str, form: dict[str, str], headers: dict[str, str]) -> Any:
+    req = func.HttpRequest(
+        method="POST",
+        url=ORIGIN + path,
+        headers={**headers, "Origin": ORIGIN, "Content-Type": "application/x-www-form-urlencoded"},
+        body=urlencode(form).encode(),
+    )
+    return user_function(functions, name)(req)
+
+
+def test_an_escalation_is_settled_from_the_ops_page_as_the_signed_in_operator(
+    functions: dict[str, Any], svc: Services
+) -> None:
+    key = escalate(svc, "INV-S")
+    page = text(get(functions, "ops_page", "/api/ops", OLGA))
+    match = re.search(r'name="csrf" value="([0-9a-f]{64})">\s*<input type="hidden" name="key" value="' + key, page)
+    assert match, "the escalation has no form"
+    form = {"csrf": match.group(1), "key": key, "outcome": "done", "creditNoteId": "CN-77", "why": ""}
+    refused = post_ops(functions, "ops_resolve", "/api/ops/resolve", form, OLGA)
+    assert refused.status_code == 400 and "say how the outcome was established" in text(refused)
+    other = post_ops(functions, "ops_resolve", "/api/ops/resolve", {**form, "key": "0" * 64, "why": "x"}, OLGA)
+    assert other.status_code == 403  # the token is for this effect only
+    assert post_ops(functions, "ops_resolve", "/api/ops/resolve", {**form, "why": "phone"}, ANA).status_code == 403
+    [effect] = svc.ledger.for_case("INV-S")
+    assert effect.status.value == "needs_reconciliation"
+
+    done = post_ops(functions, "ops_resolve", "/api/ops/resolve", {**form, "why": "confirmed by phone"}, OLGA)
+    assert done.status_code == 200 and f"Recorded done for effect {key[:12]} of case INV-S by olga@example.com" in (
+        text(done)
+    )
+    [effect] = svc.ledger.for_case("INV-S")
+    assert effect.status.value == "done" and effect.result == {"creditNoteId": "CN-77"}
+    assert effect.resolution is not None and effect.resolution["by"] == "olga@example.com"
+    again = post_ops(functions, "ops_resolve", "/api/ops/resolve", {**form, "why": "confirmed by phone"}, OLGA)
+    assert again.status_code == 409 and "already has outcome done" in text(again)

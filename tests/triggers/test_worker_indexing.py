@@ -62,6 +62,7 @@ def test_the_worker_indexes_every_function() -> None:
                 "health",
                 "ops_page",
                 "ops_redrive",
+                "ops_resolve",
                 "reconciler",
                 "withdraw_request",
             ]
