@@ -60,6 +60,10 @@ MAX_FORM_BYTES = 16 * 1024
 LOGIN_PATH = "/.auth/login/aad"
 """App Service Authentication's Microsoft Entra ID login; it returns to ``post_login_redirect_uri``."""
 REDRIVE_PURPOSE = "ops:redrive"
+# How often each page refreshes its content. The ops page reads every case (drain check), so less often.
+LIST_REFRESH_SECONDS = 10
+REQUEST_REFRESH_SECONDS = 3
+OPS_REFRESH_SECONDS = 20
 
 
 def resolve_purpose(key: str) -> str:
@@ -172,7 +176,7 @@ def approvals_list(svc: Services, headers: Headers) -> Page:
             }
         )
     rows.sort(key=lambda r: r["askedAt"])
-    return render("approvals.html", principal=who, rows=rows, refresh=True)
+    return render("approvals.html", principal=who, rows=rows, refresh=LIST_REFRESH_SECONDS)
 
 
 def _asked_at(case: Case, asked_on: int) -> float:
@@ -279,7 +283,7 @@ def _approval_view(
         "reasonText": reason_text,
     }
     # Refresh while the answer is on its way, or while nothing can be typed into the page.
-    refresh = not view["canAnswer"] or view["answered"] is not None
+    refresh = REQUEST_REFRESH_SECONDS if not view["canAnswer"] or view["answered"] is not None else 0
     return render("approval.html", status, principal=principal, v=view, refresh=refresh)
 
 
@@ -414,7 +418,7 @@ def ops_page(svc: Services, headers: Headers, *, notice: str | None = None, stat
         "csrf": csrf.token(svc.settings.webhook_secrets, who.name, REDRIVE_PURPOSE),
         "notice": notice,
     }
-    return render("ops.html", status, principal=who, v=view, refresh=True)
+    return render("ops.html", status, principal=who, v=view, refresh=OPS_REFRESH_SECONDS)
 
 
 def ops_redrive(svc: Services, headers: Headers, url: str, body: bytes) -> Page:

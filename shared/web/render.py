@@ -70,7 +70,7 @@ def security_headers(nonce: str) -> dict[str, str]:
 def render(template: str, status: int = 200, *, headers: Mapping[str, str] | None = None, **context: Any) -> Page:
     """Render ``template`` with ``context``; the page's nonce is made here."""
     nonce = secrets.token_urlsafe(16)
-    context = {"refresh": False, "login": None, "principal": None, **context}
+    context = {"refresh": 0, "login": None, "principal": None, **context}
     html = environment().get_template(template).render(nonce=nonce, **context)
     return Page(
         status, html, {**security_headers(nonce), "Content-Type": "text/html; charset=utf-8", **(headers or {})}
