@@ -7,6 +7,7 @@ built on first use by ``shared.app.bootstrap.services()``.
 import azure.functions as func
 
 from shared.functions.http import bp as http_bp
+from shared.functions.pages import bp as pages_bp
 from shared.functions.reconciler import bp as reconciler_bp
 from shared.functions.timer import bp as timer_bp
 from shared.functions.worker import bp as worker_bp
@@ -16,7 +17,7 @@ def create_app() -> func.FunctionApp:
     """A new app with every Blueprint registered. ``get_functions()`` may be called once per app, so
     the local host and tests each make their own."""
     application = func.FunctionApp()
-    for blueprint in (http_bp, worker_bp, reconciler_bp, timer_bp):
+    for blueprint in (http_bp, pages_bp, worker_bp, reconciler_bp, timer_bp):
         application.register_functions(blueprint)
     return application
 

@@ -191,6 +191,9 @@ param azureOpenAIEndpoint string = ''
 @description('Optional Azure OpenAI chat deployment name (AZURE_OPENAI_DEPLOYMENT).')
 param azureOpenAIDeployment string = ''
 
+@description('Client id of the Microsoft Entra ID app registration that signs people in to the approval and operations pages (App Service Authentication), with the app roles Casekeeper.Approver and Casekeeper.Operator. Empty: no sign-in; the machine API works and the pages answer 401.')
+param authClientId string = ''
+
 @description('Optional resource id of the Azure OpenAI account: when given, the app identity gets Cognitive Services OpenAI User on it.')
 param azureOpenAIResourceId string = ''
 
@@ -374,6 +377,7 @@ module functionApp 'app/functionapp.bicep' = {
     instanceMemoryMB: instanceMemoryMB
     alwaysReady: alwaysReady
     appSettings: appSettings
+    authClientId: authClientId
   }
 }
 

@@ -19,8 +19,9 @@
 //    once the dead-letter queue is empty again.
 // 3. Function failures (metric alert, Application Insights requests/failed): a function invocation
 //    failed (an exception, or an HTTP 5xx such as 503 when the queue cannot be reached). The 4xx answers
-//    the HTTP API gives on purpose (shared/handlers/ingress.py: 400, 401, 404, 413, 415) are excluded: they are a
-//    sender's mistake, not the app's. Flex Consumption's own platform metrics count executions but have
+//    the HTTP API and the pages give on purpose (shared/handlers/ingress.py, http.py, pages.py: 400, 401, 403,
+//    404, 409, 413, 415) are excluded: they are a sender's mistake (or a person without the role, or an answer
+//    to a request that moved on), not the app's. Flex Consumption's own platform metrics count executions but have
 //    no failure dimension, so failures come from the request telemetry. Stateful, like the dead letters.
 
 param location string
@@ -47,12 +48,14 @@ param serviceBusNamespaceId string
 @description('The case-events queue (the EntityName dimension of DeadletteredMessages).')
 param caseEventsQueueName string
 
-// Result codes the HTTP API returns on purpose for a sender's mistake (shared/handlers/ingress.py); not failures of
-// the app. tests/unit/test_infra.py checks the list against the code.
+// Result codes the HTTP API and the pages return on purpose for a sender's mistake (shared/handlers/); not failures
+// of the app. tests/unit/test_infra.py checks the list against the code.
 var expectedClientErrorCodes = [
   '400'
   '401'
+  '403'
   '404'
+  '409'
   '413'
   '415'
 ]

@@ -52,6 +52,9 @@ param alwaysReady array = []
 @description('The application\'s own settings (names the code reads), name -> value.')
 param appSettings object
 
+@description('Client id of the Microsoft Entra ID app registration people sign in to the pages with (App Service Authentication). Empty: no sign-in, and the pages answer 401.')
+param authClientId string = ''
+
 // Settings the Functions host and the Azure SDKs read, added to the application's own.
 var hostSettings = [
   // Host storage, identity-based: the host derives the blob/queue/table endpoints from the name.
@@ -169,6 +172,56 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       runtime: {
         name: 'python'
         version: pythonVersion
+      }
+    }
+  }
+}
+
+// App Service Authentication (Easy Auth) with Microsoft Entra ID, for the approval and operations pages.
+//
+// unauthenticatedClientAction is AllowAnonymous, not RedirectToLoginPage, on purpose: the machine API
+// (POST /api/events, signed with the webhook secret; the approval, withdrawal and case endpoints,
+// called with function keys) is used by programs that have no Entra ID sign-in, and a platform-wide
+// redirect or 401 would lock them out. So the platform signs people in where they ask to, and passes
+// who they are in X-MS-CLIENT-PRINCIPAL (removing any such header a client sent); the pages themselves
+// refuse a request without a principal (redirecting a browser to /.auth/login/aad) or without the
+// app role they need (403): Casekeeper.Approver to answer approvals, Casekeeper.Operator for /api/ops.
+// The code trusts that header only while this is on (WEBSITE_AUTH_ENABLED, set by the platform).
+//
+// No client secret: the platform signs in with the OpenID Connect ID token (the app registration must
+// issue ID tokens), whose roles claim carries the app roles assigned to the person.
+resource authSettings 'Microsoft.Web/sites/config@2024-04-01' = if (!empty(authClientId)) {
+  parent: functionApp
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: false
+      unauthenticatedClientAction: 'AllowAnonymous'
+    }
+    httpSettings: {
+      requireHttps: true
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: true
+        registration: {
+          clientId: authClientId
+          openIdIssuer: '${environment().authentication.loginEndpoint}${tenant().tenantId}/v2.0'
+        }
+        validation: {
+          allowedAudiences: [
+            authClientId
+            'api://${authClientId}'
+          ]
+        }
+      }
+    }
+    login: {
+      tokenStore: {
+        enabled: true
       }
     }
   }

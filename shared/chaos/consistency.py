@@ -50,6 +50,7 @@ from typing import Any
 from shared.chaos.checks import Violation
 from shared.chaos.evidence import Evidence, Sent
 from shared.chaos.facts import Timeline, is_facts_transition
+from shared.handlers.ingress import KEY_APPROVER_PREFIX
 
 APPROVAL = "approval.answered"
 UNSETTLED = ("started", "needs_reconciliation")
@@ -144,7 +145,9 @@ def _not_reflected(evidence: Evidence, sent: Sent, timeline: Timeline | None) ->
 
 
 def _approval_not_reflected(view: dict[str, Any], sent: Sent, what: str) -> str | None:
-    approver = str(sent.data.get("approver"))
+    # The driver answers with a function key, naming itself: the ingress records it as key:<name>.
+    named = str(sent.data.get("approver"))
+    approver = named if named.startswith(KEY_APPROVER_PREFIX) else KEY_APPROVER_PREFIX + named
     decided = any(
         str(t.get("reason") or "").startswith((f"approved by {approver}", f"rejected by {approver}"))
         for t in view.get("history") or ()

@@ -321,6 +321,11 @@ class CaseRepository:
         docs = self._store.query(CASES, Query(equals={"status": status}, ts_before=cutoff, order_by_ts="asc"))
         return decode_all(docs, Case.from_document, on_malformed)
 
+    def in_status(self, status: str, *, on_malformed: OnMalformed | None = None) -> list[Case]:
+        """Every case in ``status``, least recently changed first (the approval and operations pages)."""
+        docs = self._store.query(CASES, Query(equals={"status": status}, order_by_ts="asc"))
+        return decode_all(docs, Case.from_document, on_malformed)
+
     def settle_gate(self, case_id: str, effect_key: str) -> None:
         """Close the case's gate if it is open on ``effect_key`` and that effect will never commit (it was
         refused as stale on a retry, or is gone). Harmless when the gate is closed or on another effect."""

@@ -105,6 +105,8 @@ SCHEMAS: dict[str, dict[str, Check]] = {
     REQUEST_WITHDRAWN: {"effectKey": _identifier, "by": _text, "why": _text, "at": _timestamp},
     EFFECT_RECHECK: {"key": _identifier},
 }
+OPTIONAL: dict[str, dict[str, Check]] = {APPROVAL_ANSWERED: {"reason": _text}}
+"""Fields a type may carry but need not: a rejection's reason (the approval page requires one)."""
 PUBLIC_TYPES = (INVOICE_RECEIVED, PO_UPDATED, CREDIT_NOTE_ISSUED, CASE_INVESTIGATE)
 """Types a webhook may send; approvals, withdrawals and re-checks come from Casekeeper's own functions."""
 
@@ -137,7 +139,11 @@ def parse_event(
                 problems[f"data.{name}"] = "is required"
             elif (problem := check(data[name])) is not None:
                 problems[f"data.{name}"] = problem
-        for name in sorted(set(data) - set(schema)):
+        optional = OPTIONAL.get(event_type, {}) if isinstance(event_type, str) else {}
+        for name, check in optional.items():
+            if name in data and (problem := check(data[name])) is not None:
+                problems[f"data.{name}"] = problem
+        for name in sorted(set(data) - set(schema) - set(optional)):
             problems[f"data.{name}"] = "unknown field"
     if problems:
         summary = "; ".join(f"{k or 'body'} {v}" for k, v in problems.items())

@@ -23,10 +23,12 @@ def events(req: func.HttpRequest) -> func.HttpResponse:
 
 
 @bp.function_name("approvals")
+# A machine client's answer: a function key, naming itself in "approver" (recorded as key:<name>); or,
+# behind App Service Authentication, a signed-in approver (recorded by that identity).
 @bp.route(route="cases/{caseId}/approvals/{requestId}", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def approvals(req: func.HttpRequest) -> func.HttpResponse:
     case_id, request_id = req.route_params["caseId"], req.route_params["requestId"]
-    return _reply(handlers.post_approval(services(), case_id, request_id, req.get_body()))
+    return _reply(handlers.post_approval(services(), case_id, request_id, req.get_body(), req.headers))
 
 
 @bp.function_name("withdraw_request")

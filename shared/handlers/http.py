@@ -11,6 +11,7 @@ from shared.core.ledger import Effect
 from shared.core.ports import Query
 from shared.handlers.ingress import Response
 from shared.handlers.rejected import rejected_events
+from shared.web.identity import APPROVER_ROLE, PrincipalError, principal_from_headers
 from shared.workflow.actions import money_position
 
 
@@ -18,9 +19,27 @@ def post_event(svc: Services, headers: Mapping[str, str], body: bytes) -> Respon
     return svc.ingress.accept_event(headers, body)
 
 
-def post_approval(svc: Services, case_id: str, request_id: str, body: bytes) -> Response:
+def post_approval(
+    svc: Services, case_id: str, request_id: str, body: bytes, headers: Mapping[str, str] | None = None
+) -> Response:
+    """The JSON answer. With a signed-in principal, it must hold the approver role and is recorded as the
+    approver; without one, the function-key caller names itself (``key:<name>``; see the ingress)."""
+    try:
+        principal = principal_from_headers(headers or {})
+    except PrincipalError as exc:
+        return Response(401, {"error": str(exc)})
+    if principal is not None and not principal.has(APPROVER_ROLE):
+        held = ", ".join(sorted(principal.roles)) or "no app roles"
+        return Response(
+            403,
+            {"error": f"{principal.name} may not answer approvals: that needs the app role {APPROVER_ROLE} ({held})"},
+        )
     return svc.ingress.accept_approval(
-        case_id, request_id, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
+        case_id,
+        request_id,
+        body,
+        case_exists=lambda valid_id: svc.cases.get(valid_id) is not None,
+        principal=principal.name if principal is not None else None,
     )
 
 

@@ -40,6 +40,8 @@ SIGNATURE_HEADER = "Casekeeper-Signature"
 DELIVERY_HEADER = "Casekeeper-Delivery"
 MAX_BODY_BYTES = 256 * 1024
 TOLERANCE_SECONDS = 300
+KEY_APPROVER_PREFIX = "key:"
+"""How an answer from a function-key caller (no signed-in identity) is recorded: ``key:<the name it gave>``."""
 
 
 @dataclass(frozen=True)
@@ -124,10 +126,22 @@ class Ingress:
         return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "deliveryId": delivery})
 
     def accept_approval(
-        self, case_id: str, request_id: str, body: bytes, *, case_exists: Callable[[str], bool]
+        self,
+        case_id: str,
+        request_id: str,
+        body: bytes,
+        *,
+        case_exists: Callable[[str], bool],
+        principal: str | None = None,
     ) -> Response:
         """``POST /api/cases/{caseId}/approvals/{requestId}``: queued into the case's session like any event;
-        the case worker decides whether it still applies (rule R6)."""
+        the case worker decides whether it still applies (rule R6).
+
+        Who answered is never simply what the body says. ``principal`` is the authenticated identity (App
+        Service Authentication's ``X-MS-CLIENT-PRINCIPAL``, checked for the approver role by the caller):
+        it is recorded, and an ``approver`` in the body must be absent or the same name. Without a principal
+        the caller came in with a function key: it must name itself in ``approver`` and is recorded as
+        ``key:<name>``, so a key holder can never pass for a person."""
         bad_ids = {
             name: problem
             for name, value in (("caseId", case_id), ("requestId", request_id))
@@ -144,18 +158,50 @@ class Ingress:
             return raw
         if not isinstance(raw, Mapping):
             return _error(400, "the body must be a JSON object")
-        unknown = sorted(set(raw) - {"decision", "caseVersion", "approver"})
-        data = {"requestId": request_id, **{k: raw.get(k) for k in ("decision", "caseVersion", "approver")}}
+        return self.enqueue_approval(case_id, request_id, raw, principal=principal)
+
+    def enqueue_approval(
+        self, case_id: str, request_id: str, raw: Mapping[str, Any], *, principal: str | None
+    ) -> Response:
+        """Validate an answer (``decision``, ``caseVersion``, ``approver``, optional ``reason``) and enqueue it.
+        The JSON API and the approval page both come through here; see :meth:`accept_approval` for who
+        is recorded."""
+        unknown = sorted(set(raw) - {"decision", "caseVersion", "approver", "reason"})
+        data: dict[str, Any] = {"requestId": request_id, **{k: raw.get(k) for k in ("decision", "caseVersion")}}
+        if raw.get("reason") is not None:
+            data["reason"] = raw["reason"]
+        named = raw.get("approver")
         try:
             if unknown:
                 raise InvalidEvent("unknown fields", fields=dict.fromkeys(unknown, "unknown field"))
+            if principal is not None:
+                if named is not None and named != principal:
+                    raise InvalidEvent(
+                        "approver",
+                        fields={"approver": f"is the signed-in identity ({principal}); it cannot be given as another"},
+                    )
+                data["approver"] = principal
+            elif isinstance(named, str) and named.strip():
+                data["approver"] = named if named.startswith(KEY_APPROVER_PREFIX) else KEY_APPROVER_PREFIX + named
+            else:
+                problems = {"approver": "is required without a signed-in identity: a function-key caller names itself"}
+                # Report the other fields' problems too, as every refusal here does.
+                try:
+                    ev.parse_event({"type": ev.APPROVAL_ANSWERED, "caseId": case_id, "data": {**data, "approver": "x"}})
+                except InvalidEvent as exc:
+                    problems.update({k.removeprefix("data."): v for k, v in exc.fields.items()})
+                raise InvalidEvent("approver", fields=problems)
             event = ev.parse_event({"type": ev.APPROVAL_ANSWERED, "caseId": case_id, "data": data})
         except InvalidEvent as exc:
             fields = {k.removeprefix("data."): v for k, v in exc.fields.items()}
             return _error(400, "invalid approval: " + "; ".join(f"{k} {v}" for k, v in fields.items()), fields=fields)
         # The same answer, sent twice, is the same message: the broker drops the copy.
         message_id = derived_message_id("approval", request_id, str(data["decision"]), str(data["caseVersion"]))
-        return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "requestId": request_id})
+        return self._enqueue(
+            event,
+            message_id=message_id,
+            accepted={"accepted": True, "requestId": request_id, "approver": data["approver"]},
+        )
 
     def accept_withdrawal(
         self, case_id: str, effect_key: str, body: bytes, *, case_exists: Callable[[str], bool]

@@ -46,6 +46,7 @@ from shared.localhost.schedule import NcrontabSchedule, timer_request
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
 from shared.stores.sqlite import SqliteDocumentStore
+from shared.web.identity import encode_principal, role_name
 
 log = logging.getLogger("casekeeper.dev")
 
@@ -62,6 +63,10 @@ class DevOptions:
     sessions: int | None = None  # default: host.json's maxConcurrentSessions
     poll_interval: float = 0.2
     app_dir: Path = field(default_factory=Path.cwd)
+    identity: str | None = None
+    """``--as NAME``: every request carries this signed-in identity, as App Service Authentication would."""
+    roles: tuple[str, ...] = ()
+    """``--role``: its app roles (``approver``, ``operator`` or a full role name)."""
 
 
 def load_environment(options: DevOptions, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -134,7 +139,12 @@ class LocalHost:
         self._routes: list[Route] = []
         self._plan: list[str] = []
         self._discover()
-        self.http = HttpFrontend(options.host, options.port, self._routes, self.loop)
+        principal = (
+            encode_principal(options.identity, [role_name(r) for r in options.roles])
+            if options.identity is not None
+            else None
+        )
+        self.http = HttpFrontend(options.host, options.port, self._routes, self.loop, principal=principal)
 
     # --- discovery ----------------------------------------------------------------------------------
 
@@ -284,6 +294,10 @@ class LocalHost:
 
     def describe(self) -> str:
         lines = [f"Casekeeper local host on {self.http.url}  (data: {self.options.data})", *self._plan]
+        if self.options.identity is not None:
+            roles = ", ".join(role_name(r) for r in self.options.roles) or "no app roles"
+            lines.append(f"local identity: every request is signed in as {self.options.identity} ({roles})")
+            lines.append(f"approvals: {self.http.url}/api/approvals   operations: {self.http.url}/api/ops")
         return "\n".join(lines)
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -325,6 +339,22 @@ def build_parser() -> Any:
     parser.add_argument("--max-delivery-count", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=None, help="sessions handled at once (host.json)")
     parser.add_argument("--app-dir", type=Path, default=Path.cwd(), help="where function_app.py and host.json are")
+    parser.add_argument(
+        "--as",
+        dest="identity",
+        metavar="NAME",
+        default=None,
+        help="sign every request in as NAME, standing in for App Service Authentication (marked local on the pages)",
+    )
+    parser.add_argument(
+        "--role",
+        dest="roles",
+        action="append",
+        default=[],
+        metavar="ROLE",
+        help="an app role of the --as identity: approver (Casekeeper.Approver), operator (Casekeeper.Operator); "
+        "repeat for several",
+    )
     return parser
 
 
@@ -343,7 +373,15 @@ def main(argv: list[str] | None = None) -> int:
         max_delivery_count=args.max_delivery_count,
         sessions=args.sessions,
         app_dir=args.app_dir.resolve(),
+        identity=args.identity,
+        roles=tuple(args.roles),
     )
+    if options.roles and options.identity is None:
+        print("casekeeper dev: --role needs --as NAME", file=sys.stderr)
+        return 2
+    if options.identity is not None and not options.identity.strip():
+        print("casekeeper dev: --as needs a name", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(options.app_dir))
     try:
         host = LocalHost(options, load_environment(options))

@@ -50,7 +50,7 @@ def _show(svc: Services, args: argparse.Namespace) -> int:
     # Newest first by when it was raised: a delivery mark rewrites the record and moves its store time.
     alerts = sorted(svc.alerts.recent(args.limit), key=lambda a: a.at, reverse=True)
     if args.json:
-        print_json({"alerts": [_alert_json(a) for a in alerts]})
+        print_json({"alerts": [alert_json(a) for a in alerts]})
         return 0
     if not alerts:
         print("no alerts")
@@ -69,7 +69,7 @@ def _delivery(delivered: bool | None) -> str:
     return "delivered" if delivered else "NOT delivered"
 
 
-def _alert_json(alert: Alert) -> dict[str, Any]:
+def alert_json(alert: Alert) -> dict[str, Any]:
     return {
         "id": alert.id,
         "kind": alert.alert_kind,

@@ -6,7 +6,7 @@ reason, resolution); the pending approval and the past approval requests and dec
 set aside for it; and its checkpoints, each with whether this build could resume it (:mod:`.runs`).
 
 Approval decisions are read back from the history: the approval gate commits them with the reasons
-``approved by WHO`` / ``rejected by WHO`` and asks with ``approval requested for AMOUNT CURRENCY``
+``approved by WHO`` / ``rejected by WHO (reason: WHY)`` and asks with ``approval requested for AMOUNT CURRENCY``
 (``shared.workflow.executors``); a commit that reconciliation finished carries a suffix.
 
 Exit codes: 0 shown, 1 no such case, 2 usage or store selection error. Reads only.
@@ -40,7 +40,9 @@ from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
 PROG = "casekeeper case"
 AWAITING_APPROVAL = "awaiting_approval"
-_DECISION = re.compile(r"^(approved|rejected) by (.+?)(?: " + re.escape(RECONCILED_SUFFIX) + r")?$")
+DECISION_REASON = re.compile(
+    r"^(approved|rejected) by (.+?)(?: \(reason: (.*?)\))?(?: " + re.escape(RECONCILED_SUFFIX) + r")?$", re.DOTALL
+)
 _ASKED = "approval requested"
 
 
@@ -143,7 +145,7 @@ def _approval_history(case: Case) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for t in case.history:
         reason = t.reason or ""
-        decision = _DECISION.match(reason)
+        decision = DECISION_REASON.match(reason)
         if t.status == AWAITING_APPROVAL and reason.startswith(_ASKED):
             events.append({"event": "requested", "onVersion": t.from_version + 1, "detail": reason, "at": t.at})
         elif decision is not None:
@@ -151,6 +153,7 @@ def _approval_history(case: Case) -> list[dict[str, Any]]:
                 {
                     "event": decision.group(1),
                     "by": decision.group(2),
+                    **({"reason": decision.group(3)} if decision.group(3) else {}),
                     "onVersion": t.from_version,
                     "status": t.status,
                     "effectKey": t.effect_key,

@@ -260,8 +260,9 @@ class ApprovalGate(Executor):
             return
         who = answer.approver
         if answer.decision != "approve":
+            why = f" (reason: {answer.reason})" if answer.reason else ""
             order = CommitOrder(
-                case.id, case.version, Status.NEEDS_REVIEW, f"rejected by {who}", clear_pending_approval=True
+                case.id, case.version, Status.NEEDS_REVIEW, f"rejected by {who}{why}", clear_pending_approval=True
             )
             await ctx.send_message(order)
             return
@@ -435,4 +436,7 @@ def _not_pending(case_id: str, case: Case | None, answer: ApprovalAnswer) -> Run
 
 
 def _answer_extra(answer: ApprovalAnswer) -> dict[str, Any]:
-    return {"requestId": answer.request_id, "decision": answer.decision, "approver": answer.approver}
+    extra = {"requestId": answer.request_id, "decision": answer.decision, "approver": answer.approver}
+    if answer.reason:
+        extra["reason"] = answer.reason
+    return extra

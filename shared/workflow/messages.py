@@ -31,6 +31,8 @@ class ApprovalAnswer:
     decision: str  # "approve" | "reject"
     case_version: int
     approver: str
+    reason: str | None = None
+    """Why, for a rejection. A default keeps checkpoints pickled before the field existed loadable."""
 
 
 @dataclass

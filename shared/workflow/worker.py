@@ -268,7 +268,7 @@ class CaseWorker:
 
     async def _approval_answered(self, event: ev.CaseEvent) -> list[RunOutcome]:
         d = event.data
-        answer = ApprovalAnswer(d["requestId"], d["decision"], int(d["caseVersion"]), d["approver"])
+        answer = ApprovalAnswer(d["requestId"], d["decision"], int(d["caseVersion"]), d["approver"], d.get("reason"))
         storage = self._checkpoints(event.case_id)
         record = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME)
         outcome: RunOutcome | None = None

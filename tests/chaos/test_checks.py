@@ -146,7 +146,7 @@ def test_an_approval_answer_left_pending_is_a_violation() -> None:
     [found] = violations(story.done(), 3)
     assert "still pending" in found.summary
     story.pending = None
-    story.transition("credit_requested", "approved by x", effect=None)
+    story.transition("credit_requested", "approved by key:x", effect=None)
     assert not any("still pending" in v.summary for v in violations(story.done(), 3))
 
 

@@ -40,6 +40,8 @@ class DevHost:
     data: Path
     supplier: SupplierStub
     env_overrides: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
+    """More ``casekeeper dev`` options, such as ``--as NAME --role approver``."""
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[str] | None = None
     log_path: Path | None = None
@@ -75,6 +77,7 @@ class DevHost:
                 "3",
                 "--app-dir",
                 str(ROOT),
+                *self.extra_args,
             ],
             cwd=ROOT,
             env=env,

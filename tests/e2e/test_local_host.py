@@ -6,10 +6,12 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
+from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, PRINCIPAL_HEADER, encode_principal
 from tests.e2e.conftest import DevHost, invoice, posts
 
 pytestmark = pytest.mark.slow
@@ -77,8 +79,21 @@ def test_a_stale_approval_commits_nothing(host: DevHost, supplier: SupplierStub)
     assert posts(supplier) == []
     new = after["pendingApproval"]
     assert host.approve("INV-4", new["requestId"], "approve", new["caseVersion"]).status_code == 202
-    host.wait_for("INV-4", lambda v: v["case"]["status"] == "credit_requested")
+    done = host.wait_for("INV-4", lambda v: v["case"]["status"] == "credit_requested")
     assert len(posts(supplier)) == 1 and posts(supplier)[0]["body"]["amount"] == "1600.00"
+    # A function-key caller (no signed-in identity) is recorded under the name it gave, as a key.
+    assert [t["reason"] for t in done["history"] if t["status"] == "credit_requested"] == ["approved by key:e2e"]
+
+
+def test_a_principal_a_client_sends_is_dropped_by_the_local_host(host: DevHost) -> None:
+    """Without --as nobody is signed in, whatever header the client sends (Easy Auth drops them too)."""
+    forged = {
+        PRINCIPAL_HEADER: encode_principal("mallory@example.com", [APPROVER_ROLE, OPERATOR_ROLE], auth_type="aad")
+    }
+    for path in ("/api/approvals", "/api/ops"):
+        response = httpx.get(host.url + path, headers=forged, timeout=10)
+        assert response.status_code == 401 and "mallory" not in response.text
+        assert response.headers["Cache-Control"] == "no-store"
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from shared.app.bootstrap import Services
 from shared.domain.events import CaseEvent
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
+from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, PRINCIPAL_HEADER, encode_principal
 from tests.triggers.conftest import SECRET, signed_request, user_function
 
 QUEUE = "case-events"
@@ -132,27 +133,58 @@ def test_every_offending_field_is_named(functions: dict[str, Any], svc: Services
     }
 
 
-def approval(case_id: str, request_id: str, payload: dict[str, Any]) -> func.HttpRequest:
+def approval(
+    case_id: str, request_id: str, payload: dict[str, Any], headers: dict[str, str] | None = None
+) -> func.HttpRequest:
     return func.HttpRequest(
         method="POST",
         url=f"http://localhost/api/cases/{case_id}/approvals/{request_id}",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **(headers or {})},
         route_params={"caseId": case_id, "requestId": request_id},
         body=json.dumps(payload).encode(),
     )
 
 
-def test_an_approval_is_enqueued_into_the_case_session(
+def test_a_function_key_callers_approval_is_enqueued_under_the_name_it_gives(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:
     svc.cases.create("INV-1001", {"x": 1})
     answer = {"decision": "approve", "caseVersion": 2, "approver": "ana"}
     status, body = call(functions, "approvals", approval("INV-1001", "apr-1", answer))
-    assert (status, body) == (202, {"accepted": True, "requestId": "apr-1"})
+    # No signed-in identity: a key holder, recorded as such, never as the person it names.
+    assert (status, body) == (202, {"accepted": True, "requestId": "apr-1", "approver": "key:ana"})
     call(functions, "approvals", approval("INV-1001", "apr-1", answer))  # the same answer twice: one message
     [msg] = queue.peek(QUEUE)
     assert msg.session_id == "INV-1001"
-    assert json.loads(msg.body)["data"] == {"requestId": "apr-1", **answer}
+    assert json.loads(msg.body)["data"] == {"requestId": "apr-1", **answer, "approver": "key:ana"}
+
+
+def test_a_signed_in_approvers_answer_is_recorded_as_that_identity(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    svc.cases.create("INV-1001", {"x": 1})
+    signed_in = {PRINCIPAL_HEADER: encode_principal("ana@example.com", [APPROVER_ROLE], auth_type="aad")}
+    answer = {"decision": "reject", "caseVersion": 2, "reason": "wrong supplier"}
+    status, body = call(functions, "approvals", approval("INV-1001", "apr-1", answer, signed_in))
+    assert (status, body["approver"]) == (202, "ana@example.com")
+    [msg] = queue.peek(QUEUE)
+    assert json.loads(msg.body)["data"] == {"requestId": "apr-1", **answer, "approver": "ana@example.com"}
+
+
+def test_a_signed_in_caller_cannot_answer_as_someone_else_or_without_the_role(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    svc.cases.create("INV-1001", {"x": 1})
+    ana = {PRINCIPAL_HEADER: encode_principal("ana@example.com", [APPROVER_ROLE], auth_type="aad")}
+    typed = {"decision": "approve", "caseVersion": 2, "approver": "boss@example.com"}
+    status, body = call(functions, "approvals", approval("INV-1001", "apr-1", typed, ana))
+    assert status == 400 and "signed-in identity" in body["fields"]["approver"]
+    olga = {PRINCIPAL_HEADER: encode_principal("olga@example.com", [OPERATOR_ROLE], auth_type="aad")}
+    status, body = call(
+        functions, "approvals", approval("INV-1001", "apr-1", {"decision": "approve", "caseVersion": 2}, olga)
+    )
+    assert status == 403 and APPROVER_ROLE in body["error"]
+    assert queue.peek(QUEUE) == []
 
 
 def test_bad_approvals_are_refused(functions: dict[str, Any], svc: Services, queue: LocalSessionQueue) -> None:
@@ -161,6 +193,7 @@ def test_bad_approvals_are_refused(functions: dict[str, Any], svc: Services, que
     status, body = call(functions, "approvals", approval("INV-1001", "apr-1", {"decision": "maybe", "caseVersion": 0}))
     assert status == 400
     assert set(body["fields"]) == {"decision", "caseVersion", "approver"}
+    assert "function-key caller names itself" in body["fields"]["approver"]
     assert queue.peek(QUEUE) == []
 
 

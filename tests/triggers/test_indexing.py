@@ -39,6 +39,11 @@ def test_the_app_indexes_exactly_these_functions(functions: dict[str, Any]) -> N
             "withdraw_request",
             "get_case",
             "health",
+            "approvals_page",
+            "approval_page",
+            "ops_page",
+            "ops_redrive",
+            "ops_resolve",
             "case_worker",
             "reconciler",
             "checkpoint_health",
@@ -53,6 +58,13 @@ def test_http_routes_methods_and_auth_levels(functions: dict[str, Any]) -> None:
         "withdraw_request": ("cases/{caseId}/requests/{effectKey}/withdraw", ["POST"], "FUNCTION"),
         "get_case": ("cases/{caseId}", ["GET"], "FUNCTION"),
         "health": ("health", ["GET"], "ANONYMOUS"),
+        # The pages: a browser sends no function key; App Service Authentication signs people in and the
+        # handlers refuse a request without the principal and role they need (tests/triggers/test_pages.py).
+        "approvals_page": ("approvals", ["GET"], "ANONYMOUS"),
+        "approval_page": ("approvals/{caseId}/{requestId}", ["GET", "POST"], "ANONYMOUS"),
+        "ops_page": ("ops", ["GET"], "ANONYMOUS"),
+        "ops_redrive": ("ops/redrive", ["POST"], "ANONYMOUS"),
+        "ops_resolve": ("ops/resolve", ["POST"], "ANONYMOUS"),
     }
     for name, (route, methods, auth) in expected.items():
         t = trigger(functions, name)
@@ -97,7 +109,7 @@ def test_importing_the_app_opens_no_connection() -> None:
         "socket.socket.connect = refuse\n"
         "socket.create_connection = refuse\n"
         "import function_app\n"
-        "assert len(function_app.app.get_functions()) == 8\n"
+        "assert len(function_app.app.get_functions()) == 13\n"
         "print('ok')\n"
     )
     done = subprocess.run(

@@ -52,12 +52,17 @@ def test_the_worker_indexes_every_function() -> None:
     assert index(ROOT / "function_app.py") == {
         "functions": sorted(
             [
+                "approval_page",
                 "approvals",
+                "approvals_page",
                 "case_worker",
                 "checkpoint_health",
                 "events",
                 "get_case",
                 "health",
+                "ops_page",
+                "ops_redrive",
+                "ops_resolve",
                 "reconciler",
                 "withdraw_request",
             ]

@@ -693,3 +693,38 @@ def test_az_parameters_file_is_plain_and_the_documented_command_completes_it() -
     assert not unknown, f"README's az command passes undeclared params {unknown}"
     missing = sorted(n for n, d in params.items() if d.value is None and n not in values and n not in inline)
     assert not missing, f"README's az command leaves required params unset: {missing}"
+
+
+# -- App Service Authentication, for the pages --
+
+
+def test_easy_auth_signs_people_in_with_entra_id_and_lets_function_key_callers_through() -> None:
+    path = APP / "functionapp.bicep"
+    [auth] = resources_of_type(path, "Microsoft.Web/sites/config@")
+    assert "if (!empty(authClientId))" in _text(auth.value)
+    body = _body(auth.value)
+    assert _string(_path(body, "name")) == "authsettingsV2" and _text(_path(body, "parent")) == "functionApp"
+    props = _path(body, "properties")
+    assert _text(_path(props, "platform", "enabled")) == "true"
+    # Not a platform-wide redirect: the machine API's callers have function keys, not Entra ID sign-ins.
+    validation = _path(props, "globalValidation")
+    assert _string(_path(validation, "unauthenticatedClientAction")) == "AllowAnonymous"
+    assert _text(_path(validation, "requireAuthentication")) == "false"
+    aad = _path(props, "identityProviders", "azureActiveDirectory")
+    assert _text(_path(aad, "registration", "clientId")) == "authClientId"
+    assert "tenant().tenantId" in _text(_path(aad, "registration", "openIdIssuer"))
+    # The client id is a parameter all the way from the azd environment.
+    assert (
+        _text(_path(_body(declared(MAIN, "module")["functionApp"].value), "params", "authClientId")) == "authClientId"
+    )
+    assert _azd_references()["authClientId"] == ("AUTH_CLIENT_ID", "")
+
+
+def test_the_app_roles_the_code_checks_are_documented() -> None:
+    from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE
+
+    readme = README.read_text()
+    for role in (APPROVER_ROLE, OPERATOR_ROLE):
+        assert f"`{role}`" in readme, f"README does not document the app role {role}"
+        assert role in (APP / "functionapp.bicep").read_text()
+    assert "azd env set AUTH_CLIENT_ID" in readme

@@ -195,15 +195,21 @@ def test_dead_letters_of_the_case_events_queue_alert() -> None:
 
 
 def _client_error_statuses() -> set[str]:
-    """Every 4xx status the HTTP API answers with: _error(4xx, ...) and Response(4xx, ...) in the code."""
+    """Every 4xx status the HTTP API and the pages answer with: _error(4xx, ...) and Response(4xx, ...) in
+    the API's code; render(template, 4xx, ...) and status=4xx in the pages'."""
     found: set[str] = set()
-    for path in (ROOT / "shared" / "handlers" / "ingress.py", ROOT / "shared" / "handlers" / "http.py"):
+    handlers = ROOT / "shared" / "handlers"
+    for path in (handlers / "ingress.py", handlers / "http.py", handlers / "pages.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
-                status = node.args[0].value
-                if name in ("_error", "Response") and isinstance(status, int) and 400 <= status < 500:
-                    found.add(str(status))
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            position = {"_error": 0, "Response": 0, "render": 1}.get(name)
+            values = [node.args[position]] if position is not None and len(node.args) > position else []
+            values += [k.value for k in node.keywords if k.arg == "status"]
+            for value in values:
+                if isinstance(value, ast.Constant) and isinstance(value.value, int) and 400 <= value.value < 500:
+                    found.add(str(value.value))
     return found
 
 
@@ -216,7 +222,7 @@ def test_function_failures_alert_excludes_only_the_apis_deliberate_client_errors
     assert _string(_path(dimension, "name")) == "request/resultCode"
     assert _string(_path(dimension, "operator")) == "Exclude"
     excluded = _strings(_variable(_text(_path(dimension, "values"))))
-    assert set(excluded) == _client_error_statuses() == {"400", "401", "404", "413", "415"}
+    assert set(excluded) == _client_error_statuses() == {"400", "401", "403", "404", "409", "413", "415"}
     assert (_string(_path(criterion, "operator")), _text(_path(criterion, "threshold"))) == ("GreaterThan", "0")
 
 

@@ -1,0 +1,490 @@
+"""The approver's and the operator's pages: server-rendered HTML over the same services as the JSON API.
+
+=============================================  ===============  ==========================================
+route                                          role             what
+=============================================  ===============  ==========================================
+``GET /api/approvals``                         approver or      pending approvals, oldest first
+                                               operator
+``GET /api/approvals/{caseId}/{requestId}``    approver or      one request: facts, the money rule's
+                                               operator         numbers, credit notes, history; the form
+``POST /api/approvals/{caseId}/{requestId}``   approver         answer it (form: decision, caseVersion,
+                                                                reason, csrf)
+``GET /api/ops``                               operator         what is stuck, from the operator commands
+``POST /api/ops/redrive``                      operator         put dead-lettered events back
+``POST /api/ops/resolve``                      operator         settle an escalated effect (as
+                                                                ``casekeeper effects resolve``)
+=============================================  ===============  ==========================================
+
+Nobody signed in: 401 (or, behind App Service Authentication, a redirect to its login). Signed in without
+the role: 403 with the reason. A POST must come from this origin and carry the form's token
+(:mod:`shared.web.csrf`). An answer is checked against the case before it is enqueued: a request that is
+no longer pending, or an answer on another version, is refused with the reason (409) and nothing is
+enqueued; the case worker checks again when it handles it (rule R6), so a race between the two changes
+nothing either. The same answer sent twice is one message (the ingress's message id).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from shared.app.bootstrap import Services
+from shared.core.cases import Case
+from shared.core.keys import approval_request_id
+from shared.domain.invoice import Status
+from shared.handlers.rejected import rejected_events
+from shared.operator.alerts import alert_json
+from shared.operator.cases import DECISION_REASON
+from shared.operator.drain import check as drain_check
+from shared.operator.effects import SETTLED_TEXT, Refused, pending_view
+from shared.operator.effects import resolve as resolve_effect
+from shared.operator.runs import graph_hash_of
+from shared.stores.sqlite import SqliteDocumentStore
+from shared.web import csrf
+from shared.web.identity import (
+    APPROVER_ROLE,
+    OPERATOR_ROLE,
+    PRINCIPAL_HEADER,
+    Principal,
+    PrincipalError,
+    principal_from_headers,
+)
+from shared.web.render import Page, redirect, render
+from shared.workflow.actions import REQUEST_CREDIT_NOTE, money_position
+from shared.workflow.build import build_workflow
+from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
+
+MAX_FORM_BYTES = 16 * 1024
+LOGIN_PATH = "/.auth/login/aad"
+"""App Service Authentication's Microsoft Entra ID login; it returns to ``post_login_redirect_uri``."""
+REDRIVE_PURPOSE = "ops:redrive"
+# How often each page refreshes its content. The ops page reads every case (drain check), so less often.
+LIST_REFRESH_SECONDS = 10
+REQUEST_REFRESH_SECONDS = 3
+OPS_REFRESH_SECONDS = 20
+
+
+def resolve_purpose(key: str) -> str:
+    return f"ops:resolve:{key}"
+
+
+Headers = Mapping[str, str]
+
+
+def approval_purpose(case_id: str, request_id: str) -> str:
+    return f"approval:{case_id}:{request_id}"
+
+
+def approval_path(case_id: str, request_id: str) -> str:
+    return f"/api/approvals/{quote(case_id, safe='')}/{quote(request_id, safe='')}"
+
+
+# --- who may see what -----------------------------------------------------------------------------
+
+
+def _signed_in(headers: Headers, path: str, *, roles: tuple[str, ...], doing: str) -> Principal | Page:
+    """The principal if it holds one of ``roles``; otherwise the page that says why not."""
+    try:
+        principal = principal_from_headers(headers)
+    except PrincipalError as exc:
+        return render("message.html", 401, title="Not signed in", principal=None, message=str(exc), login=_login(path))
+    if principal is None:
+        if _behind_easy_auth() and "text/html" in (headers.get("Accept") or ""):
+            return redirect(_login(path))
+        return render(
+            "message.html",
+            401,
+            title="Not signed in",
+            principal=None,
+            message=f"Sign in to {doing}. (No {PRINCIPAL_HEADER} identity came with the request.)",
+            login=_login(path),
+        )
+    if not any(principal.has(role) for role in roles):
+        held = ", ".join(sorted(principal.roles)) or "no app roles"
+        return render(
+            "message.html",
+            403,
+            title="Not allowed",
+            principal=principal,
+            message=f"{principal.name} may not {doing}: that needs the app role {' or '.join(roles)}, "
+            f"and this identity has {held}.",
+            login=None,
+        )
+    return principal
+
+
+def _behind_easy_auth() -> bool:
+    return os.environ.get("WEBSITE_AUTH_ENABLED", "").strip().lower() == "true"
+
+
+def _login(path: str) -> str:
+    return f"{LOGIN_PATH}?post_login_redirect_uri={quote(path, safe='/')}"
+
+
+def _post_guard(
+    svc: Services, principal: Principal, headers: Headers, url: str, *, purpose: str, form: Mapping[str, str]
+) -> Page | None:
+    """Refuses a POST that is not from our own page (origin) or lacks this person's token for ``purpose``."""
+    problem = csrf.same_origin_problem(headers, url)
+    if problem is None and not csrf.valid(svc.settings.webhook_secrets, principal.name, purpose, form.get(csrf.FIELD)):
+        problem = "the form's token is missing or not for this identity and request; reload the page and try again"
+    if problem is None:
+        return None
+    return render("message.html", 403, title="Refused", principal=principal, message=problem, login=None)
+
+
+def _form(body: bytes) -> dict[str, str] | None:
+    if len(body) > MAX_FORM_BYTES:
+        return None
+    try:
+        parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        return None
+    return {k: v[0] for k, v in parsed.items() if v}
+
+
+# --- approvals ------------------------------------------------------------------------------------
+
+
+def approvals_list(svc: Services, headers: Headers) -> Page:
+    who = _signed_in(headers, "/api/approvals", roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see the approvals")
+    if isinstance(who, Page):
+        return who
+    now = svc.clock.now()
+    rows = []
+    for case in svc.cases.in_status(Status.AWAITING_APPROVAL):
+        pending = case.data.get("pendingApproval") or {}
+        if not pending.get("requestId"):
+            continue
+        asked_at = _asked_at(case, int(pending.get("caseVersion", case.version)))
+        facts = case.facts
+        rows.append(
+            {
+                "caseId": case.id,
+                "requestId": pending["requestId"],
+                "href": approval_path(case.id, pending["requestId"]),
+                "supplier": facts.get("supplierId"),
+                "invoice": facts.get("invoiceId"),
+                "po": facts.get("poNumber"),
+                "amount": pending.get("amount"),
+                "currency": pending.get("currency"),
+                "version": pending.get("caseVersion"),
+                "askedAt": asked_at,
+                "age": max(now - asked_at, 0.0),
+            }
+        )
+    rows.sort(key=lambda r: r["askedAt"])
+    return render("approvals.html", principal=who, rows=rows, refresh=LIST_REFRESH_SECONDS)
+
+
+def _asked_at(case: Case, asked_on: int) -> float:
+    """When the request was asked: the commit that moved the case to the version it was asked on."""
+    transition = case.transition_from(asked_on - 1)
+    return transition.at if transition is not None else case.ts
+
+
+def _request_record(case: Case, request_id: str) -> dict[str, Any] | None:
+    """What the case's history says about ``request_id``: the version it was asked on, how it was asked,
+    and the answer committed on that version, if any. ``None``: never asked on this case."""
+    for t in case.history:
+        asked_on = t.from_version + 1
+        if t.status != Status.AWAITING_APPROVAL or approval_request_id(case.id, REQUEST_CREDIT_NOTE, asked_on) != (
+            request_id
+        ):
+            continue
+        answer = case.transition_from(asked_on)
+        decided = DECISION_REASON.match(answer.reason or "") if answer is not None else None
+        return {
+            "askedOn": asked_on,
+            "asked": t.reason,
+            "at": t.at,
+            "answer": (
+                {
+                    "decision": decided.group(1),
+                    "by": decided.group(2),
+                    "reason": decided.group(3),
+                    "status": answer.status,
+                }
+                if decided is not None and answer is not None
+                else None
+            ),
+        }
+    return None
+
+
+def approval_page(
+    svc: Services, headers: Headers, case_id: str, request_id: str, params: Mapping[str, str] | None = None
+) -> Page:
+    path = approval_path(case_id, request_id)
+    who = _signed_in(headers, path, roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see the approvals")
+    if isinstance(who, Page):
+        return who
+    params = params or {}
+    return _approval_view(svc, who, case_id, request_id, answered=params.get("answered"))
+
+
+def _approval_view(
+    svc: Services,
+    principal: Principal,
+    case_id: str,
+    request_id: str,
+    *,
+    answered: str | None = None,
+    error: str | None = None,
+    status: int = 200,
+    reason_text: str = "",
+) -> Page:
+    case = svc.cases.get(case_id)
+    if case is None:
+        return render("message.html", 404, title="No such case", principal=principal, message=f"no case {case_id!r}")
+    pending = case.data.get("pendingApproval") or {}
+    current = pending.get("requestId") == request_id and case.status == Status.AWAITING_APPROVAL
+    record = _request_record(case, request_id)
+    if not current and record is None:
+        return render(
+            "message.html",
+            404,
+            title="No such request",
+            principal=principal,
+            message=f"case {case_id} was never asked for approval {request_id!r}",
+        )
+    effects = svc.ledger.for_case(case.id)
+    try:
+        position: dict[str, Any] | None = money_position(case.facts, effects).to_json()
+    except (KeyError, ValueError, ArithmeticError):
+        position = None
+    basis = pending.get("basis") if current else None
+    stale = not current or int(pending.get("caseVersion", 0)) != case.version
+    other = pending.get("requestId") if pending.get("requestId") and pending.get("requestId") != request_id else None
+    view = {
+        "caseId": case.id,
+        "requestId": request_id,
+        "path": approval_path(case.id, request_id),
+        "case": case,
+        "facts": case.facts,
+        "request": pending if current else None,
+        "record": record,
+        "askedOn": int(pending["caseVersion"]) if current else (record or {}).get("askedOn"),
+        "basis": basis or position,
+        "basisIsAsked": bool(basis),
+        "position": position,
+        "stale": stale,
+        "currentHref": approval_path(case.id, other) if other else None,
+        "history": list(reversed(case.history)),
+        "notes": list(case.notes),
+        "rejected": rejected_events(svc.store, case.id),
+        "canAnswer": current and not stale and principal.has(APPROVER_ROLE),
+        "mayAnswer": principal.has(APPROVER_ROLE),
+        "csrf": csrf.token(svc.settings.webhook_secrets, principal.name, approval_purpose(case.id, request_id)),
+        "answered": answered if answered in ("approve", "reject") else None,
+        "error": error,
+        "reasonText": reason_text,
+    }
+    # Refresh while the answer is on its way, or while nothing can be typed into the page.
+    refresh = REQUEST_REFRESH_SECONDS if not view["canAnswer"] or view["answered"] is not None else 0
+    return render("approval.html", status, principal=principal, v=view, refresh=refresh)
+
+
+def answer_approval(svc: Services, headers: Headers, url: str, case_id: str, request_id: str, *, body: bytes) -> Page:
+    """The approval form's POST: checks who and where from, then whether the request still stands, then
+    enqueues the answer as the JSON API does, recorded with the signed-in identity."""
+    path = approval_path(case_id, request_id)
+    who = _signed_in(headers, path, roles=(APPROVER_ROLE,), doing="answer approvals")
+    if isinstance(who, Page):
+        return who
+    form = _form(body)
+    if form is None:
+        return render("message.html", 400, title="Bad form", principal=who, message="the form could not be read")
+    refused = _post_guard(svc, who, headers, url, purpose=approval_purpose(case_id, request_id), form=form)
+    if refused is not None:
+        return refused
+    decision = form.get("decision")
+    reason = (form.get("reason") or "").strip()
+    version_text = form.get("caseVersion") or ""
+    case = svc.cases.get(case_id)
+    if case is None:
+        return render("message.html", 404, title="No such case", principal=who, message=f"no case {case_id!r}")
+    pending = case.data.get("pendingApproval") or {}
+    still_pending = pending.get("requestId") == request_id and case.status == Status.AWAITING_APPROVAL
+    if not still_pending or not version_text.isdigit() or int(version_text) != case.version:
+        seen = f"v{version_text}" if version_text.isdigit() else "an unknown version"
+        return _approval_view(
+            svc,
+            who,
+            case_id,
+            request_id,
+            status=409,
+            error=f"Not recorded: you answered on {seen}, and the case is now {case.status} at v{case.version}. "
+            "An answer counts only on the version it was asked on.",
+        )
+    if decision not in ("approve", "reject"):
+        return _approval_view(svc, who, case_id, request_id, status=400, error="Choose Approve or Reject.")
+    if decision == "reject" and not reason:
+        return _approval_view(
+            svc, who, case_id, request_id, status=400, error="A reason is required to reject.", reason_text=reason
+        )
+    answer: dict[str, Any] = {"decision": decision, "caseVersion": int(version_text)}
+    if reason:
+        answer["reason"] = reason
+    result = svc.ingress.enqueue_approval(case_id, request_id, answer, principal=who.name)
+    if result.status != 202:
+        return _approval_view(
+            svc,
+            who,
+            case_id,
+            request_id,
+            status=result.status,
+            error=f"Not recorded: {result.body.get('error', 'refused')}",
+            reason_text=reason,
+        )
+    return redirect(f"{path}?answered={decision}")
+
+
+# --- operations -----------------------------------------------------------------------------------
+
+
+def _section(build: Callable[[], Any]) -> dict[str, Any]:
+    """One part of the ops page; a part that cannot be read says why instead of failing the page."""
+    try:
+        return {"ok": True, "value": build()}
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def store_option(svc: Services) -> str:
+    """How the operator commands reach this app's store: ``--data DIR`` for a local host's, otherwise
+    ``--from-settings`` (run where the app's settings are)."""
+    path = svc.settings.sqlite_path
+    if isinstance(svc.store, SqliteDocumentStore) and path.name == "casekeeper.sqlite":
+        return f"--data {_shell_quote(str(path.parent))}"
+    return "--from-settings"
+
+
+def _shell_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def resolve_commands(key: str, by: str, store: str) -> dict[str, str]:
+    """The exact ``casekeeper effects resolve`` commands for an escalated effect, to copy and fill in."""
+    who = _shell_quote(by)
+    return {
+        "done": f'casekeeper effects resolve {key} --done \'{{"creditNoteId": "CN-..."}}\' --by {who} '
+        f"--why 'confirmed with the supplier' {store}",
+        "failed": f"casekeeper effects resolve {key} --failed 'the supplier has no such request' --by {who} "
+        f"--why 'confirmed with the supplier' {store}",
+    }
+
+
+def _cases_by_status(svc: Services) -> list[dict[str, Any]]:
+    rows = []
+    for status in Status:
+        cases = svc.cases.in_status(status)
+        rows.append({"status": str(status), "count": len(cases), "ids": [c.id for c in cases[:20]]})
+    return rows
+
+
+def ops_page(svc: Services, headers: Headers, *, notice: str | None = None, status: int = 200) -> Page:
+    who = _signed_in(headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="see the operations page")
+    if isinstance(who, Page):
+        return who
+    store = store_option(svc)
+    pending = _section(lambda: pending_view(svc))
+    escalations: list[dict[str, Any]] = []
+    if pending["ok"]:
+        for row in pending["value"]["effects"]:
+            if row["status"] == "needs_reconciliation":
+                escalations.append(
+                    {
+                        **row,
+                        "commands": resolve_commands(row["key"], who.name, store),
+                        "csrf": csrf.token(svc.settings.webhook_secrets, who.name, resolve_purpose(row["key"])),
+                    }
+                )
+    view = {
+        "cases": _section(lambda: _cases_by_status(svc)),
+        "pending": pending,
+        "escalations": escalations,
+        "alerts": _section(lambda: [alert_json(a) for a in sorted(svc.alerts.recent(20), key=lambda a: -a.at)]),
+        "dead": _section(lambda: [d.to_json() for d in svc.dead_letters.peek(limit=50)]),
+        "queue": _section(svc.dead_letters.counts),
+        "drain": _section(
+            lambda: drain_check(svc, graph_hash_of(build_workflow, svc), ALLOWED_CHECKPOINT_TYPES).to_json()
+        ),
+        "store": store,
+        "csrf": csrf.token(svc.settings.webhook_secrets, who.name, REDRIVE_PURPOSE),
+        "notice": notice,
+    }
+    return render("ops.html", status, principal=who, v=view, refresh=OPS_REFRESH_SECONDS)
+
+
+def ops_redrive(svc: Services, headers: Headers, url: str, body: bytes) -> Page:
+    """Put dead-lettered events back (``casekeeper events redrive``): the ids in the form, or ``all``."""
+    who = _signed_in(headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="redrive dead-lettered events")
+    if isinstance(who, Page):
+        return who
+    form = _form(body)
+    if form is None:
+        return render("message.html", 400, title="Bad form", principal=who, message="the form could not be read")
+    refused = _post_guard(svc, who, headers, url, purpose=REDRIVE_PURPOSE, form=form)
+    if refused is not None:
+        return refused
+    message_id = form.get("messageId") or ""
+    if not message_id:
+        return ops_page(svc, headers, notice="Nothing redriven: no message id was given.", status=400)
+    moved = svc.dead_letters.redrive(None if message_id == "all" else [message_id])
+    if not moved:
+        return ops_page(svc, headers, notice=f"Nothing redriven: {message_id} is not dead-lettered.", status=404)
+    names = ", ".join(m.message_id for m in moved)
+    return ops_page(svc, headers, notice=f"Put back into their case's session by {who.name}: {names}.")
+
+
+def ops_resolve(svc: Services, headers: Headers, url: str, body: bytes) -> Page:
+    """Record the outcome a person established for an escalated effect, signed by who is signed in, and
+    settle its case: ``casekeeper effects resolve`` (the same function), from the ops page's form."""
+    who = _signed_in(headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="settle escalated effects")
+    if isinstance(who, Page):
+        return who
+    form = _form(body)
+    if form is None:
+        return render("message.html", 400, title="Bad form", principal=who, message="the form could not be read")
+    key = form.get("key") or ""
+    refused = _post_guard(svc, who, headers, url, purpose=resolve_purpose(key), form=form)
+    if refused is not None:
+        return refused
+    outcome, why = form.get("outcome"), (form.get("why") or "").strip()
+    note_id, reason = (form.get("creditNoteId") or "").strip(), (form.get("reason") or "").strip()
+    problem = None
+    if not why:
+        problem = "say how the outcome was established (kept on the effect)"
+    elif outcome == "done" and not note_id:
+        problem = "give the credit note id the supplier issued"
+    elif outcome == "failed" and not reason:
+        problem = "give the reason it did not happen"
+    elif outcome not in ("done", "failed"):
+        problem = "choose whether it happened (done) or not (failed)"
+    if problem is not None:
+        return ops_page(svc, headers, notice=f"Nothing recorded: {problem}.", status=400)
+    try:
+        view = resolve_effect(
+            svc,
+            key,
+            result={"creditNoteId": note_id} if outcome == "done" else None,
+            reason=reason if outcome == "failed" else None,
+            by=who.name,
+            why=why,
+        )
+    except Refused as exc:
+        return ops_page(svc, headers, notice=f"Nothing recorded: {exc}.", status=409)
+    effect, case = view["effect"], view["case"]
+    settled = SETTLED_TEXT.get(view["settled"], view["settled"])
+    now = f"; now {case['status']} at v{case['version']}" if case is not None else ""
+    return ops_page(
+        svc,
+        headers,
+        notice=f"Recorded {effect['status']} for effect {effect['key'][:12]} of case {effect['caseId']} "
+        f"by {who.name}. The case: {settled}{now}.",
+    )
