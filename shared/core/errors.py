@@ -129,11 +129,16 @@ class EffectError(CasekeeperError):
 
 
 class EffectInFlight(EffectError):
-    """Another attempt holds the claim and is within its call timeout; re-read after ``retry_after``."""
+    """Another attempt holds the claim and is within its call timeout; re-read after ``retry_after``.
+
+    ``facts_recorded``: the event's facts were written before the decision had to wait, so what comes
+    back later only decides (a fact event brought back after newer ones must not write its old facts)."""
 
     retryable = True
 
-    def __init__(self, *, key: str, case_id: str, action: str, retry_after: float) -> None:
+    def __init__(
+        self, *, key: str, case_id: str, action: str, retry_after: float, facts_recorded: bool = False
+    ) -> None:
         super().__init__(
             f"effect {action} for case {case_id!r} is in flight; retry after {retry_after:.1f}s",
             key=key,
@@ -141,6 +146,13 @@ class EffectInFlight(EffectError):
             action=action,
         )
         self.retry_after = retry_after
+        self.facts_recorded = facts_recorded
+
+    def after_facts(self) -> EffectInFlight:
+        """The same wait, known to come after the event's facts were recorded."""
+        return EffectInFlight(
+            key=self.key, case_id=self.case_id, action=self.action, retry_after=self.retry_after, facts_recorded=True
+        )
 
 
 class NeedsReconciliation(EffectError):

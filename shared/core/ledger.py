@@ -352,7 +352,12 @@ class Ledger:
             raise NeedsReconciliation(**ctx, age=None, reason=existing.reason or "marked for reconciliation")
         age = self._store.now() - existing.ts
         if age < self.call_timeout:
-            raise EffectInFlight(**ctx, retry_after=max(self.call_timeout - age, 0.0))
+            raise EffectInFlight(
+                key=ctx["key"],
+                case_id=ctx["case_id"],
+                action=ctx["action"],
+                retry_after=max(self.call_timeout - age, 0.0),
+            )
         raise NeedsReconciliation(
             **ctx, age=age, reason=f"started {age:.0f}s ago (call timeout {self.call_timeout:.0f}s), outcome unknown"
         )

@@ -5,7 +5,9 @@ outcome                        settlement
 =============================  =================================================================
 handled                        complete
 ``EffectInFlight``             a copy is scheduled into the same session for its ``retry_after``
-                               (its own deterministic message id); the original completes
+                               (its own deterministic message id); the original completes. A fact
+                               event's facts are already written then: its copy only decides
+                               (``case.investigate``, same delivery id)
 ``InvalidEvent``,              set aside with its reason (``shared.handlers.rejected``); complete
 ``InvalidDocumentId``
 an error with ``retryable``    a few short waits in place; then a copy scheduled with backoff
@@ -161,7 +163,12 @@ async def _handle(
     except EffectInFlight as exc:
         at = svc.clock.now() + exc.retry_after + RETRY_MARGIN_SECONDS
         copy_id = derived_message_id(envelope.root, "retry", str(envelope.retry + 1))
-        await _schedule(svc, event, copy_id, at, envelope.fields(retry=envelope.retry + 1))
+        # A fact event whose facts are written comes back as the decision it still owes: by then newer
+        # events may have changed the same facts, and writing this one's again would undo them.
+        later = ev.CaseEvent(ev.CASE_INVESTIGATE, event.case_id, {}, delivery_id=event.delivery_id)
+        await _schedule(
+            svc, later if exc.facts_recorded else event, copy_id, at, envelope.fields(retry=envelope.retry + 1)
+        )
         log.info(
             "case %s: effect in flight; re-check scheduled in %.0fs",
             event.case_id,

@@ -28,7 +28,7 @@ from typing import Any
 from agent_framework import Workflow
 
 from shared.core.cases import Case
-from shared.core.errors import CaseNotFound, ConcurrencyConflict, InvalidEvent
+from shared.core.errors import CaseNotFound, ConcurrencyConflict, EffectInFlight, InvalidEvent
 from shared.core.ports import DocumentStore
 from shared.domain import events as ev
 from shared.domain import transitions
@@ -57,6 +57,8 @@ log = logging.getLogger("casekeeper.worker")
 
 MAX_REDECISIONS = 3
 MAX_FACT_RETRIES = 8
+FACT_EVENTS = frozenset({ev.INVOICE_RECEIVED, ev.PO_UPDATED, ev.CREDIT_NOTE_ISSUED, ev.REQUEST_WITHDRAWN})
+"""Events that record facts before they decide: their facts are written in arrival order, whatever waits."""
 CHECKPOINTS_KEPT = 20
 
 
@@ -107,13 +109,25 @@ class CaseWorker:
     async def handle(self, event: ev.CaseEvent) -> EventResult:
         with capturing(event.case_id, WORKFLOW_NAME):
             steps: list[RunOutcome] = []
-            resumed = await self._finish_interrupted_run(event.case_id)
-            if resumed is not None:
-                steps.append(resumed)
             handler = self._handlers().get(event.type)
             if handler is None:
                 raise InvalidEvent(f"unknown event type {event.type!r}", case_id=event.case_id)
-            steps.extend(await handler(event))
+            try:
+                resumed = await self._finish_interrupted_run(event.case_id)
+            except EffectInFlight as waiting:
+                if event.type not in FACT_EVENTS:
+                    raise
+                # A fact is recorded when it arrives, in the session's order, even while an interrupted
+                # run's call is in flight; only the decision waits. Deferring the whole event instead would
+                # let events that arrive after the call's timeout overtake it (the stale PO would win).
+                await self._record_then_wait(handler, event)
+                raise waiting.after_facts() from None
+            if resumed is not None:
+                steps.append(resumed)
+            if event.type in FACT_EVENTS:
+                steps.extend(await self._record_then_wait(handler, event))
+            else:
+                steps.extend(await handler(event))
         last = steps[-1]
         result = EventResult(
             event.case_id, event.type, last.outcome, last.status, last.version, last.detail, tuple(steps)
@@ -128,6 +142,15 @@ class CaseWorker:
             extra=result.log_fields(),
         )
         return result
+
+    async def _record_then_wait(self, handler: Callable[[ev.CaseEvent], Any], event: ev.CaseEvent) -> list[RunOutcome]:
+        """Run a fact event's handler; a wait for an effect in flight raised after its facts were written
+        says so, so that the copy the queue brings back only decides."""
+        try:
+            steps: list[RunOutcome] = await handler(event)
+        except EffectInFlight as waiting:
+            raise waiting.after_facts() from None
+        return steps
 
     def _handlers(self) -> Mapping[str, Callable[[ev.CaseEvent], Any]]:
         return {

@@ -49,8 +49,8 @@ import azure.functions as func
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import event as hypothesis_event
-from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 import function_app
@@ -692,5 +692,32 @@ def test_an_approved_request_that_died_after_reaching_the_supplier_is_not_sent_t
         view = machine._view()
         assert view is not None and view["case"]["status"] == "credit_requested", _trail(view)
         assert len(machine._notes()) == 1
+    finally:
+        machine.world.close()
+
+
+def test_a_fact_that_arrives_while_a_call_is_in_flight_is_not_overtaken_by_a_later_one(
+    supplier_stub: SupplierStub,
+) -> None:
+    """Found by the state machine: a PO update that arrived while an interrupted run's call was in flight
+    was deferred whole, and a later PO update, arriving after the call's timeout, was applied first; the
+    deferred one then overwrote it. Facts are recorded in arrival order; only the decision waits."""
+
+    class OnSqlite(CaseMachine):
+        supplier = supplier_stub
+
+    machine = OnSqlite()
+    try:
+        machine.invoice(po=Decimal("1000.00"), over=Decimal("1500.00"), crash=None, then=1)
+        machine.supplier_misbehaves("drop_after_create")  # the approved call's outcome is unknown
+        machine.answer_approval("approve", oldest=True, then=1)
+        machine._event(ev.PO_UPDATED, poAmount="1100.00")
+        machine.deliver(1)  # taken while the call is in flight
+        machine._event(ev.PO_UPDATED, poAmount="1200.00")  # the sender's latest word, queued meanwhile
+        machine.time_passes("timeout")  # and taken once the call's timeout has passed
+        machine._settle_and_check()
+        view = machine._view()
+        assert view is not None
+        assert view["case"]["facts"]["poAmount"] == "1200.00", _trail(view)
     finally:
         machine.world.close()
