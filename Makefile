@@ -13,7 +13,7 @@ PYTHON313 ?= $(shell for p in $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.13*
   $$(command -v python3.13 2>/dev/null); do "$$p" -c 'import sys' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 STAMP313 := .venv313/.installed-stamp
 
-.PHONY: setup lint test run demo bench chaos clean
+.PHONY: setup lint test run demo bench chaos screenshots clean
 
 setup: $(STAMP) $(NODE_STAMP) $(if $(PYTHON313),$(STAMP313))
 
@@ -55,6 +55,10 @@ bench: setup
 # violation. More: make chaos CHAOS_ARGS="--hosts 2 --seed 42" (or --store cosmos, --report FILE).
 chaos: setup
 	$(BIN)/casekeeper chaos $(CHAOS_ARGS)
+
+# The README's pictures of the approval and ops pages, retaken by the browser tests.
+screenshots: setup
+	CASEKEEPER_SCREENSHOTS=$(CURDIR)/docs $(BIN)/pytest -q tests/browser
 
 clean:
 	rm -rf $(VENV) .venv313 node_modules .mypy_cache .ruff_cache .pytest_cache

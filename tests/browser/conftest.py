@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,10 @@ from shared.workflow.capture import uninstall
 from tests.e2e.conftest import SECRET, DevHost
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
+DOCS = Path(os.environ.get("CASEKEEPER_SCREENSHOTS") or (Path(tempfile.gettempdir()) / "casekeeper-screenshots"))
+"""Where the browser tests save their screenshots: a temporary folder, so that ``make test`` leaves the tree
+clean; ``make screenshots`` points it at ``docs/`` to refresh the README's pictures."""
+DOCS.mkdir(parents=True, exist_ok=True)
 APPROVER = "ana@example.com"
 OPERATOR = "olga@example.com"
 
