@@ -141,3 +141,25 @@ def test_validate_refuses_a_request_above_the_remainder_when_a_request_is_outsta
             validate(request(amount), case_id="C-1", status="open", pos=pos, rules=Rules())
     allowed = request("100.00")
     assert validate(allowed, case_id="C-1", status="open", pos=pos, rules=Rules()) is allowed
+
+
+def test_with_more_outstanding_than_owed_the_prompt_shows_the_excess_and_no_request_passes(
+    store: DocumentStore, supplier: SupplierStub
+) -> None:
+    """Invoice 1300 / PO 1000: 300 requested. The PO rises to 1200: over-billed by 100 with 300
+    outstanding. The model is told remaining -200.00; any request it proposes is refused."""
+    client = ScriptedChatClient(
+        replies=[
+            reply(action="request_credit_note", amount="300.00", currency="EUR"),
+            reply(action="request_credit_note", amount="100.00", currency="EUR"),
+        ]
+    )
+    app = make_harness(store, supplier.url, proposer=AgentProposer.from_chat_client(client))
+    app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1300.00"))
+    result = app.handle(ev.PO_UPDATED, "C-1", poAmount="1200.00")
+    assert result.status == "needs_review"
+    second = json.loads(client.prompts[1])
+    assert (second["overBilled"], second["outstanding"], second["remaining"]) == ("100.00", "300.00", "-200.00")
+    reason = app.cases.require("C-1").history[-1].reason or ""
+    assert "amount 100.00 exceeds what may still be requested, -200.00" in reason
+    assert [p["body"]["amount"] for p in posts(supplier)] == ["300.00"]  # type: ignore[index]
