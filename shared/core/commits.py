@@ -4,18 +4,27 @@ The effect's outcome and the case's status commit are two writes in two containe
 ``done`` effect (the workflow right after the call, a resumed run, the reconciler, an operator's
 resolution, the timer's sweep) finishes the second write through :meth:`CommitFinisher.finish`:
 
-================================================  ================================================
-the case                                          then
-================================================  ================================================
-names the effect in its commit from the effect's  ``already``: it landed (marked on the effect)
-version
-names the effect otherwise (an escalation)        ``already``: a person has it (marked superseded)
-is still at the effect's version                  ``committed``: the commit the effect's intent
-                                                  names, conditional on the version
-has moved on                                      ``needs_review``: the effect happened on facts the
-                                                  case has left; deciding again could act twice, so
-                                                  a person decides (marked superseded)
-================================================  ================================================
+=================================================  ===============================================
+the case                                           then
+=================================================  ===============================================
+names the effect in a transition from the          ``already``: it landed; nothing is written
+effect's version to the intent's status
+names the effect otherwise (an escalation)         ``with_person``: a person has it; nothing is
+                                                   written
+is still at the effect's version                   ``committed``: the commit the effect's intent
+                                                   names, conditional on the version; its
+                                                   transition names the effect
+has moved on                                       ``needs_review``: the effect happened on facts
+                                                   the case has left; deciding again could act
+                                                   twice, so the case is escalated to a person by
+                                                   a transition that names the effect
+is gone, or the effect is not ``done`` or has no   ``no_intent``: nothing is written
+commit intent
+=================================================  ===============================================
+
+Nothing is written on the effect: the effect row stays ``done`` as the ledger left it. What is written
+is on the case: a transition that names the effect (the commit or the escalation), which also closes the
+case's version gate (``shared.core.cases.Gate``) when the gate is open on that effect.
 
 Whether the commit landed is read from the case's transitions that name the effect, which the history
 never trims (``shared.core.cases``). Until one lands, the case's version gate stays open: the sweep

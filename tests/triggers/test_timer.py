@@ -204,3 +204,45 @@ def test_each_dead_lettered_event_alerts_once(functions: dict[str, Any], timed: 
     [alert] = svc.alerts.recent()
     assert alert.alert_kind == "dead_lettered" and alert.fields["messageId"] == "webhook:x"
     assert "casekeeper events redrive webhook:x" in alert.message
+
+
+def test_the_lagging_runs_check_moves_its_cursor_past_a_case_it_cannot_examine(
+    timed: tuple[Services, ReadCounter], clock: ManualClock
+) -> None:
+    """A case document that does not decode and a case that decodes but cannot be examined (a number
+    where its last transition's reason should be) are skipped; the check still alerts the lagging case
+    beside them, and its cursor moves past all three, so the next tick reads only what changed since."""
+    svc, counter = timed
+    svc.store.create("cases", "BAD-DOC", "BAD-DOC", {"id": "BAD-DOC", "kind": "case", "version": 1})
+    svc.cases.create("BAD-CASE", INVOICE)
+    bad = svc.store.read("cases", "BAD-CASE", "BAD-CASE")
+    assert bad is not None
+    history = [{"fromVersion": 1, "status": "approved", "reason": 5, "effectKey": None, "factsChanged": False}]
+    svc.store.replace(
+        "cases",
+        "BAD-CASE",
+        "BAD-CASE",
+        {**bad.body, "status": "approved", "version": 2, "history": history},
+        etag=bad.etag,
+    )
+    svc.cases.create("GOOD", INVOICE)
+    assert svc.cases.commit_status("GOOD", 1, "approved", reason="within tolerance")  # no checkpoint follows
+    clock.advance(svc.settings.checkpoint_lag + 1)
+    report = run_health_checks(svc)  # raises HealthChecksFailed if a duty failed
+    assert report.lagging_cases == ["GOOD"]
+    assert report.malformed == ["cases/BAD-DOC"]
+    cursor = svc.store.read("health", "cursor", "checkpoint-health")
+    assert cursor is not None and cursor.body["casesTs"] == clock.now() - svc.settings.checkpoint_lag
+
+    svc.cases.create("NEW", INVOICE)
+    assert svc.cases.commit_status("NEW", 1, "approved", reason="within tolerance")
+    clock.advance(svc.settings.checkpoint_lag + 1)
+    counter.returned.clear()
+    report = run_health_checks(svc)
+    assert report.lagging_cases == ["NEW"] and report.malformed == []
+    assert set(counter.returned["cases"]) == {"NEW"}  # the skipped cases are not read again
+    assert sorted(a.alert_kind for a in svc.alerts.recent()) == [
+        "checkpoint_lag",
+        "checkpoint_lag",
+        "malformed_document",
+    ]
