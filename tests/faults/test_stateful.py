@@ -49,8 +49,8 @@ import azure.functions as func
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import event as hypothesis_event
-from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 import function_app
