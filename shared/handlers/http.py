@@ -15,19 +15,32 @@ from shared.workflow.actions import money_position
 
 
 def post_event(svc: Services, headers: Mapping[str, str], body: bytes) -> Response:
-    return svc.ingress.accept_event(headers, body)
+    # The span the message is sent in: its trace context goes into the message (shared.messaging), so the
+    # case worker and the supplier call are this trace's continuation.
+    with svc.telemetry.span("webhook", {"http.route": "/api/events"}) as span:
+        response = svc.ingress.accept_event(headers, body)
+        span.set_attribute("http.response.status_code", response.status)
+    return response
 
 
 def post_approval(svc: Services, case_id: str, request_id: str, body: bytes) -> Response:
-    return svc.ingress.accept_approval(
-        case_id, request_id, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
-    )
+    attributes = {"casekeeper.case_id": case_id, "casekeeper.request_id": request_id}
+    with svc.telemetry.span("approval", attributes) as span:
+        response = svc.ingress.accept_approval(
+            case_id, request_id, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
+        )
+        span.set_attribute("http.response.status_code", response.status)
+    return response
 
 
 def post_withdrawal(svc: Services, case_id: str, effect_key: str, body: bytes) -> Response:
-    return svc.ingress.accept_withdrawal(
-        case_id, effect_key, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
-    )
+    attributes = {"casekeeper.case_id": case_id, "casekeeper.effect_key": effect_key}
+    with svc.telemetry.span("withdrawal", attributes) as span:
+        response = svc.ingress.accept_withdrawal(
+            case_id, effect_key, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
+        )
+        span.set_attribute("http.response.status_code", response.status)
+    return response
 
 
 def get_case(svc: Services, case_id: str) -> Response:
