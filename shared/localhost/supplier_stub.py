@@ -18,7 +18,8 @@ Control endpoints for tests (recorded like any request, never touching notes):
 Every request is recorded in memory and, with a log path, appended to the log as one JSON line, flushed
 before the reply is sent, so another process can count requests after this one is killed. A record that
 created a note carries the note: a stub started on an existing log reloads its notes (state is derived
-from the log), and continues the ``CN-000001`` numbering. One log serves one stub at a time.
+from the log), and continues the ``CN-000001`` numbering. One log serves one stub at a time. A record keeps
+the request's ``traceparent`` header (``None`` without one): which trace the caller was in.
 
 From a shell: ``casekeeper supplier-stub --port 8765 --log supplier.jsonl`` prints its URL on
 stdout, then one line per request on stderr.
