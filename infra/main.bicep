@@ -8,18 +8,18 @@
 // App settings of the function app, and what reads each one
 // ---------------------------------------------------------
 // Read by the code (shared/app/settings.py SETTINGS, validated at first use by Settings.from_mapping):
-//   CASEKEEPER_STORE                     = cosmos. shared/bootstrap.open_store picks the Cosmos DB store.
+//   CASEKEEPER_STORE                     = cosmos. shared/app/bootstrap.open_store picks the Cosmos DB store.
 //   CosmosDBConnection__accountEndpoint  = Cosmos DB endpoint. The code's Cosmos client, and the
 //                                          Functions host: the reconciler's trigger has connection
 //                                          "CosmosDBConnection".
 //   COSMOS_DATABASE                      = the database. The code, and the trigger's %COSMOS_DATABASE%.
-//   CASEKEEPER_QUEUE                     = servicebus. shared/bootstrap.open_sender sends to Service Bus.
+//   CASEKEEPER_QUEUE                     = servicebus. shared/app/bootstrap.open_sender sends to Service Bus.
 //   ServiceBusConnection__fullyQualifiedNamespace
 //                                        = <namespace>.servicebus.windows.net. The code's ServiceBusClient
-//                                          (shared/messaging.py), and the host: case_worker's trigger has
+//                                          (shared/messaging/servicebus.py), and the host: case_worker's trigger has
 //                                          connection "ServiceBusConnection".
 //   CASE_EVENTS_QUEUE                    = case-events. The sender, and the trigger's %CASE_EVENTS_QUEUE%.
-//   WEBHOOK_SECRET                       = Key Vault reference to the webhook-secret secret. shared/ingress
+//   WEBHOOK_SECRET                       = Key Vault reference to the webhook-secret secret. shared/handlers/ingress
 //                                          verifies webhook HMAC signatures with it (comma-separated
 //                                          values while rotating).
 //   CALL_TIMEOUT_SECONDS                 = how long a started effect is presumed in flight (reconciler).
@@ -34,7 +34,7 @@
 //   CHECKPOINT_LAG_SECONDS               = checkpoint-health lag threshold (shared/handlers/health).
 //   CHECKPOINT_MAX_BYTES                 = checkpoints larger than this are refused at save (Cosmos DB
 //                                          documents are at most 2 MB); shared/workflow/checkpoints.
-//   ALERT_WEBHOOK_URL                    = Key Vault reference when given, else empty. shared/alerts.Alerter
+//   ALERT_WEBHOOK_URL                    = Key Vault reference when given, else empty. shared/app/alerts.Alerter
 //                                          POSTs every alert there.
 //   RETRY_BASE_SECONDS, RETRY_MAX_DELAY_SECONDS, RETRY_FOR_SECONDS
 //                                        = backoff of an event after a transient error (shared/core/retry):
@@ -62,7 +62,7 @@
 //   CASEKEEPER_SQLITE_PATH, CASEKEEPER_LOCAL_QUEUE_PATH, and COSMOS_KEY (keys are disabled on the
 //   account; unset, the code uses managed identity).
 //   OTEL_EXPORTER_OTLP_ENDPOINT and CASEKEEPER_TELEMETRY_FILE: telemetry goes to Application Insights
-//   here (shared/telemetry.configure); these pick OTLP or a console file where it is not configured.
+//   here (shared/app/telemetry.configure); these pick OTLP or a console file where it is not configured.
 
 targetScope = 'resourceGroup'
 

@@ -83,7 +83,7 @@ var hostSettings = [
   // host.json sets "telemetryMode": "OpenTelemetry". This lets the Python worker stream its own
   // OpenTelemetry data, so the host stops forwarding the worker's logs (no duplicates), and makes the
   // worker attach each invocation's trace context before the function runs, so the code's spans join the
-  // host's request. The code exports itself (shared/telemetry.configure: Application Insights with the
+  // host's request. The code exports itself (shared/app/telemetry.configure: Application Insights with the
   // managed identity). PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY is deliberately not set: with it the
   // worker would call configure_azure_monitor() itself, without the Entra credential this component
   // requires (monitoring.bicep disables local auth), and the code's own call would configure it twice.
@@ -91,7 +91,7 @@ var hostSettings = [
     name: 'PYTHON_ENABLE_OPENTELEMETRY'
     value: 'true'
   }
-  // azure-identity's DefaultAzureCredential (shared/stores/cosmos.py, shared/messaging.py,
+  // azure-identity's DefaultAzureCredential (shared/stores/cosmos.py, shared/messaging/servicebus.py,
   // shared/workflow/proposers.py) picks the user-assigned identity by this client id.
   {
     name: 'AZURE_CLIENT_ID'

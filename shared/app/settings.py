@@ -69,6 +69,10 @@ SETTINGS: tuple[Setting, ...] = (
 
 _DEFAULTS = {s.name: s.default for s in SETTINGS}
 
+# Set by the App Service platform on every instance of a site, Functions apps included (never by Casekeeper,
+# its local host or its tests). Either one means "running in Azure".
+AZURE_MARKERS = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME")
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -128,6 +132,7 @@ class Settings:
 
         store = choice("CASEKEEPER_STORE", ("sqlite", "cosmos"))
         queue = choice("CASEKEEPER_QUEUE", ("servicebus", "local"))
+        problems.extend(_refused_in_azure(env, store=store, queue=queue))
         cosmos_endpoint = (
             require("CosmosDBConnection__accountEndpoint")
             if store == "cosmos"
@@ -197,3 +202,28 @@ class Settings:
             appinsights_connection_string=values["APPLICATIONINSIGHTS_CONNECTION_STRING"],
             backoff=backoff,
         )
+
+
+def _refused_in_azure(env: Mapping[str, str], *, store: str, queue: str) -> list[str]:
+    """The embedded store and queue, refused in Azure: both are SQLite files on one instance's disk.
+
+    Another instance (scale-out, a restart elsewhere) would see none of that data: a case's events and
+    effects would be split between files, and the ledger's promise rests on one store. There is no
+    override on purpose.
+    """
+    markers = [name for name in AZURE_MARKERS if (env.get(name) or "").strip()]
+    if not markers:
+        return []
+    where = f"running in Azure ({markers[0]} is set)"
+    refused: list[str] = []
+    if store == "sqlite":
+        refused.append(
+            f"CASEKEEPER_STORE=sqlite is refused when {where}: the SQLite file is per instance and not durable "
+            "across scale-out or a move to another instance; set CASEKEEPER_STORE=cosmos"
+        )
+    if queue == "local":
+        refused.append(
+            f"CASEKEEPER_QUEUE=local is refused when {where}: the local queue is a SQLite file per instance, "
+            "so messages would not reach other instances nor survive a move; set CASEKEEPER_QUEUE=servicebus"
+        )
+    return refused

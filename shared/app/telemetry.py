@@ -1,7 +1,11 @@
 """Telemetry with OpenTelemetry: a trace per case event, metrics for what matters, logs with context.
 
-Traces: ``case_event`` (one per queue message) with child spans ``workflow.run``, ``effect <action>``,
-``commit_status`` and ``reconcile.recheck``. Metrics (meter ``casekeeper``):
+Traces: one per case event, end to end. ``webhook`` (``POST /api/events``; ``approval`` and
+``withdrawal`` for the other two ways in) sends the message with its trace context; the worker's
+``case_event`` span (one per queue message) continues that trace, with child spans ``workflow.run``,
+``effect <action>``, ``commit_status`` and ``reconcile.recheck``; the supplier portal's requests carry
+it on in ``traceparent``. Retries and re-checks the worker schedules carry the context of the span
+that scheduled them. Metrics (meter ``casekeeper``):
 
 ====================================  ==========================================================
 ``casekeeper.effects.started``        claims of a new effect
@@ -34,7 +38,8 @@ from contextlib import contextmanager
 from typing import IO, Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, Status, StatusCode
 
 from shared.core.ledger import Effect
 
@@ -91,10 +96,27 @@ class Telemetry:
         self.events_deferred.add(1, {"casekeeper.error": error})
 
     @contextmanager
-    def span(self, name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Span]:
-        """A span; an exception marks it as an error and propagates."""
+    def span(
+        self, name: str, attributes: Mapping[str, Any] | None = None, *, sender: Context | None = None
+    ) -> Iterator[Span]:
+        """A span; an exception marks it as an error and propagates.
+
+        ``sender``: the trace context a queue message carried (``shared.messaging.sender_context``). The
+        span joins the sender's trace: under the current span when that is already in the same trace (a
+        host that continued it), else as a child of the sender's span, linked to the current span if any.
+        """
+        context: Context | None = None
+        links: list[Link] = []
+        if sender is not None:
+            current = trace.get_current_span().get_span_context()
+            sent = trace.get_current_span(sender).get_span_context()
+            if not (current.is_valid and current.trace_id == sent.trace_id):
+                context = sender
+                links = [Link(current)] if current.is_valid else []
         clean = {k: v for k, v in (attributes or {}).items() if v is not None}
-        with self.tracer.start_as_current_span(name, attributes=clean, record_exception=True) as span:
+        with self.tracer.start_as_current_span(
+            name, context=context, links=links, attributes=clean, record_exception=True
+        ) as span:
             try:
                 yield span
             except Exception as exc:

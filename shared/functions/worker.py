@@ -2,7 +2,8 @@
 
 Settlement comes from ``shared.handlers.case_events``: returning completes the message
 (``autoCompleteMessages``), raising abandons it for redelivery (Service Bus triggers ignore
-``@retry``; past ``maxDeliveryCount`` the broker dead-letters it).
+``@retry``; past ``maxDeliveryCount`` the broker dead-letters it). The message's application properties
+carry the sender's trace context (``Diagnostic-Id``), which the ``case_event`` span continues.
 """
 
 from __future__ import annotations
@@ -26,4 +27,5 @@ async def case_worker(msg: func.ServiceBusMessage) -> None:
         session_id=msg.session_id,
         message_id=msg.message_id or "",
         delivery_count=msg.delivery_count or 1,
+        properties=msg.application_properties,
     )

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ from shared.app.bootstrap import Services
 from shared.core.errors import CasekeeperError, EffectInFlight, InvalidDocumentId, InvalidEvent
 from shared.domain import events as ev
 from shared.handlers.rejected import set_aside
-from shared.messaging import decode, derived_message_id
+from shared.messaging import decode, derived_message_id, sender_context
 from shared.workflow.worker import EventResult
 
 log = logging.getLogger("casekeeper.case_events")
@@ -71,9 +71,18 @@ class _Envelope:
 
 
 async def handle_case_message(
-    svc: Services, body: bytes, *, session_id: str | None, message_id: str, delivery_count: int
+    svc: Services,
+    body: bytes,
+    *,
+    session_id: str | None,
+    message_id: str,
+    delivery_count: int,
+    properties: Mapping[Any, Any] | None = None,
 ) -> Settlement:
     """Handle one message of the case-events queue. Raises to have the broker redeliver it.
+
+    ``properties``: the message's application properties; the trace context in them makes the
+    ``case_event`` span part of the sender's trace (``shared.messaging.sender_context``).
 
     Logs one line per message handled: case, event type, outcome.
     """
@@ -83,7 +92,7 @@ async def handle_case_message(
         "messaging.message.id": message_id,
         "messaging.servicebus.message.delivery_count": delivery_count,
     }
-    with svc.telemetry.span("case_event", attributes) as span:
+    with svc.telemetry.span("case_event", attributes, sender=sender_context(properties)) as span:
         settlement = await _handle(
             svc, body, session_id=session_id, message_id=message_id, delivery_count=delivery_count
         )

@@ -16,7 +16,12 @@ from shared.workflow.actions import money_position
 
 
 def post_event(svc: Services, headers: Mapping[str, str], body: bytes) -> Response:
-    return svc.ingress.accept_event(headers, body)
+    # The span the message is sent in: its trace context goes into the message (shared.messaging), so the
+    # case worker and the supplier call are this trace's continuation.
+    with svc.telemetry.span("webhook", {"http.route": "/api/events"}) as span:
+        response = svc.ingress.accept_event(headers, body)
+        span.set_attribute("http.response.status_code", response.status)
+    return response
 
 
 def post_approval(
@@ -24,6 +29,14 @@ def post_approval(
 ) -> Response:
     """The JSON answer. With a signed-in principal, it must hold the approver role and is recorded as the
     approver; without one, the function-key caller names itself (``key:<name>``; see the ingress)."""
+    attributes = {"casekeeper.case_id": case_id, "casekeeper.request_id": request_id}
+    with svc.telemetry.span("approval", attributes) as span:
+        response = _answer(svc, case_id, request_id, body, headers)
+        span.set_attribute("http.response.status_code", response.status)
+    return response
+
+
+def _answer(svc: Services, case_id: str, request_id: str, body: bytes, headers: Mapping[str, str] | None) -> Response:
     try:
         principal = principal_from_headers(headers or {})
     except PrincipalError as exc:
@@ -44,9 +57,13 @@ def post_approval(
 
 
 def post_withdrawal(svc: Services, case_id: str, effect_key: str, body: bytes) -> Response:
-    return svc.ingress.accept_withdrawal(
-        case_id, effect_key, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
-    )
+    attributes = {"casekeeper.case_id": case_id, "casekeeper.effect_key": effect_key}
+    with svc.telemetry.span("withdrawal", attributes) as span:
+        response = svc.ingress.accept_withdrawal(
+            case_id, effect_key, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
+        )
+        span.set_attribute("http.response.status_code", response.status)
+    return response
 
 
 def get_case(svc: Services, case_id: str) -> Response:

@@ -18,7 +18,8 @@ Control endpoints for tests (recorded like any request, never touching notes):
 Every request is recorded in memory and, with a log path, appended to the log as one JSON line, flushed
 before the reply is sent, so another process can count requests after this one is killed. A record that
 created a note carries the note: a stub started on an existing log reloads its notes (state is derived
-from the log), and continues the ``CN-000001`` numbering. One log serves one stub at a time.
+from the log), and continues the ``CN-000001`` numbering. One log serves one stub at a time. A record keeps
+the request's ``traceparent`` header (``None`` without one): which trace the caller was in.
 
 From a shell: ``casekeeper supplier-stub --port 8765 --log supplier.jsonl`` prints its URL on
 stdout, then one line per request on stderr.
@@ -130,18 +131,21 @@ class _Request:
     raw: bytes | None  # None: longer than MAX_BODY_BYTES, left unread
     json: Any = None
     json_ok: bool = False
+    traceparent: str | None = None  # the W3C trace context header, as sent
 
     @classmethod
-    def parse(cls, method: str, target: str, key: str | None, raw: bytes | None) -> _Request:
+    def parse(
+        cls, method: str, target: str, key: str | None, raw: bytes | None, traceparent: str | None = None
+    ) -> _Request:
         split = urlsplit(target)
         query = {name: values[-1] for name, values in parse_qs(split.query).items()}
         if not raw:
-            return cls(method, split.path, query, key, raw)
+            return cls(method, split.path, query, key, raw, traceparent=traceparent)
         try:
             parsed = json.loads(raw)
         except ValueError:  # not JSON, or not UTF-8
-            return cls(method, split.path, query, key, raw)
-        return cls(method, split.path, query, key, raw, parsed, json_ok=True)
+            return cls(method, split.path, query, key, raw, traceparent=traceparent)
+        return cls(method, split.path, query, key, raw, parsed, json_ok=True, traceparent=traceparent)
 
     def logged_body(self) -> Any:
         """The body as the caller sent it: parsed JSON (so a number stays a number), else text."""
@@ -289,8 +293,10 @@ class SupplierStub:
 
     # --- request handling (called by the handler threads) --------------------------------------
 
-    def _dispatch(self, method: str, target: str, key: str | None, raw: bytes | None) -> _Reply:
-        request = _Request.parse(method, target, key, raw)
+    def _dispatch(
+        self, method: str, target: str, key: str | None, raw: bytes | None, traceparent: str | None = None
+    ) -> _Reply:
+        request = _Request.parse(method, target, key, raw, traceparent)
         # One critical section for the decision and its record: the log's order is the state's order.
         with self._lock:
             reply = self._route(request)
@@ -416,6 +422,7 @@ class SupplierStub:
             "creditNoteId": reply.note["creditNoteId"] if reply.note is not None else None,
             "created": reply.created,
             "faults": list(reply.faults),
+            "traceparent": request.traceparent,  # which trace the caller was in (None: it sent none)
         }
         if reply.created:
             record["note"] = reply.note  # what a restarted stub reloads
@@ -578,7 +585,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         stub = cast(_Server, self.server).stub
         key = self.headers.get("Idempotency-Key")
-        reply = stub._dispatch(self.command, self.path, key, self._read_body())
+        reply = stub._dispatch(self.command, self.path, key, self._read_body(), self.headers.get("traceparent"))
         if reply.drop or (reply.hold > 0 and stub._hold(reply.hold)):
             self.close_connection = True  # closing without a status line is what a crash looks like
             return

@@ -18,15 +18,24 @@ SQLite session queue).
 Wire format (:func:`encode` / :func:`decode`): the body is the event's JSON (``type``, ``caseId``,
 ``data``) plus ``deliveryId`` and the transport fields of :attr:`CaseEvent.envelope` (a retry count,
 the first message's id, when the event first failed).
+
+Trace context (:func:`message_properties` / :func:`sender_context`): every message carries, in its
+application properties, the W3C trace context of the span that sent it (the webhook's, or the case
+event's that scheduled a retry or re-check), written and read by OpenTelemetry's own propagator, so the
+case worker's ``case_event`` span continues the sender's trace.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import Getter, Setter
 
 from shared.core.ids import MAX_ID_LENGTH
 from shared.domain.events import CaseEvent
@@ -84,6 +93,57 @@ class DeadLetterQueue(Protocol):
         duplicate detection lets them through) and remove them from the dead-letter queue; ``None``: all
         of them. Returns those put back. Raises ``StoreUnavailable``."""
         ...
+
+
+# The trace context goes in ``Diagnostic-Id`` (its value is a W3C ``traceparent``), not in ``traceparent``:
+# the Functions host's Service Bus extension reads ``Diagnostic-Id`` to connect its trigger to the sender,
+# and azure-servicebus's receivers read ``traceparent`` first and fall back to ``Diagnostic-Id``, so this is
+# the one name every reader understands. ``tracestate`` and ``baggage``, when there are any, keep their
+# names. The propagator writes and parses the values; only the ``traceparent`` key is renamed.
+TRACE_PROPERTY = "Diagnostic-Id"
+
+
+class _PropertySetter(Setter[dict[str, str]]):
+    def set(self, carrier: dict[str, str], key: str, value: str) -> None:
+        carrier[TRACE_PROPERTY if key == "traceparent" else key] = value
+
+
+class _PropertyGetter(Getter[Mapping[Any, Any]]):
+    """Reads properties as the Functions worker (``str`` keys) or the SDK (``bytes`` keys and values) hands
+    them over; ``traceparent`` is ``Diagnostic-Id``, or a ``traceparent`` another sender wrote."""
+
+    def get(self, carrier: Mapping[Any, Any], key: str) -> list[str] | None:
+        names = (TRACE_PROPERTY, "traceparent") if key == "traceparent" else (key,)
+        for name in names:
+            for candidate in (name, name.encode()):
+                value = carrier.get(candidate)
+                if value is not None:
+                    return [value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)]
+        return None
+
+    def keys(self, carrier: Mapping[Any, Any]) -> list[str]:
+        return [k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k) for k in carrier]
+
+
+_SETTER = _PropertySetter()
+_GETTER = _PropertyGetter()
+
+
+def message_properties(event: CaseEvent) -> dict[str, str]:
+    """The application properties of ``event``'s message: its type, and the current span's trace context
+    (nothing when there is no recording span, e.g. telemetry not configured)."""
+    properties: dict[str, str] = {"type": event.type}
+    propagate.inject(properties, setter=_SETTER)
+    return properties
+
+
+def sender_context(properties: Mapping[Any, Any] | None) -> Context | None:
+    """The sender's trace context from a received message's application properties; ``None`` when the
+    message carries none (sent before this existed, or by something that does not trace) or it is invalid."""
+    if not properties:
+        return None
+    context = propagate.extract(properties, getter=_GETTER)
+    return context if trace.get_current_span(context).get_span_context().is_valid else None
 
 
 def encode(event: CaseEvent) -> bytes:

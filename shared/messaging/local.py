@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from shared.domain.events import CaseEvent
-from shared.messaging import DeadLetter, encode, redrive_message_id
+from shared.messaging import DeadLetter, encode, message_properties, redrive_message_id
 from shared.messaging.sqlite_queue import LocalSessionQueue
 
 
@@ -28,7 +28,7 @@ class LocalQueueEventSender:
             session_id=event.case_id,
             message_id=message_id,
             scheduled_enqueue_time=schedule_at,
-            application_properties={"type": event.type},
+            application_properties=message_properties(event),
         )
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared.core.errors import StoreUnavailable
 from shared.domain.events import CaseEvent
-from shared.messaging import DeadLetter, encode, redrive_message_id
+from shared.messaging import DeadLetter, encode, message_properties, redrive_message_id
 
 if TYPE_CHECKING:
     from azure.servicebus import ServiceBusClient, ServiceBusReceivedMessage
@@ -87,7 +87,7 @@ class ServiceBusEventSender:
             session_id=event.case_id,
             message_id=message_id,
             content_type="application/json",
-            application_properties={"type": event.type},
+            application_properties=_wire_properties(message_properties(event)),
         )
         with self._slots:  # at most pool_size sends at once, each on a link of its own
             link = self._take()
@@ -222,6 +222,14 @@ class ServiceBusDeadLetters:
         return client.get_queue_receiver(
             queue_name=self._queue_name, sub_queue=ServiceBusSubQueue.DEAD_LETTER, max_wait_time=self._max_wait
         )
+
+
+def _wire_properties(properties: dict[str, str]) -> dict[str | bytes, Any]:
+    """The trace-context properties keyed by ``bytes``, as azure-servicebus keys its own. Its tracing (on
+    when azure-core tracing is, which azure-monitor-opentelemetry turns on) adds ``b"Diagnostic-Id"`` with
+    ``setdefault``: under a ``str`` key ours would go on the wire a second time, as the same AMQP string
+    key; under the same ``bytes`` key the SDK keeps ours."""
+    return {key if key == "type" else key.encode(): value for key, value in properties.items()}
 
 
 def _dead_letter(message: ServiceBusReceivedMessage) -> DeadLetter:

@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+from opentelemetry import propagate
 
 from shared import __version__
 from shared.core.errors import ConfigurationError, DownstreamRejected, OutcomeUnknown
@@ -155,10 +156,19 @@ class SupplierPortal:
                 )
             return self._client
 
-    def _send(self, method: str, action: str, **kwargs: Any) -> httpx.Response:
-        """One HTTP exchange; every transport failure becomes ``OutcomeUnknown``."""
+    def _send(
+        self, method: str, action: str, *, headers: dict[str, str] | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        """One HTTP exchange; every transport failure becomes ``OutcomeUnknown``.
+
+        The current trace context goes along as ``traceparent`` (OpenTelemetry's propagator), so the
+        supplier's side of the call is part of the case event's trace. Where httpx is instrumented (Azure
+        Monitor's distro does it), the instrumentation replaces it with its client span's, in the same trace.
+        """
+        headers = dict(headers or {})
+        propagate.inject(headers)
         try:
-            return self._http().request(method, CREDIT_NOTES_PATH, **kwargs)
+            return self._http().request(method, CREDIT_NOTES_PATH, headers=headers, **kwargs)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             # Nothing was sent, but the caller keeps the same key either way, so "unknown" stays safe.
             raise OutcomeUnknown(

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
@@ -26,6 +28,24 @@ def test_an_invoice_is_investigated_and_one_credit_note_requested(host: DevHost,
     [post] = posts(supplier)
     assert post["idempotencyKey"] == effect["key"] and post["body"]["amount"] == "250.00"
     assert "case INV-1: invoice.received -> committed (credit_requested v2)" in host.log()
+
+
+def test_casekeeper_dev_carries_one_trace_from_the_webhook_over_its_queue_to_the_supplier(
+    host: DevHost, supplier: SupplierStub
+) -> None:
+    assert host.post_event("invoice.received", "INV-T", invoice("1250.00"), delivery="dlv-t").status_code == 202
+    host.wait_for("INV-T", lambda v: v["case"]["status"] == "credit_requested")
+    assert host.stop() == 0  # a clean stop flushes the console exporter into <data>/telemetry.jsonl
+    spans = [json.loads(line) for line in (host.data / "telemetry.jsonl").read_text().splitlines() if line.strip()]
+    spans = [s for s in spans if "context" in s and "name" in s]  # metrics share the file
+    [webhook] = [s for s in spans if s["name"] == "webhook"]
+    [case_event] = [s for s in spans if s["name"] == "case_event"]
+    trace_id = webhook["context"]["trace_id"]  # "0x" + 32 hex digits
+    assert case_event["context"]["trace_id"] == trace_id and case_event["parent_id"] == webhook["context"]["span_id"]
+    [post] = posts(supplier)
+    carrier = {"traceparent": post["traceparent"]}
+    at_supplier = trace.get_current_span(TraceContextTextMapPropagator().extract(carrier)).get_span_context()
+    assert at_supplier.is_valid and at_supplier.trace_id == int(trace_id, 16)
 
 
 def test_duplicates_and_repeated_investigations_reach_the_supplier_once(host: DevHost, supplier: SupplierStub) -> None:

@@ -24,6 +24,8 @@ class Sent:
     message_id: str
     body: bytes
     scheduled_at: float | None
+    application_properties: dict[Any, Any] = field(default_factory=dict)
+    message: Any = field(default=None, repr=False)  # the SDK's ServiceBusMessage the adapter built
 
 
 @dataclass
@@ -69,7 +71,9 @@ class FakeSender:
                     self._broker.fail_sends -= 1
                     raise ServiceBusConnectionError(message="link detached")
                 body = b"".join(bytes(part) for part in message.body)
-                self._broker.sent.append(Sent(message.session_id, message.message_id, body, scheduled_at))
+                properties = dict(message.application_properties or {})
+                sent = Sent(message.session_id, message.message_id, body, scheduled_at, properties, message)
+                self._broker.sent.append(sent)
         finally:
             self._inside.release()
 

@@ -4,11 +4,14 @@ links are never shared between threads, a broken link is dropped, nothing connec
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
 import pytest
 
 from shared.core.errors import StoreUnavailable
 from shared.domain.events import CaseEvent
+from shared.messaging import TRACE_PROPERTY
 from shared.messaging.servicebus import ServiceBusEventSender
 from tests.support.fake_servicebus import Broker, FakeClient, FakeSender
 
@@ -51,3 +54,71 @@ def test_a_broken_link_is_reported_as_unavailable_and_never_reused() -> None:
     sender.send(CaseEvent("case.investigate", "C-1", {}), message_id="m-2")
     assert [s.message_id for s in broker.sent] == ["m-0", "m-2"]
     assert broker.clients == 2  # the broken link was replaced, not reused
+
+
+def _recording_tracer() -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    return TracerProvider().get_tracer("test")
+
+
+def _carried(properties: dict[Any, Any]) -> Any:
+    """The span context in a sent message's ``Diagnostic-Id``, parsed by OpenTelemetry's propagator."""
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    value = properties[TRACE_PROPERTY.encode()]
+    return trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": value})).get_span_context()
+
+
+def test_a_send_carries_the_current_span_as_diagnostic_id_scheduled_or_not() -> None:
+    broker = Broker()
+    sender = ServiceBusEventSender("case-events", lambda: FakeClient(broker))
+    with _recording_tracer().start_as_current_span("webhook") as span:
+        sender.send(CaseEvent("case.investigate", "C-1", {}), message_id="m-1")
+        sender.send(CaseEvent("case.investigate", "C-1", {}), message_id="m-2", schedule_at=time.time() + 60)
+    expected = span.get_span_context()
+    for sent in broker.sent:
+        assert sent.application_properties["type"] == "case.investigate"
+        carried = _carried(sent.application_properties)
+        assert (carried.trace_id, carried.span_id) == (expected.trace_id, expected.span_id)
+        assert b"traceparent" not in sent.application_properties  # one name for it: Diagnostic-Id
+
+
+def test_outside_any_span_a_send_carries_no_trace_context() -> None:
+    broker = Broker()
+    ServiceBusEventSender("case-events", lambda: FakeClient(broker)).send(
+        CaseEvent("case.investigate", "C-1", {}), message_id="m-1"
+    )
+    assert broker.sent[0].application_properties == {"type": "case.investigate"}
+
+
+def test_with_the_sdks_own_tracing_on_diagnostic_id_goes_on_the_wire_once_and_is_ours() -> None:
+    """azure-servicebus adds its own ``Diagnostic-Id`` when azure-core tracing is on (as in Azure, through
+    azure-monitor-opentelemetry), with ``setdefault`` on a ``bytes`` key: the adapter's key must be that one."""
+    from azure.core.settings import settings
+    from azure.servicebus import ServiceBusMessage
+    from azure.servicebus._common.tracing import trace_message
+    from azure.servicebus._common.utils import transform_outbound_messages
+    from azure.servicebus._pyamqp._encode import encode_application_properties
+    from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
+
+    broker = Broker()
+    sender = ServiceBusEventSender("case-events", lambda: FakeClient(broker))
+    with _recording_tracer().start_as_current_span("webhook") as span:
+        sender.send(CaseEvent("case.investigate", "C-1", {}), message_id="m-1")
+        message = broker.sent[0].message
+        settings.tracing_implementation = "opentelemetry"
+        try:
+            # What ServiceBusSender.send_messages does to the outgoing AMQP message before it is sent.
+            outgoing = transform_outbound_messages(
+                message, ServiceBusMessage, to_outgoing_amqp_message=PyamqpTransport.to_outgoing_amqp_message
+            )
+            traced = trace_message(outgoing._message, amqp_transport=PyamqpTransport)
+        finally:
+            settings.tracing_implementation.unset_value()
+    wire = encode_application_properties(traced.application_properties)
+    names = [key["VALUE"] if isinstance(key, dict) else key for key, _ in wire["VALUE"]]
+    names = [n.decode() if isinstance(n, bytes) else n for n in names]
+    assert names.count(TRACE_PROPERTY) == 1
+    assert _carried(traced.application_properties).span_id == span.get_span_context().span_id

@@ -53,3 +53,46 @@ def test_an_unresolved_key_vault_reference_is_refused() -> None:
     ref = "@Microsoft.KeyVault(SecretUri=https://v.vault.azure.net/secrets/webhook/)"
     with pytest.raises(ConfigurationError, match="unresolved Key Vault reference"):
         Settings.from_mapping({**BASE, "WEBHOOK_SECRET": ref})
+
+
+AZURE_READY = {
+    "WEBHOOK_SECRET": "s",
+    "CASEKEEPER_STORE": "cosmos",
+    "CosmosDBConnection__accountEndpoint": "https://x.documents.azure.com:443/",
+    "CASEKEEPER_QUEUE": "servicebus",
+    "ServiceBusConnection__fullyQualifiedNamespace": "x.servicebus.windows.net",
+}
+
+
+@pytest.mark.parametrize("marker", ["WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME"])
+def test_in_azure_the_sqlite_store_and_the_local_queue_are_refused_together(marker: str) -> None:
+    env = {**AZURE_READY, "CASEKEEPER_STORE": "sqlite", "CASEKEEPER_QUEUE": "local", marker: "abc123"}
+    with pytest.raises(ConfigurationError) as err:
+        Settings.from_mapping(env)
+    text = str(err.value)
+    assert "CASEKEEPER_STORE=sqlite is refused" in text and "CASEKEEPER_QUEUE=local is refused" in text
+    assert marker in text and "per instance" in text
+
+
+def test_in_azure_the_default_store_is_sqlite_and_so_refused() -> None:
+    env = {k: v for k, v in AZURE_READY.items() if k != "CASEKEEPER_STORE"}
+    with pytest.raises(ConfigurationError, match="CASEKEEPER_STORE=sqlite is refused") as err:
+        Settings.from_mapping({**env, "WEBSITE_SITE_NAME": "casekeeper-prod"})
+    assert "CASEKEEPER_QUEUE" not in str(err.value)
+
+
+def test_in_azure_the_local_queue_alone_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="CASEKEEPER_QUEUE=local is refused") as err:
+        Settings.from_mapping({**AZURE_READY, "CASEKEEPER_QUEUE": "local", "WEBSITE_INSTANCE_ID": "i-1"})
+    assert "CASEKEEPER_STORE" not in str(err.value)
+
+
+def test_in_azure_cosmos_and_service_bus_start() -> None:
+    settings = Settings.from_mapping({**AZURE_READY, "WEBSITE_INSTANCE_ID": "i-1", "WEBSITE_SITE_NAME": "ck"})
+    assert (settings.store, settings.queue) == ("cosmos", "servicebus")
+
+
+def test_outside_azure_sqlite_and_the_local_queue_start() -> None:
+    # An empty marker is not a marker: only a set variable means Azure.
+    settings = Settings.from_mapping({**BASE, "CASEKEEPER_STORE": "sqlite", "WEBSITE_INSTANCE_ID": " "})
+    assert (settings.store, settings.queue) == ("sqlite", "local")

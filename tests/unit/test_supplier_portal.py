@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry import trace
 
 from shared.core.errors import ConfigurationError, DownstreamRejected, OutcomeUnknown
 from shared.localhost.supplier_stub import Faults, SupplierStub
@@ -491,3 +492,21 @@ def test_the_cli_logs_every_request_before_it_is_killed(tmp_path: Path) -> None:
     assert [(r["status"], r["created"]) for r in read_log(log)] == [(503, True), (200, False)]
     assert "POST /credit-notes key=key-1 -> 503 CN-000001 [fail_after_create]" in stderr
     assert "POST /credit-notes key=key-1 -> 200 CN-000001" in stderr
+
+
+def test_both_calls_send_the_current_trace_context_and_none_outside_a_span(
+    stub: SupplierStub, portal: SupplierPortal
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    ask(portal, "key-untraced")
+    with TracerProvider().get_tracer("test").start_as_current_span("effect request_credit_note") as span:
+        ask(portal, "key-traced")
+        portal.find_credit_note("key-traced")
+    untraced, post, lookup = stub.requests
+    assert untraced["traceparent"] is None
+    for record in (post, lookup):
+        carrier = {"traceparent": record["traceparent"]}
+        sent = trace.get_current_span(TraceContextTextMapPropagator().extract(carrier)).get_span_context()
+        assert (sent.trace_id, sent.span_id) == (span.get_span_context().trace_id, span.get_span_context().span_id)
