@@ -128,12 +128,29 @@ _configured = threading.Event()
 _lock = threading.Lock()
 
 
+QUIET_LOGGERS = (
+    "agent_framework",  # an INFO line per superstep; its warnings (checkpoint failures) still pass
+    "httpx",  # a line per request
+    "azure.core.pipeline.policies.http_logging_policy",  # every SDK request and response, headers included
+    "azure.cosmos._cosmos_http_logging_policy",
+    "azure.identity",
+)
+"""Library loggers held at WARNING. The Functions host's ``logging.logLevel`` in host.json does not reach
+Python loggers, so their levels are set here, in code, for Azure and the local host alike."""
+
+
+def quiet_library_loggers() -> None:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def configure(connection_string: str | None, *, service_name: str = "casekeeper") -> str:
     """Install exporters for this process, once. Returns which: ``azure_monitor``, ``otlp`` or ``console``."""
     with _lock:
         if _configured.is_set():
             return "already"
         _configured.set()
+        quiet_library_loggers()
         if connection_string:
             from azure.identity import DefaultAzureCredential
             from azure.monitor.opentelemetry import configure_azure_monitor

@@ -39,6 +39,7 @@ from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.settings import SETTINGS, Settings
 from shared.app.telemetry import configure as configure_telemetry
+from shared.app.telemetry import quiet_library_loggers
 from shared.core.errors import StoreError
 from shared.localhost.changefeed import LocalChangeFeed, to_document_list
 from shared.localhost.http_server import HttpFrontend, Route
@@ -363,8 +364,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("agent_framework").setLevel(logging.WARNING)  # per-superstep INFO lines drown the rest
+    quiet_library_loggers()  # per-superstep and per-request INFO lines drown the rest
     options = DevOptions(
         host=args.host,
         port=args.port,
