@@ -15,9 +15,10 @@
      approver), or the request is no longer the pending one at that version (answered already,
      withdrawn, stale: the rules then commit nothing);
    - per case: the decision every fact change owes is made. The case's creation, and each facts
-     transition from a status other than ``credit_requested``/``closed``, is followed by an
-     investigation, which always commits a transition; so the last of them must be followed by a
-     transition that is not a facts change, unless an effect of the case has no known outcome
+     transition from a status other than ``credit_requested``/``closed`` (a person's withdrawal of a
+     request excepted: it hands the case to that person), is followed by an investigation, which
+     always commits a transition; so the last of them must be followed by a transition that is not a
+     facts change, unless an effect of the case has no known outcome
      (``started``/``needs_reconciliation``: the decision waits for it);
    - per case: the facts rebuilt from the accepted events equal the case's facts.
 
@@ -168,7 +169,7 @@ def _decision_owed(view: dict[str, Any]) -> str | None:
         return None
     owed_at, owed_by = -1, "the case's creation"
     for i, transition in enumerate(history):
-        if not is_facts_transition(transition):
+        if not is_facts_transition(transition) or _is_withdrawal(transition):
             continue
         before = history[i - 1].get("status") if i > 0 else "open"
         if before not in ("credit_requested", "closed"):
@@ -270,6 +271,13 @@ def check_effects_and_status(evidence: Evidence) -> list[Violation]:
             if pending.get("caseVersion") != (view.get("case") or {}).get("version"):
                 add("the case is awaiting_approval without a request on its current version", pending=pending)
     return violations
+
+
+def _is_withdrawal(transition: dict[str, Any]) -> bool:
+    """A person took a request off the books: the case goes to that person (``needs_review``), by design
+    with no decision after it; the person investigates when ready."""
+    changes = transition.get("changes")
+    return isinstance(changes, dict) and set(changes) == {"withdrawn"}
 
 
 def _note_of(effect: dict[str, Any]) -> str | None:

@@ -278,3 +278,13 @@ def test_waiting_for_credit_without_a_new_request_needs_one_still_outstanding() 
     story.transition("credit_requested", "300.00 EUR requested and outstanding covers the over-billing")
     summaries = [v.summary for v in violations(story.done(), 4)]
     assert any("no request of it is outstanding" in s for s in summaries), summaries
+
+
+def test_a_withdrawal_hands_the_case_to_a_person_and_owes_no_decision() -> None:
+    story = Story(invoice="1300.00", po="1000.00")
+    story.request("a", "300.00")
+    withdrawn = [{"effectKey": "a", "by": "ana", "why": "settled by phone", "at": 1.0}]
+    story.transition("needs_review", "request.withdrawn: request a withdrawn by ana", changes={"withdrawn": withdrawn})
+    assert [v.summary for v in violations(story.done(), 3) if "no decision followed" in v.summary] == []
+    story.transition("needs_review", "po.updated: PO amount 1000.00 -> 1100.00", changes={"poAmount": "1100.00"})
+    assert any("no decision followed" in v.summary for v in violations(story.done(), 3))
