@@ -40,7 +40,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -615,14 +615,16 @@ def _explain(violations: list[Violation]) -> str:
     return "\n".join(f"invariant {v.invariant}: {v.summary}" for v in violations)
 
 
-@pytest.fixture(scope="module")
-def supplier_stub() -> Iterator[SupplierStub]:
-    stub = SupplierStub(port=0)
-    stub.start()
-    try:
-        yield stub
-    finally:
-        stub.stop()
+def machine_class(
+    supplier: SupplierStub, backend: str = "sqlite", open_cosmos: Callable[[], DocumentStore] | None = None
+) -> type[CaseMachine]:
+    """The state machine bound to a test's supplier stub and backend (Hypothesis builds the instances)."""
+    attributes = {
+        "supplier": supplier,
+        "backend": backend,
+        "open_cosmos": staticmethod(open_cosmos) if open_cosmos else None,
+    }
+    return type(f"CaseMachineOn{backend.title()}", (CaseMachine,), attributes)
 
 
 def _run(machine: type[CaseMachine], examples: int, steps: int) -> None:
@@ -638,18 +640,15 @@ def _run(machine: type[CaseMachine], examples: int, steps: int) -> None:
 
 
 def test_the_chaos_invariants_hold_over_any_sequence_of_events_faults_and_crashes_sqlite(
-    supplier_stub: SupplierStub,
+    supplier: SupplierStub,
 ) -> None:
-    class OnSqlite(CaseMachine):
-        supplier = supplier_stub
-
-    _run(OnSqlite, examples=100, steps=40)
+    _run(machine_class(supplier), examples=100, steps=40)
 
 
 @pytest.mark.cosmos
 @pytest.mark.slow
 def test_the_chaos_invariants_hold_over_any_sequence_of_events_faults_and_crashes_cosmos(
-    supplier_stub: SupplierStub, cosmos_server: Any
+    supplier: SupplierStub, cosmos_server: Any
 ) -> None:
     import uuid
 
@@ -658,25 +657,17 @@ def test_the_chaos_invariants_hold_over_any_sequence_of_events_faults_and_crashe
     def open_cosmos() -> DocumentStore:
         return make_cosmos_store(cosmos_server, f"s{uuid.uuid4().hex[:12]}")
 
-    class OnCosmos(CaseMachine):
-        backend = "cosmos"
-        supplier = supplier_stub
-
-    OnCosmos.open_cosmos = staticmethod(open_cosmos)  # type: ignore[assignment]
-    _run(OnCosmos, examples=6, steps=15)
+    _run(machine_class(supplier, "cosmos", open_cosmos), examples=6, steps=15)
 
 
 def test_an_approved_request_that_died_after_reaching_the_supplier_is_not_sent_to_review_as_its_own_excess(
-    supplier_stub: SupplierStub,
+    supplier: SupplierStub,
 ) -> None:
     """Found by the state machine (and by ``casekeeper chaos --store cosmos --seed 3``): the host dies at
     F3 on the approved request; the redelivered answer must find its own claimed request and wait for it,
     not count it as an earlier one and send the case to review as exceeding what may still be requested."""
 
-    class OnSqlite(CaseMachine):
-        supplier = supplier_stub
-
-    machine = OnSqlite()
+    machine = machine_class(supplier)()
     try:
         machine.invoice(po=Decimal("1000.00"), over=Decimal("1500.00"), crash=None, then=1)
         assert machine._view()["case"]["status"] == "awaiting_approval"  # type: ignore[index]
@@ -697,16 +688,13 @@ def test_an_approved_request_that_died_after_reaching_the_supplier_is_not_sent_t
 
 
 def test_a_fact_that_arrives_while_a_call_is_in_flight_is_not_overtaken_by_a_later_one(
-    supplier_stub: SupplierStub,
+    supplier: SupplierStub,
 ) -> None:
     """Found by the state machine: a PO update that arrived while an interrupted run's call was in flight
     was deferred whole, and a later PO update, arriving after the call's timeout, was applied first; the
     deferred one then overwrote it. Facts are recorded in arrival order; only the decision waits."""
 
-    class OnSqlite(CaseMachine):
-        supplier = supplier_stub
-
-    machine = OnSqlite()
+    machine = machine_class(supplier)()
     try:
         machine.invoice(po=Decimal("1000.00"), over=Decimal("1500.00"), crash=None, then=1)
         machine.supplier_misbehaves("drop_after_create")  # the approved call's outcome is unknown

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,10 +18,20 @@ from shared.app.bootstrap import Services
 from shared.app.settings import Settings
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 from shared.localhost.supplier_stub import SupplierStub
-from shared.messaging.sqlite_queue import LocalSessionQueue
+from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from shared.workflow.capture import uninstall
 
 SECRET = "test-secret-one"
+QUEUE = "case-events"
+INVOICE = {
+    "invoiceId": "INV-1",
+    "supplierId": "S-1",
+    "poNumber": "PO-1",
+    "invoiceAmount": "1100.00",
+    "poAmount": "1000.00",
+    "currency": "EUR",
+}
+"""An invoice over-billed by 100.00, under the approval threshold: one credit-note request."""
 
 
 def settings_for(tmp_path: Path, supplier_url: str, **overrides: str) -> Settings:
@@ -62,6 +73,20 @@ def functions() -> dict[str, Any]:
 
 def user_function(functions: dict[str, Any], name: str) -> Callable[..., Any]:
     return functions[name].get_user_function()  # type: ignore[no-any-return]
+
+
+def deliver(functions: dict[str, Any], queue: LocalSessionQueue) -> Any:
+    """Receive the next message as the host would, invoke the worker, settle it as autoComplete does:
+    completed when the function returns, abandoned (and the error raised) when it raises."""
+    msg = queue.receive(QUEUE)
+    assert msg is not None, "nothing to deliver"
+    try:
+        result = asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
+    except Exception:
+        queue.abandon(msg)
+        raise
+    queue.complete(msg)
+    return result
 
 
 def signed_request(

@@ -18,17 +18,8 @@ from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_mess
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.capture import uninstall
 from tests.support.downstream import leave_started
-from tests.triggers.conftest import settings_for, user_function
+from tests.triggers.conftest import INVOICE, QUEUE, settings_for, user_function
 
-QUEUE = "case-events"
-INVOICE = {
-    "invoiceId": "INV-1",
-    "supplierId": "S-1",
-    "poNumber": "PO-1",
-    "invoiceAmount": "1100.00",
-    "poAmount": "1000.00",
-    "currency": "EUR",
-}
 HOLD = 2.0
 
 

@@ -18,9 +18,7 @@ from shared.domain.events import CaseEvent
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, PRINCIPAL_HEADER, encode_principal
-from tests.triggers.conftest import SECRET, signed_request, user_function
-
-QUEUE = "case-events"
+from tests.triggers.conftest import QUEUE, SECRET, signed_request, user_function
 
 
 def event(**overrides: Any) -> bytes:

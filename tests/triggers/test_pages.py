@@ -19,9 +19,8 @@ from shared.handlers.pages import REDRIVE_PURPOSE, approval_path
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.web import csrf
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, PRINCIPAL_HEADER, encode_principal
-from tests.triggers.conftest import user_function
+from tests.triggers.conftest import QUEUE, user_function
 
-QUEUE = "case-events"
 ORIGIN = "http://localhost"
 EVIL = "<script>alert(1)</script>"
 EVIL_AS_TEXT = "&lt;script&gt;alert(1)&lt;/script&gt;"

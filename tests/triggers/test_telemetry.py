@@ -22,16 +22,7 @@ from shared.handlers.case_events import handle_case_message
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import encode
 from shared.workflow.capture import uninstall
-from tests.triggers.conftest import settings_for
-
-INVOICE = {
-    "invoiceId": "INV-1",
-    "supplierId": "S-1",
-    "poNumber": "PO-1",
-    "invoiceAmount": "1100.00",
-    "poAmount": "1000.00",
-    "currency": "EUR",
-}
+from tests.triggers.conftest import INVOICE, settings_for
 
 
 @pytest.fixture

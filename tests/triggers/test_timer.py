@@ -23,17 +23,8 @@ from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.capture import uninstall
-from tests.triggers.conftest import settings_for, user_function
+from tests.triggers.conftest import INVOICE, QUEUE, settings_for, user_function
 
-QUEUE = "case-events"
-INVOICE = {
-    "invoiceId": "INV-1",
-    "supplierId": "S-1",
-    "poNumber": "PO-1",
-    "invoiceAmount": "1100.00",
-    "poAmount": "1000.00",
-    "currency": "EUR",
-}
 COMMIT = {"status": "credit_requested", "reason": "over-billed", "clearPendingApproval": False}
 REQUEST = {"amount": "100.00", "currency": "EUR", "invoiceId": "INV-1", "supplierId": "S-1", "commit": COMMIT}
 

@@ -28,17 +28,7 @@ from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from shared.workflow.capture import uninstall
 from tests.conftest import StoreSpec
-from tests.triggers.conftest import settings_for, user_function
-
-QUEUE = "case-events"
-INVOICE = {
-    "invoiceId": "INV-1",
-    "supplierId": "S-1",
-    "poNumber": "PO-1",
-    "invoiceAmount": "1100.00",
-    "poAmount": "1000.00",
-    "currency": "EUR",
-}
+from tests.triggers.conftest import INVOICE, QUEUE, deliver, settings_for, user_function
 
 
 @pytest.fixture
@@ -62,18 +52,6 @@ def on_backend(
         uninstall()
         svc.close()
         queue.close()
-
-
-def deliver(functions: dict[str, Any], queue: LocalSessionQueue) -> None:
-    """Receive the next message as the host would and settle it like autoComplete: an exception abandons it."""
-    msg = queue.receive(QUEUE)
-    assert msg is not None
-    try:
-        asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
-    except Exception:
-        queue.abandon(msg)
-        raise
-    queue.complete(msg)
 
 
 def settled(queue: LocalSessionQueue) -> bool:

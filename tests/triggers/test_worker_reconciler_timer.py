@@ -3,7 +3,6 @@ and ``TimerRequest`` as the host would."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any
@@ -17,32 +16,9 @@ from shared.core.ports import Query
 from shared.domain.events import CaseEvent
 from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import SupplierStub
-from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
+from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.support.downstream import leave_started
-from tests.triggers.conftest import user_function
-
-QUEUE = "case-events"
-INVOICE = {
-    "invoiceId": "INV-1",
-    "supplierId": "S-1",
-    "poNumber": "PO-1",
-    "invoiceAmount": "1100.00",
-    "poAmount": "1000.00",
-    "currency": "EUR",
-}
-
-
-def deliver(functions: dict[str, Any], queue: LocalSessionQueue) -> Any:
-    """Receive the next message as the host would, invoke the worker, settle like autoComplete does."""
-    msg = queue.receive(QUEUE)
-    assert msg is not None
-    try:
-        result = asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
-    except Exception:
-        queue.abandon(msg)
-        raise
-    queue.complete(msg)
-    return result
+from tests.triggers.conftest import INVOICE, QUEUE, deliver, user_function
 
 
 def send(svc: Services, event: CaseEvent, message_id: str) -> None:
