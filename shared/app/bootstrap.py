@@ -8,13 +8,14 @@ per process, and reuses it; :func:`use` installs a prepared :class:`Services` (t
 from __future__ import annotations
 
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from shared.app.alerts import Alerter
+from shared.app.operations import Operations
 from shared.app.settings import Settings
 from shared.app.telemetry import Telemetry
 from shared.app.telemetry import configure as configure_telemetry
@@ -23,7 +24,12 @@ from shared.core.clock import Clock
 from shared.core.ledger import Ledger
 from shared.core.ports import DocumentStore
 from shared.core.reconcile import Reconciler
+from shared.handlers.case_events import CaseEventDeps
+from shared.handlers.effect_changes import EffectChangeDeps
+from shared.handlers.health import HealthDeps
+from shared.handlers.http import ApiDeps
 from shared.handlers.ingress import Ingress
+from shared.handlers.pages import PageDeps
 from shared.messaging import DeadLetterQueue, EventSender
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
@@ -42,27 +48,66 @@ class SystemClock:
 
 @dataclass
 class Services:
+    """Everything one process built, and the handful of collaborators each trigger family takes.
+
+    The handlers never see this object: each trigger in ``shared.functions`` hands its handler the one
+    ``*Deps`` value below. The other fields are for the hosts (the local host, the tests) that start,
+    inspect and close what was built.
+    """
+
     settings: Settings
-    store: DocumentStore
-    clock: Clock
-    cases: CaseRepository
-    ledger: Ledger
-    supplier: SupplierPortal
-    worker: CaseWorker
-    reconciler: Reconciler
+    ops: Operations
     sender: EventSender
-    dead_letters: DeadLetterQueue
     ingress: Ingress
-    alerts: Alerter
     telemetry: Telemetry
-    extra: dict[str, Any] = field(default_factory=dict)
+    case_events: CaseEventDeps
+    effect_changes: EffectChangeDeps
+    health: HealthDeps
+    api: ApiDeps
+    pages: PageDeps
+
+    # The parts the hosts and tests reach for, by their usual names.
+    @property
+    def store(self) -> DocumentStore:
+        return self.ops.store
+
+    @property
+    def clock(self) -> Clock:
+        return self.ops.clock
+
+    @property
+    def cases(self) -> CaseRepository:
+        return self.ops.cases
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.ops.ledger
+
+    @property
+    def supplier(self) -> SupplierPortal:
+        return self.ops.supplier
+
+    @property
+    def worker(self) -> CaseWorker:
+        return self.ops.worker
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self.ops.reconciler
+
+    @property
+    def dead_letters(self) -> DeadLetterQueue:
+        return self.ops.dead_letters
+
+    @property
+    def alerts(self) -> Alerter:
+        return self.ops.alerts
 
     def close(self) -> None:
-        self.supplier.close()
         closer = getattr(self.sender, "close", None)
         if callable(closer):
             closer()
-        self.store.close()
+        self.ops.close()
 
 
 def open_store(settings: Settings) -> DocumentStore:
@@ -107,23 +152,21 @@ def open_dead_letters(settings: Settings) -> DeadLetterQueue:
     )
 
 
-def build(
+def build_operations(
     settings: Settings,
     *,
     store: DocumentStore | None = None,
-    sender: EventSender | None = None,
     dead_letters: DeadLetterQueue | None = None,
     clock: Clock | None = None,
     proposer: Proposer | None = None,
     telemetry: Telemetry | None = None,
     probe: Callable[[str], None] | None = None,
-) -> Services:
-    """Wire everything. Pass ``store``/``sender``/``clock``/``proposer``/``telemetry`` to replace the
-    configured ones. ``probe`` is called at the failure points F1, F2, F4 (the ledger), F5 and F6 (the
-    commit) by name: the fault tests raise there to stop a run as a crash would; production passes none."""
+) -> Operations:
+    """The store-side half: the case repository, the ledger, the reconciler, alerts, the case worker.
+    What the operator commands use; it needs no webhook secret and no sender. Opens nothing and
+    installs nothing process-wide."""
     telemetry = telemetry or Telemetry()
     store = store if store is not None else open_store(settings)
-    sender = sender if sender is not None else open_sender(settings)
     clock = clock or SystemClock()
     cases = CaseRepository(store, clock)
     ledger = Ledger(store, cases, call_timeout=settings.call_timeout, observer=telemetry.observe_effect, probe=probe)
@@ -134,7 +177,7 @@ def build(
         else:
             proposer = RulesProposer()
     alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
-    deps = WorkflowDeps(
+    workflow = WorkflowDeps(
         cases=cases,
         ledger=ledger,
         supplier=supplier,
@@ -154,22 +197,108 @@ def build(
         # A failed lookup is retried a few times before a person is asked; pace it by the call timeout.
         lookup_backoff=max(1.0, min(60.0, settings.call_timeout / 4)),
     )
-    install_capture(store)
-    return Services(
-        settings=settings,
+    return Operations(
         store=store,
         clock=clock,
         cases=cases,
         ledger=ledger,
-        supplier=supplier,
-        worker=CaseWorker(deps, store, checkpoint_max_bytes=settings.checkpoint_max_bytes),
         reconciler=reconciler,
-        sender=sender,
-        dead_letters=dead_letters if dead_letters is not None else open_dead_letters(settings),
-        ingress=Ingress(settings.webhook_secrets, sender, clock),
         alerts=alerts,
-        telemetry=telemetry,
+        dead_letters=dead_letters if dead_letters is not None else open_dead_letters(settings),
+        workflow=workflow,
+        worker=CaseWorker(workflow, store, checkpoint_max_bytes=settings.checkpoint_max_bytes),
+        supplier=supplier,
     )
+
+
+def build(
+    settings: Settings,
+    *,
+    store: DocumentStore | None = None,
+    sender: EventSender | None = None,
+    dead_letters: DeadLetterQueue | None = None,
+    clock: Clock | None = None,
+    proposer: Proposer | None = None,
+    telemetry: Telemetry | None = None,
+    probe: Callable[[str], None] | None = None,
+) -> Services:
+    """Wire everything. Pass ``store``/``sender``/``clock``/``proposer``/``telemetry`` to replace the
+    configured ones. ``probe`` is called at the failure points F1, F2, F4 (the ledger), F5 and F6 (the
+    commit) by name: the fault tests raise there to stop a run as a crash would; production passes none.
+
+    Nothing process-wide changes here: the host that runs workflows installs the checkpoint-failure
+    capture itself (:func:`start`)."""
+    telemetry = telemetry or Telemetry()
+    ops = build_operations(
+        settings,
+        store=store,
+        dead_letters=dead_letters,
+        clock=clock,
+        proposer=proposer,
+        telemetry=telemetry,
+        probe=probe,
+    )
+    sender = sender if sender is not None else open_sender(settings)
+    ingress = Ingress(settings.webhook_secrets, sender, ops.clock)
+    return Services(
+        settings=settings,
+        ops=ops,
+        sender=sender,
+        ingress=ingress,
+        telemetry=telemetry,
+        case_events=CaseEventDeps(
+            worker=ops.worker,
+            reconciler=ops.reconciler,
+            sender=sender,
+            store=ops.store,
+            clock=ops.clock,
+            backoff=settings.backoff,
+            telemetry=telemetry,
+        ),
+        effect_changes=EffectChangeDeps(
+            reconciler=ops.reconciler, ledger=ops.ledger, sender=sender, telemetry=telemetry
+        ),
+        health=HealthDeps(
+            store=ops.store,
+            cases=ops.cases,
+            ledger=ops.ledger,
+            sender=sender,
+            alerts=ops.alerts,
+            dead_letters=ops.dead_letters,
+            checkpoint_lag=settings.checkpoint_lag,
+            open_case_grace=settings.call_timeout,
+        ),
+        api=ApiDeps(
+            ingress=ingress,
+            ops=ops,
+            telemetry=telemetry,
+            backends={"store": settings.store, "queue": settings.queue},
+        ),
+        pages=PageDeps(
+            ops=ops,
+            ingress=ingress,
+            webhook_secrets=settings.webhook_secrets,
+            store_option=store_option(settings, ops.store),
+        ),
+    )
+
+
+def start(svc: Services) -> Services:
+    """What a process that runs workflows does once it built its services: checkpoint-save failures are
+    recorded in this store from now on (``shared.workflow.capture``)."""
+    install_capture(svc.store)
+    return svc
+
+
+def store_option(settings: Settings, store: DocumentStore) -> str:
+    """How an operator command names this store: ``--data DIR`` for a local host's SQLite file, else
+    ``--from-settings``."""
+    from shared.stores.sqlite import SqliteDocumentStore
+
+    path = settings.sqlite_path
+    if isinstance(store, SqliteDocumentStore) and path.name == "casekeeper.sqlite":
+        return f"--data {shlex.quote(str(path.parent))}"
+    return "--from-settings"
 
 
 class _Holder:
@@ -189,7 +318,7 @@ def services() -> Services:
         if _holder.services is None:
             settings = Settings.from_mapping(os.environ)
             configure_telemetry(settings.appinsights_connection_string)
-            _holder.services = build(settings)
+            _holder.services = start(build(settings))
         return _holder.services
 
 

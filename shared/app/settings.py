@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from shared.core.errors import ConfigurationError
+from shared.core.ledger import DEFAULT_CALL_TIMEOUT
 from shared.core.retry import Backoff
 from shared.domain.invoice import Rules
 
@@ -39,7 +40,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("CASE_EVENTS_QUEUE", "case-events", "the session-enabled queue of case events"),
     Setting("WEBHOOK_SECRET", None, "HMAC secret(s) of the event webhook; comma-separated while rotating", True),
-    Setting("CALL_TIMEOUT_SECONDS", "120", "how long a started effect is presumed in flight before it is reconciled"),
+    Setting(
+        "CALL_TIMEOUT_SECONDS",
+        f"{DEFAULT_CALL_TIMEOUT:g}",
+        "how long a started effect is presumed in flight before it is reconciled",
+    ),
     Setting("SUPPLIER_PORTAL_URL", "http://127.0.0.1:8765", "base URL of the supplier portal API"),
     Setting(
         "SUPPLIER_TIMEOUT_SECONDS",
@@ -100,8 +105,11 @@ class Settings:
     backoff: Backoff
 
     @classmethod
-    def from_mapping(cls, env: Mapping[str, str]) -> Settings:
-        """Read and validate; raises ``ConfigurationError`` naming every problem at once."""
+    def from_mapping(cls, env: Mapping[str, str], *, receives_events: bool = True) -> Settings:
+        """Read and validate; raises ``ConfigurationError`` naming every problem at once.
+
+        ``receives_events=False`` (the operator commands): ``WEBHOOK_SECRET`` is not required, as nothing
+        signed is verified."""
         values = {name: (env.get(name) or "").strip() or default for name, default in _DEFAULTS.items()}
         problems: list[str] = []
         missing: list[str] = []
@@ -143,7 +151,8 @@ class Settings:
             if queue == "servicebus"
             else values["ServiceBusConnection__fullyQualifiedNamespace"]
         )
-        secrets = tuple(s.strip() for s in (require("WEBHOOK_SECRET") or "").split(",") if s.strip())
+        secret = require("WEBHOOK_SECRET") if receives_events else values["WEBHOOK_SECRET"]
+        secrets = tuple(s.strip() for s in (secret or "").split(",") if s.strip())
         for name in ("WEBHOOK_SECRET", "ALERT_WEBHOOK_URL"):
             # An unresolved Key Vault reference reaches the app as its literal text; used as an HMAC key it
             # would be guessable, so it is refused rather than trusted.

@@ -173,7 +173,7 @@ class Ledger:
             raise ValueError("call_timeout must be positive")
         self._store = store
         self._cases = cases
-        self.call_timeout = call_timeout
+        self._call_timeout = call_timeout
         self._probe = probe or (lambda point: None)
         self._observe = observer or (lambda event, effect: None)
 
@@ -351,15 +351,15 @@ class Ledger:
         if existing.status is EffectStatus.NEEDS_RECONCILIATION:
             raise NeedsReconciliation(**ctx, age=None, reason=existing.reason or "marked for reconciliation")
         age = self._store.now() - existing.ts
-        if age < self.call_timeout:
+        if age < self._call_timeout:
             raise EffectInFlight(
                 key=ctx["key"],
                 case_id=ctx["case_id"],
                 action=ctx["action"],
-                retry_after=max(self.call_timeout - age, 0.0),
+                retry_after=max(self._call_timeout - age, 0.0),
             )
         raise NeedsReconciliation(
-            **ctx, age=age, reason=f"started {age:.0f}s ago (call timeout {self.call_timeout:.0f}s), outcome unknown"
+            **ctx, age=age, reason=f"started {age:.0f}s ago (call timeout {self._call_timeout:.0f}s), outcome unknown"
         )
 
     # --- what reconciliation and operators need -----------------------------------------------
@@ -385,6 +385,15 @@ class Ledger:
         )
         return decode_all(docs, Effect.from_document, on_malformed)
 
+    def overdue(self, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
+        """``started`` effects past their call timeout: their outcome is unknown, and nobody is mid-call."""
+        return self.started_older_than(self._call_timeout, on_malformed=on_malformed)
+
+    def stale_gates(self, *, on_malformed: OnMalformed | None = None) -> list[Case]:
+        """Cases whose version gate let an effect through longer ago than the call timeout, with neither
+        its commit nor its escalation since: a run stopped between the gate and the commit."""
+        return self._cases.with_open_gate(self._call_timeout, on_malformed=on_malformed)
+
     def with_status_since(self, status: EffectStatus, since: float) -> list[Effect]:
         """Effects in ``status`` that changed after store time ``since``, oldest first."""
         docs = self._store.query(EFFECTS, Query(equals={"status": status.value}, ts_after=since, order_by_ts="asc"))
@@ -403,11 +412,22 @@ class Ledger:
 
     def in_flight_for(self, effect: Effect) -> float | None:
         """For a ``started`` effect still within its call timeout (store clock), the seconds left before
-        its outcome counts as unknown; ``None`` otherwise (any other status, or past the timeout)."""
+        its outcome counts as unknown; ``None`` otherwise (any other status, or past the timeout).
+
+        The one place that decides "in flight": everything else asks here (or :meth:`recheck_due`)."""
         if effect.status is not EffectStatus.STARTED:
             return None
-        left = self.call_timeout - self.age(effect)
+        left = self._call_timeout - self.age(effect)
         return left if left > 0 else None
+
+    def in_flight(self, effect: Effect) -> bool:
+        """Another attempt may be mid-call: do not touch it, look again later."""
+        return self.in_flight_for(effect) is not None
+
+    def recheck_due(self, effect: Effect) -> float:
+        """When (store clock, seconds since the epoch) a ``started`` effect's current attempt runs out of
+        time and its outcome counts as unknown: the moment a re-check can decide it."""
+        return effect.ts + self._call_timeout
 
     def record_outcome(
         self,

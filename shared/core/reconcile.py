@@ -130,11 +130,10 @@ class Reconciler:
             return RecheckResult("failed", key, case_id, effect.reason or "failed")
         if effect.status is EffectStatus.NEEDS_RECONCILIATION:
             return self._escalated(effect, effect.reason or "needs reconciliation")
-        age = self.ledger.age(effect)
-        if age < self.ledger.call_timeout:
-            return RecheckResult(
-                "in_flight", key, case_id, f"started {age:.0f}s ago", retry_after=self.ledger.call_timeout - age
-            )
+        left = self.ledger.in_flight_for(effect)
+        if left is not None:
+            started = f"started {self.ledger.age(effect):.0f}s ago"
+            return RecheckResult("in_flight", key, case_id, started, retry_after=left)
         policy = self.policies.get(effect.action)
         if policy is None:
             return self._escalate(effect, f"no reconciliation policy for action {effect.action}")
@@ -186,9 +185,10 @@ class Reconciler:
             )
             return RecheckResult("failed", *ctx, exc.reason)
         except (OutcomeUnknown, EffectInFlight) as exc:
-            return RecheckResult(
-                "in_flight", *ctx, f"retry outcome unknown: {exc}", retry_after=self.ledger.call_timeout
-            )
+            # The retry started a new attempt on the row: it has its full call timeout from now.
+            current = self.ledger.get(effect.case_id, effect.key)
+            left = self.ledger.in_flight_for(current) if current is not None else None
+            return RecheckResult("in_flight", *ctx, f"retry outcome unknown: {exc}", retry_after=left or 0.0)
         except NeedsReconciliation as exc:
             return RecheckResult("escalated", *ctx, exc.reason)
         except OutcomeAlreadyRecorded:

@@ -19,7 +19,7 @@ def _reply(response: Response) -> func.HttpResponse:
 @bp.route(route="events", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS)
 def events(req: func.HttpRequest) -> func.HttpResponse:
     """The event webhook. Anonymous at the host: the HMAC signature is its authentication."""
-    return _reply(handlers.post_event(services(), req.headers, req.get_body()))
+    return _reply(handlers.post_event(services().api, req.headers, req.get_body()))
 
 
 @bp.function_name("approvals")
@@ -28,7 +28,7 @@ def events(req: func.HttpRequest) -> func.HttpResponse:
 @bp.route(route="cases/{caseId}/approvals/{requestId}", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
 def approvals(req: func.HttpRequest) -> func.HttpResponse:
     case_id, request_id = req.route_params["caseId"], req.route_params["requestId"]
-    return _reply(handlers.post_approval(services(), case_id, request_id, req.get_body(), req.headers))
+    return _reply(handlers.post_approval(services().api, case_id, request_id, req.get_body(), req.headers))
 
 
 @bp.function_name("withdraw_request")
@@ -36,16 +36,16 @@ def approvals(req: func.HttpRequest) -> func.HttpResponse:
 def withdraw_request(req: func.HttpRequest) -> func.HttpResponse:
     """A person takes an outstanding credit-note request off the books (with who and why)."""
     case_id, effect_key = req.route_params["caseId"], req.route_params["effectKey"]
-    return _reply(handlers.post_withdrawal(services(), case_id, effect_key, req.get_body()))
+    return _reply(handlers.post_withdrawal(services().api, case_id, effect_key, req.get_body()))
 
 
 @bp.function_name("get_case")
 @bp.route(route="cases/{caseId}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def get_case(req: func.HttpRequest) -> func.HttpResponse:
-    return _reply(handlers.get_case(services(), req.route_params["caseId"]))
+    return _reply(handlers.get_case(services().api, req.route_params["caseId"]))
 
 
 @bp.function_name("health")
 @bp.route(route="health", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 def health(req: func.HttpRequest) -> func.HttpResponse:
-    return _reply(handlers.health(services()))
+    return _reply(handlers.health(services().api))

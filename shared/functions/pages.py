@@ -26,7 +26,7 @@ def _reply(page: Page) -> func.HttpResponse:
 @bp.route(route="approvals", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 def approvals_page(req: func.HttpRequest) -> func.HttpResponse:
     """The pending approvals, oldest first."""
-    return _reply(pages.approvals_list(services(), req.headers))
+    return _reply(pages.approvals_list(services().pages, req.headers))
 
 
 @bp.function_name("approval_page")
@@ -35,26 +35,28 @@ def approval_page(req: func.HttpRequest) -> func.HttpResponse:
     """One approval request (GET), and its form's answer (POST)."""
     case_id, request_id = req.route_params["caseId"], req.route_params["requestId"]
     if req.method.upper() == "POST":
-        return _reply(pages.answer_approval(services(), req.headers, req.url, case_id, request_id, body=req.get_body()))
-    return _reply(pages.approval_page(services(), req.headers, case_id, request_id, dict(req.params)))
+        return _reply(
+            pages.answer_approval(services().pages, req.headers, req.url, case_id, request_id, body=req.get_body())
+        )
+    return _reply(pages.approval_page(services().pages, req.headers, case_id, request_id, dict(req.params)))
 
 
 @bp.function_name("ops_page")
 @bp.route(route="ops", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 def ops_page(req: func.HttpRequest) -> func.HttpResponse:
     """What is stuck: cases by status, pending effects, escalations, alerts, dead letters, drain check."""
-    return _reply(pages.ops_page(services(), req.headers))
+    return _reply(pages.ops_page(services().pages, req.headers))
 
 
 @bp.function_name("ops_redrive")
 @bp.route(route="ops/redrive", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS)
 def ops_redrive(req: func.HttpRequest) -> func.HttpResponse:
     """The ops page's redrive button."""
-    return _reply(pages.ops_redrive(services(), req.headers, req.url, req.get_body()))
+    return _reply(pages.ops_redrive(services().pages, req.headers, req.url, req.get_body()))
 
 
 @bp.function_name("ops_resolve")
 @bp.route(route="ops/resolve", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS)
 def ops_resolve(req: func.HttpRequest) -> func.HttpResponse:
     """The ops page's form that settles an escalated effect (as ``casekeeper effects resolve``)."""
-    return _reply(pages.ops_resolve(services(), req.headers, req.url, req.get_body()))
+    return _reply(pages.ops_resolve(services().pages, req.headers, req.url, req.get_body()))

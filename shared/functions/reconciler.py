@@ -32,4 +32,4 @@ bp = func.Blueprint()
     start_from_beginning=True,  # type: ignore[arg-type]
 )
 def reconciler(changes: func.DocumentList) -> None:
-    handle_effect_changes(services(), [doc.to_dict() for doc in changes])
+    handle_effect_changes(services().effect_changes, [doc.to_dict() for doc in changes])

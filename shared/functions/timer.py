@@ -13,4 +13,4 @@ bp = func.Blueprint()
 @bp.function_name("checkpoint_health")
 @bp.timer_trigger(arg_name="timer", schedule="%CHECKPOINT_HEALTH_SCHEDULE%")
 def checkpoint_health(timer: func.TimerRequest) -> None:
-    run_health_checks(services())
+    run_health_checks(services().health)

@@ -22,7 +22,7 @@ bp = func.Blueprint()
 )
 async def case_worker(msg: func.ServiceBusMessage) -> None:
     await handle_case_message(
-        services(),
+        services().case_events,
         msg.get_body(),
         session_id=msg.session_id,
         message_id=msg.message_id or "",

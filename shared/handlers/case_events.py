@@ -31,20 +31,38 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from shared.app.bootstrap import Services
+from shared.app.telemetry import Telemetry
+from shared.core.clock import Clock
 from shared.core.errors import CasekeeperError, EffectInFlight, InvalidDocumentId, InvalidEvent
+from shared.core.ports import DocumentStore
+from shared.core.reconcile import Reconciler
+from shared.core.retry import Backoff
 from shared.domain import events as ev
 from shared.handlers.rejected import set_aside
-from shared.messaging import decode, derived_message_id, sender_context
-from shared.workflow.worker import EventResult
+from shared.messaging import Envelope, EventSender, decode, derived_message_id, sender_context
+from shared.workflow.worker import CaseWorker, EventResult
 
 log = logging.getLogger("casekeeper.case_events")
 
 RETRY_MARGIN_SECONDS = 1.0
 MAX_RECHECKS = 50
+
+
+@dataclass(frozen=True)
+class CaseEventDeps:
+    """What the case worker's trigger takes."""
+
+    worker: CaseWorker
+    reconciler: Reconciler
+    sender: EventSender
+    store: DocumentStore
+    """Where events that cannot be handled are set aside (``shared.handlers.rejected``)."""
+    clock: Clock
+    backoff: Backoff
+    telemetry: Telemetry
 
 
 @dataclass(frozen=True)
@@ -55,23 +73,8 @@ class Settlement:
     scheduled_at: float | None = None
 
 
-@dataclass(frozen=True)
-class _Envelope:
-    """Transport fields a message carries beside the event: the copy count, the first message's id, and
-    when the event first failed transiently (for the retry window)."""
-
-    retry: int
-    root: str
-    first_failed_at: float | None
-
-    def fields(self, **changes: Any) -> dict[str, Any]:
-        fields = {"retry": self.retry, "rootMessageId": self.root, "firstFailedAt": self.first_failed_at}
-        fields.update(changes)
-        return {k: v for k, v in fields.items() if v is not None}
-
-
 async def handle_case_message(
-    svc: Services,
+    deps: CaseEventDeps,
     body: bytes,
     *,
     session_id: str | None,
@@ -92,9 +95,9 @@ async def handle_case_message(
         "messaging.message.id": message_id,
         "messaging.servicebus.message.delivery_count": delivery_count,
     }
-    with svc.telemetry.span("case_event", attributes, sender=sender_context(properties)) as span:
+    with deps.telemetry.span("case_event", attributes, sender=sender_context(properties)) as span:
         settlement = await _handle(
-            svc, body, session_id=session_id, message_id=message_id, delivery_count=delivery_count
+            deps, body, session_id=session_id, message_id=message_id, delivery_count=delivery_count
         )
         span.set_attribute("casekeeper.settlement", settlement.action)
     result = settlement.result
@@ -126,12 +129,12 @@ def _peek_type(body: bytes) -> str:
 
 
 async def _handle(
-    svc: Services, body: bytes, *, session_id: str | None, message_id: str, delivery_count: int
+    deps: CaseEventDeps, body: bytes, *, session_id: str | None, message_id: str, delivery_count: int
 ) -> Settlement:
     async def aside(case_id: str | None, reason: str, fields: dict[str, str]) -> Settlement:
         await asyncio.to_thread(
             set_aside,
-            svc.store,
+            deps.store,
             message_id=message_id,
             case_id=case_id,
             reason=reason,
@@ -147,7 +150,7 @@ async def _handle(
             raise ValueError("not an object")
     except (UnicodeDecodeError, ValueError) as exc:
         return await aside(session_id, f"message body is not a JSON object: {exc}", {})
-    fields, delivery_id, transport = decode(raw)
+    fields, delivery_id, envelope = decode(raw)
     try:
         event = ev.parse_event(fields, delivery_id=delivery_id)
     except InvalidEvent as exc:
@@ -155,33 +158,33 @@ async def _handle(
     if session_id is not None and event.case_id != session_id:
         reason = f"session id {session_id!r} does not match caseId {event.case_id!r}"
         return await aside(event.case_id, reason, {"caseId": "does not match the session"})
-    envelope = _Envelope(
-        retry=int(transport.get("retry") or 0),
-        root=str(transport.get("rootMessageId") or message_id),
-        first_failed_at=float(transport["firstFailedAt"]) if "firstFailedAt" in transport else None,
-    )
+    envelope = replace(envelope, root=envelope.root_or(message_id))
 
     async def attempt() -> Settlement:
         if event.type == ev.EFFECT_RECHECK:
-            return await _recheck(svc, event, envelope)
-        result = await svc.worker.handle(event)
+            return await _recheck(deps, event, envelope)
+        result = await deps.worker.handle(event)
         return Settlement("completed", f"{result.outcome}: {result.detail}", result=result)
 
     try:
-        return await _with_retries(svc, event, envelope, attempt)
+        return await _with_retries(deps, event, envelope, attempt)
     except EffectInFlight as exc:
-        at = svc.clock.now() + exc.retry_after + RETRY_MARGIN_SECONDS
-        copy_id = derived_message_id(envelope.root, "retry", str(envelope.retry + 1))
+        at = deps.clock.now() + exc.retry_after + RETRY_MARGIN_SECONDS
+        copy_id = envelope.copy_id("retry", envelope.retry + 1)
         # A fact event whose facts are written comes back as the decision it still owes: by then newer
         # events may have changed the same facts, and writing this one's again would undo them.
         later = ev.CaseEvent(ev.CASE_INVESTIGATE, event.case_id, {}, delivery_id=event.delivery_id)
         await _schedule(
-            svc, later if exc.facts_recorded else event, copy_id, at, envelope.fields(retry=envelope.retry + 1)
+            deps,
+            later if exc.facts_recorded else event,
+            copy_id,
+            at,
+            replace(envelope, retry=envelope.retry + 1).fields(),
         )
         log.info(
             "case %s: effect in flight; re-check scheduled in %.0fs",
             event.case_id,
-            at - svc.clock.now(),
+            at - deps.clock.now(),
             extra={"caseId": event.case_id, "effectKey": exc.key, "messageId": copy_id},
         )
         return Settlement("rescheduled", f"effect {exc.key[:12]} in flight; copy {copy_id} scheduled", scheduled_at=at)
@@ -192,11 +195,11 @@ async def _handle(
 
 
 async def _with_retries(
-    svc: Services, event: ev.CaseEvent, envelope: _Envelope, attempt: Callable[[], Awaitable[Settlement]]
+    deps: CaseEventDeps, event: ev.CaseEvent, envelope: Envelope, attempt: Callable[[], Awaitable[Settlement]]
 ) -> Settlement:
     """Run ``attempt``; on a retryable error wait in place a few times, then defer a delayed copy. Raises
     what is not retryable, and a retryable error once its retry window is spent."""
-    backoff = svc.settings.backoff
+    backoff = deps.backoff
     error: CasekeeperError | None = None
     for wait in (*backoff.in_place, None):
         try:
@@ -219,7 +222,7 @@ async def _with_retries(
         )
         await asyncio.sleep(wait)
     assert error is not None  # the loop only ends here after a retryable error
-    now = svc.clock.now()
+    now = deps.clock.now()
     first = envelope.first_failed_at if envelope.first_failed_at is not None else now
     if backoff.gives_up(now - first):
         log.error(
@@ -232,10 +235,10 @@ async def _with_retries(
         )
         raise error
     number = envelope.retry + 1
-    at = now + backoff.delay(number, seed=envelope.root)
-    copy_id = derived_message_id(envelope.root, "retry", str(number))
-    await _schedule(svc, event, copy_id, at, envelope.fields(retry=number, firstFailedAt=first))
-    svc.telemetry.deferred(type(error).__name__)
+    at = now + backoff.delay(number, seed=envelope.root_or(""))
+    copy_id = envelope.copy_id("retry", number)
+    await _schedule(deps, event, copy_id, at, replace(envelope, retry=number, first_failed_at=first).fields())
+    deps.telemetry.deferred(type(error).__name__)
     log.warning(
         "case %s: %s failed (%s: %s); copy %s scheduled in %.1fs",
         event.case_id,
@@ -249,11 +252,11 @@ async def _with_retries(
     return Settlement("deferred", f"{type(error).__name__}: copy {copy_id} scheduled", scheduled_at=at)
 
 
-async def _recheck(svc: Services, event: ev.CaseEvent, envelope: _Envelope) -> Settlement:
+async def _recheck(deps: CaseEventDeps, event: ev.CaseEvent, envelope: Envelope) -> Settlement:
     key = str(event.data["key"])
-    with svc.telemetry.span("reconcile.recheck", {"casekeeper.case_id": event.case_id, "casekeeper.effect_key": key}):
-        outcome = await asyncio.to_thread(svc.reconciler.recheck, event.case_id, key)
-    svc.telemetry.reconciled(outcome.outcome)
+    with deps.telemetry.span("reconcile.recheck", {"casekeeper.case_id": event.case_id, "casekeeper.effect_key": key}):
+        outcome = await asyncio.to_thread(deps.reconciler.recheck, event.case_id, key)
+    deps.telemetry.reconciled(outcome.outcome)
     log.info(
         "case %s: re-check of effect %s -> %s (%s)",
         event.case_id,
@@ -263,26 +266,30 @@ async def _recheck(svc: Services, event: ev.CaseEvent, envelope: _Envelope) -> S
         extra={"caseId": event.case_id, "effectKey": key, "outcome": outcome.outcome},
     )
     if outcome.retry_after is not None and envelope.retry < MAX_RECHECKS:
-        at = svc.clock.now() + outcome.retry_after + RETRY_MARGIN_SECONDS
-        copy_id = derived_message_id(envelope.root, "recheck", str(envelope.retry + 1))
-        await _schedule(svc, event, copy_id, at, envelope.fields(retry=envelope.retry + 1))
+        at = deps.clock.now() + outcome.retry_after + RETRY_MARGIN_SECONDS
+        copy_id = envelope.copy_id("recheck", envelope.retry + 1)
+        await _schedule(deps, event, copy_id, at, replace(envelope, retry=envelope.retry + 1).fields())
         return Settlement("rechecked", f"{outcome.outcome}; next re-check scheduled", scheduled_at=at)
     if outcome.reinvestigate:
-        result = await svc.worker.handle(ev.CaseEvent(ev.CASE_INVESTIGATE, event.case_id, {}))
+        result = await deps.worker.handle(ev.CaseEvent(ev.CASE_INVESTIGATE, event.case_id, {}))
         return Settlement("rechecked", f"{outcome.outcome}; case decided again: {result.outcome}", result=result)
     return Settlement("rechecked", f"{outcome.outcome}: {outcome.detail}")
 
 
-def schedule_recheck(svc: Services, case_id: str, key: str, attempt: int, at: float, *, tag: str = "feed") -> None:
+def schedule_recheck(
+    sender: EventSender, case_id: str, key: str, attempt: int, at: float, *, tag: str = "feed"
+) -> None:
     """Schedule R3 for an effect's current attempt; the message id makes repeated calls with the same
     ``tag`` one message. Synchronous: for the reconciler and the timer, which run in threads."""
     event = ev.CaseEvent(ev.EFFECT_RECHECK, case_id, {"key": key})
     root = derived_message_id("recheck", key, str(attempt), tag)
-    svc.sender.send(_with_envelope(event, {"retry": 0, "rootMessageId": root}), message_id=root, schedule_at=at)
+    sender.send(_with_envelope(event, Envelope(root=root).fields()), message_id=root, schedule_at=at)
 
 
-async def _schedule(svc: Services, event: ev.CaseEvent, message_id: str, at: float, fields: dict[str, Any]) -> None:
-    await asyncio.to_thread(svc.sender.send, _with_envelope(event, fields), message_id=message_id, schedule_at=at)
+async def _schedule(
+    deps: CaseEventDeps, event: ev.CaseEvent, message_id: str, at: float, fields: dict[str, Any]
+) -> None:
+    await asyncio.to_thread(deps.sender.send, _with_envelope(event, fields), message_id=message_id, schedule_at=at)
 
 
 def _with_envelope(event: ev.CaseEvent, fields: dict[str, Any]) -> ev.CaseEvent:

@@ -16,14 +16,26 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.app.bootstrap import Services
-from shared.core.ledger import Effect, EffectStatus
+from shared.app.telemetry import Telemetry
+from shared.core.ledger import Effect, EffectStatus, Ledger
 from shared.core.ports import Document
+from shared.core.reconcile import Reconciler
 from shared.handlers.case_events import schedule_recheck
+from shared.messaging import EventSender
 
 log = logging.getLogger("casekeeper.reconciler")
 
 RECHECK_MARGIN_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class EffectChangeDeps:
+    """What the reconciler's trigger takes."""
+
+    reconciler: Reconciler
+    ledger: Ledger
+    sender: EventSender
+    telemetry: Telemetry
 
 
 @dataclass
@@ -44,14 +56,14 @@ def effect_from_change(raw: Mapping[str, Any]) -> Effect | None:
     return Effect.from_document(doc)
 
 
-def handle_effect_changes(svc: Services, changes: Iterable[Mapping[str, Any]]) -> ChangeSummary:
+def handle_effect_changes(deps: EffectChangeDeps, changes: Iterable[Mapping[str, Any]]) -> ChangeSummary:
     """Handle a batch. One document's failure does not stop the others; the first failure is raised at
     the end, so the trigger's retry redelivers the batch (everything here is safe to repeat)."""
     summary = ChangeSummary()
     failures: list[Exception] = []
     for raw in changes:
         try:
-            _handle_one(svc, raw, summary)
+            _handle_one(deps, raw, summary)
         except Exception as exc:
             log.exception("reconciler: change of effect %s failed", raw.get("id"), extra={"effectKey": raw.get("id")})
             failures.append(exc)
@@ -66,18 +78,18 @@ def handle_effect_changes(svc: Services, changes: Iterable[Mapping[str, Any]]) -
     return summary
 
 
-def _handle_one(svc: Services, raw: Mapping[str, Any], summary: ChangeSummary) -> None:
+def _handle_one(deps: EffectChangeDeps, raw: Mapping[str, Any], summary: ChangeSummary) -> None:
     effect = effect_from_change(raw)
     if effect is None:
         summary.ignored += 1
     elif effect.status is EffectStatus.DONE:
-        finished = svc.reconciler.finish_commit(effect)
+        finished = deps.reconciler.finish_commit(effect)
         if finished in ("committed", "needs_review"):
-            svc.telemetry.reconciled(f"commit_{finished}")
+            deps.telemetry.reconciled(f"commit_{finished}")
             summary.commits_finished.append(effect.key)
     elif effect.status is EffectStatus.STARTED:
-        at = effect.ts + svc.ledger.call_timeout + RECHECK_MARGIN_SECONDS
-        schedule_recheck(svc, effect.case_id, effect.key, effect.attempts, at)
+        at = deps.ledger.recheck_due(effect) + RECHECK_MARGIN_SECONDS
+        schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, at)
         summary.rechecks_scheduled.append(effect.key)
     else:
         summary.ignored += 1

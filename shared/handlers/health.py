@@ -34,14 +34,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shared.app.bootstrap import Services
-from shared.core.cases import CASES, Case
-from shared.core.ports import Document, Query, decode_all
+from shared.app.alerts import Alerter
+from shared.core.cases import CASES, Case, CaseRepository
+from shared.core.ledger import Ledger
+from shared.core.ports import Document, DocumentStore, Query, decode_all
 from shared.core.reconcile import RECONCILED_SUFFIX
 from shared.domain import events as ev
 from shared.domain.invoice import Status
 from shared.handlers.case_events import schedule_recheck
-from shared.messaging import derived_message_id
+from shared.messaging import DeadLetterQueue, EventSender, derived_message_id
 from shared.workflow.build import WORKFLOW_NAME
 from shared.workflow.capture import failures_since, mark_alerted
 from shared.workflow.checkpoints import CaseCheckpointStorage
@@ -53,6 +54,23 @@ CURSOR_KIND = "cursor"
 CURSOR_ID = "checkpoint-health"
 SUPERSTEPS_BEHIND = 2
 """Failed saves since the newest checkpoint that make a run count as lagging (rule R7: "several")."""
+
+
+@dataclass(frozen=True)
+class HealthDeps:
+    """What the timer takes."""
+
+    store: DocumentStore
+    cases: CaseRepository
+    ledger: Ledger
+    sender: EventSender
+    alerts: Alerter
+    dead_letters: DeadLetterQueue
+    checkpoint_lag: float
+    """``CHECKPOINT_LAG_SECONDS``: how far a run's newest checkpoint may trail its last commit."""
+    open_case_grace: float
+    """How long a case may stay ``open`` before its decision counts as lost (the call timeout: no run
+    takes longer)."""
 
 
 @dataclass
@@ -73,17 +91,17 @@ class HealthChecksFailed(Exception):
     tries again."""
 
 
-def run_health_checks(svc: Services) -> HealthReport:
+def run_health_checks(deps: HealthDeps) -> HealthReport:
     report = HealthReport()
     bucket = f"sweep-{int(time.time() // 3600)}"
     duties: list[tuple[str, Callable[[], None]]] = [
-        ("started effects", lambda: _sweep_started_effects(svc, report, bucket)),
-        ("open gates", lambda: _sweep_open_gates(svc, report, bucket)),
-        ("open cases", lambda: _sweep_open_cases(svc, report, bucket)),
-        ("alert delivery", lambda: report.alerts_notified.extend(svc.alerts.deliver_pending())),
-        ("checkpoint failures", lambda: _alert_checkpoint_failures(svc, report)),
-        ("lagging runs", lambda: _alert_lagging_runs(svc, report)),
-        ("dead letters", lambda: _alert_dead_letters(svc, report)),
+        ("started effects", lambda: _sweep_started_effects(deps, report, bucket)),
+        ("open gates", lambda: _sweep_open_gates(deps, report, bucket)),
+        ("open cases", lambda: _sweep_open_cases(deps, report, bucket)),
+        ("alert delivery", lambda: report.alerts_notified.extend(deps.alerts.deliver_pending())),
+        ("checkpoint failures", lambda: _alert_checkpoint_failures(deps, report)),
+        ("lagging runs", lambda: _alert_lagging_runs(deps, report)),
+        ("dead letters", lambda: _alert_dead_letters(deps, report)),
     ]
     for name, duty in duties:
         try:
@@ -108,12 +126,14 @@ def run_health_checks(svc: Services) -> HealthReport:
     return report
 
 
-def _malformed(svc: Services, report: HealthReport) -> Callable[[Document, Exception], None]:
+def _malformed(deps: HealthDeps, report: HealthReport) -> Callable[[Document, Exception], None]:
     def record(doc: Document, exc: Exception) -> None:
         report.malformed.append(f"{doc.container}/{doc.id}")
         message = f"document {doc.container}/{doc.id} cannot be read ({type(exc).__name__}: {exc}); skipped"
         fields = {"container": doc.container, "documentId": doc.id, "partition": doc.partition, "error": str(exc)}
-        svc.alerts.raise_alert("malformed_document", message, fields, dedupe_key=f"{doc.container}:{doc.id}:{doc.etag}")
+        deps.alerts.raise_alert(
+            "malformed_document", message, fields, dedupe_key=f"{doc.container}:{doc.id}:{doc.etag}"
+        )
 
     return record
 
@@ -121,35 +141,35 @@ def _malformed(svc: Services, report: HealthReport) -> Callable[[Document, Excep
 # --- sweeps ---------------------------------------------------------------------------------------
 
 
-def _sweep_started_effects(svc: Services, report: HealthReport, bucket: str) -> None:
+def _sweep_started_effects(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
     now = time.time()
-    for effect in svc.ledger.started_older_than(svc.ledger.call_timeout, on_malformed=_malformed(svc, report)):
-        schedule_recheck(svc, effect.case_id, effect.key, effect.attempts, now, tag=bucket)
+    for effect in deps.ledger.overdue(on_malformed=_malformed(deps, report)):
+        schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, now, tag=bucket)
         report.rechecks_scheduled.append(effect.key)
 
 
-def _sweep_open_gates(svc: Services, report: HealthReport, bucket: str) -> None:
+def _sweep_open_gates(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
     now = time.time()
-    for case in svc.cases.with_open_gate(svc.ledger.call_timeout, on_malformed=_malformed(svc, report)):
+    for case in deps.ledger.stale_gates(on_malformed=_malformed(deps, report)):
         assert case.gate is not None
-        schedule_recheck(svc, case.id, case.gate.effect_key, 0, now, tag=f"gate-{bucket}")
+        schedule_recheck(deps.sender, case.id, case.gate.effect_key, 0, now, tag=f"gate-{bucket}")
         report.gates_rechecked.append(case.id)
 
 
-def _sweep_open_cases(svc: Services, report: HealthReport, bucket: str) -> None:
-    for case in svc.cases.in_status_since(Status.OPEN, svc.ledger.call_timeout, on_malformed=_malformed(svc, report)):
+def _sweep_open_cases(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
+    for case in deps.cases.in_status_since(Status.OPEN, deps.open_case_grace, on_malformed=_malformed(deps, report)):
         if case.gate is not None:
             continue  # an effect passed its gate: the open-gate sweep's re-check settles it first
         event = ev.CaseEvent(ev.CASE_INVESTIGATE, case.id, {})
-        svc.sender.send(event, message_id=derived_message_id("sweep-open", case.id, str(case.version), bucket))
+        deps.sender.send(event, message_id=derived_message_id("sweep-open", case.id, str(case.version), bucket))
         report.investigations_scheduled.append(case.id)
 
 
 # --- alerts ---------------------------------------------------------------------------------------
 
 
-def _alert_checkpoint_failures(svc: Services, report: HealthReport) -> None:
-    for failure in failures_since(svc.store, None, alerted=False):
+def _alert_checkpoint_failures(deps: HealthDeps, report: HealthReport) -> None:
+    for failure in failures_since(deps.store, None, alerted=False):
         fields = {
             "caseId": failure.case_id,
             "iteration": failure.iteration,
@@ -161,21 +181,21 @@ def _alert_checkpoint_failures(svc: Services, report: HealthReport) -> None:
             f"checkpoint save failed for case {failure.case_id} at iteration {failure.iteration}: "
             f"{failure.error_type}: {failure.error_message[:300]}"
         )
-        svc.alerts.raise_alert("checkpoint_failure", message, fields, dedupe_key=failure.id)
-        if mark_alerted(svc.store, failure):
+        deps.alerts.raise_alert("checkpoint_failure", message, fields, dedupe_key=failure.id)
+        if mark_alerted(deps.store, failure):
             report.failures_alerted.append(failure.id)
 
 
-def _alert_lagging_runs(svc: Services, report: HealthReport) -> None:
-    lag = svc.settings.checkpoint_lag
-    store_now = svc.store.now()
-    cursor_doc = svc.store.read("health", CURSOR_KIND, CURSOR_ID)
+def _alert_lagging_runs(deps: HealthDeps, report: HealthReport) -> None:
+    lag = deps.checkpoint_lag
+    store_now = deps.store.now()
+    cursor_doc = deps.store.read("health", CURSOR_KIND, CURSOR_ID)
     since = float(cursor_doc.body["casesTs"]) - 1.0 if cursor_doc is not None else None  # _ts: whole seconds
     until = store_now - lag
-    docs = svc.store.query(CASES, Query(ts_after=since, ts_before=until))
-    for case in decode_all(docs, Case.from_document, _malformed(svc, report)):
+    docs = deps.store.query(CASES, Query(ts_after=since, ts_before=until))
+    for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
         try:
-            behind = _lag(svc, case, lag)
+            behind = _lag(deps, case, lag)
         except Exception:  # one case that cannot be examined must not stop the window from moving on
             log.exception("lagging-run check of case %s failed; skipped", case.id, extra={"caseId": case.id})
             continue
@@ -183,12 +203,12 @@ def _alert_lagging_runs(svc: Services, report: HealthReport) -> None:
             continue
         fields = {"caseId": case.id, "caseVersion": case.version, "status": case.status, "behind": behind}
         message = f"case {case.id}: its run's checkpoints lag its last commit (v{case.version}): {behind}"
-        if svc.alerts.raise_alert("checkpoint_lag", message, fields, dedupe_key=f"{case.id}:v{case.version}"):
+        if deps.alerts.raise_alert("checkpoint_lag", message, fields, dedupe_key=f"{case.id}:v{case.version}"):
             report.lagging_cases.append(case.id)
-    svc.store.upsert("health", CURSOR_KIND, CURSOR_ID, {"id": CURSOR_ID, "kind": CURSOR_KIND, "casesTs": until})
+    deps.store.upsert("health", CURSOR_KIND, CURSOR_ID, {"id": CURSOR_ID, "kind": CURSOR_KIND, "casesTs": until})
 
 
-def _lag(svc: Services, case: Case, lag: float) -> str | None:
+def _lag(deps: HealthDeps, case: Case, lag: float) -> str | None:
     """How the case's newest checkpoint lags its last workflow commit, or ``None`` when it does not."""
     if not case.history:
         return None
@@ -197,19 +217,19 @@ def _lag(svc: Services, case: Case, lag: float) -> str | None:
     # by the reconciler are not.
     if last.facts_changed or (last.reason or "").endswith(RECONCILED_SUFFIX):
         return None
-    newest = CaseCheckpointStorage(svc.store, case.id, ALLOWED_CHECKPOINT_TYPES).latest_record(WORKFLOW_NAME)
+    newest = CaseCheckpointStorage(deps.store, case.id, ALLOWED_CHECKPOINT_TYPES).latest_record(WORKFLOW_NAME)
     if newest is None:
         return "no checkpoint was saved"
     if newest.ts < case.ts - lag:
         return f"newest checkpoint {newest.checkpoint_id} is {case.ts - newest.ts:.0f}s older than the commit"
-    failed = [f for f in failures_since(svc.store, newest.ts - 1.0) if f.case_id == case.id]
+    failed = [f for f in failures_since(deps.store, newest.ts - 1.0) if f.case_id == case.id]
     if len(failed) >= SUPERSTEPS_BEHIND:
         return f"newest checkpoint {newest.checkpoint_id} is {len(failed)} supersteps behind (saves failed since)"
     return None
 
 
-def _alert_dead_letters(svc: Services, report: HealthReport) -> None:
-    for letter in svc.dead_letters.peek(limit=100):
+def _alert_dead_letters(deps: HealthDeps, report: HealthReport) -> None:
+    for letter in deps.dead_letters.peek(limit=100):
         message = (
             f"event {letter.message_id} of case {letter.session_id} was dead-lettered after "
             f"{letter.delivery_count} deliveries ({letter.reason}): 'casekeeper events redrive "
@@ -223,5 +243,5 @@ def _alert_dead_letters(svc: Services, report: HealthReport) -> None:
             "description": letter.description[:500],
         }
         dedupe = f"{letter.message_id}:{letter.sequence_number}"
-        if svc.alerts.raise_alert("dead_lettered", message, fields, dedupe_key=dedupe):
+        if deps.alerts.raise_alert("dead_lettered", message, fields, dedupe_key=dedupe):
             report.dead_letters_alerted.append(letter.message_id)

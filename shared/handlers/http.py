@@ -3,40 +3,53 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from shared.app.bootstrap import Services
+from shared.app.operations import Operations
+from shared.app.telemetry import Telemetry
 from shared.core.ids import id_problem
 from shared.core.ledger import Effect
 from shared.core.ports import Query
-from shared.handlers.ingress import Response
+from shared.handlers.ingress import Ingress, Response
 from shared.handlers.rejected import rejected_events
 from shared.web.identity import APPROVER_ROLE, PrincipalError, principal_from_headers
 from shared.workflow.actions import money_position
 
 
-def post_event(svc: Services, headers: Mapping[str, str], body: bytes) -> Response:
+@dataclass(frozen=True)
+class ApiDeps:
+    """What the JSON API's triggers take."""
+
+    ingress: Ingress
+    ops: Operations
+    telemetry: Telemetry
+    backends: Mapping[str, str]
+    """What ``/api/health`` reports: the configured store and queue."""
+
+
+def post_event(deps: ApiDeps, headers: Mapping[str, str], body: bytes) -> Response:
     # The span the message is sent in: its trace context goes into the message (shared.messaging), so the
     # case worker and the supplier call are this trace's continuation.
-    with svc.telemetry.span("webhook", {"http.route": "/api/events"}) as span:
-        response = svc.ingress.accept_event(headers, body)
+    with deps.telemetry.span("webhook", {"http.route": "/api/events"}) as span:
+        response = deps.ingress.accept_event(headers, body)
         span.set_attribute("http.response.status_code", response.status)
     return response
 
 
 def post_approval(
-    svc: Services, case_id: str, request_id: str, body: bytes, headers: Mapping[str, str] | None = None
+    deps: ApiDeps, case_id: str, request_id: str, body: bytes, headers: Mapping[str, str] | None = None
 ) -> Response:
     """The JSON answer. With a signed-in principal, it must hold the approver role and is recorded as the
     approver; without one, the function-key caller names itself (``key:<name>``; see the ingress)."""
     attributes = {"casekeeper.case_id": case_id, "casekeeper.request_id": request_id}
-    with svc.telemetry.span("approval", attributes) as span:
-        response = _answer(svc, case_id, request_id, body, headers)
+    with deps.telemetry.span("approval", attributes) as span:
+        response = _answer(deps, case_id, request_id, body, headers)
         span.set_attribute("http.response.status_code", response.status)
     return response
 
 
-def _answer(svc: Services, case_id: str, request_id: str, body: bytes, headers: Mapping[str, str] | None) -> Response:
+def _answer(deps: ApiDeps, case_id: str, request_id: str, body: bytes, headers: Mapping[str, str] | None) -> Response:
     try:
         principal = principal_from_headers(headers or {})
     except PrincipalError as exc:
@@ -47,38 +60,38 @@ def _answer(svc: Services, case_id: str, request_id: str, body: bytes, headers: 
             403,
             {"error": f"{principal.name} may not answer approvals: that needs the app role {APPROVER_ROLE} ({held})"},
         )
-    return svc.ingress.accept_approval(
+    return deps.ingress.accept_approval(
         case_id,
         request_id,
         body,
-        case_exists=lambda valid_id: svc.cases.get(valid_id) is not None,
+        case_exists=lambda valid_id: deps.ops.cases.get(valid_id) is not None,
         principal=principal.name if principal is not None else None,
     )
 
 
-def post_withdrawal(svc: Services, case_id: str, effect_key: str, body: bytes) -> Response:
+def post_withdrawal(deps: ApiDeps, case_id: str, effect_key: str, body: bytes) -> Response:
     attributes = {"casekeeper.case_id": case_id, "casekeeper.effect_key": effect_key}
-    with svc.telemetry.span("withdrawal", attributes) as span:
-        response = svc.ingress.accept_withdrawal(
-            case_id, effect_key, body, case_exists=lambda valid_id: svc.cases.get(valid_id) is not None
+    with deps.telemetry.span("withdrawal", attributes) as span:
+        response = deps.ingress.accept_withdrawal(
+            case_id, effect_key, body, case_exists=lambda valid_id: deps.ops.cases.get(valid_id) is not None
         )
         span.set_attribute("http.response.status_code", response.status)
     return response
 
 
-def get_case(svc: Services, case_id: str) -> Response:
+def get_case(deps: ApiDeps, case_id: str) -> Response:
     if (problem := id_problem(case_id)) is not None:
         return Response(400, {"error": f"caseId {problem}", "fields": {"caseId": problem}})
-    case = svc.cases.get(case_id)
+    case = deps.ops.cases.get(case_id)
     if case is None:
         # Events set aside for an id that never became a case are still shown: they were accepted.
         body: dict[str, Any] = {"error": f"no case {case_id!r}"}
-        rejected = rejected_events(svc.store, case_id)
+        rejected = rejected_events(deps.ops.store, case_id)
         if rejected:
             body["rejectedEvents"] = rejected
         return Response(404, body)
     pending = case.data.get("pendingApproval")
-    effects = svc.ledger.for_case(case_id)
+    effects = deps.ops.ledger.for_case(case_id)
     view: dict[str, Any] = {
         "case": case.summary(),
         "credit": _credit_view(case.facts, effects),
@@ -118,7 +131,7 @@ def get_case(svc: Services, case_id: str) -> Response:
             for t in case.history
         ],
         "notes": list(case.notes),
-        "rejectedEvents": rejected_events(svc.store, case_id),
+        "rejectedEvents": rejected_events(deps.ops.store, case_id),
     }
     return Response(200, view)
 
@@ -131,7 +144,7 @@ def _credit_view(facts: dict[str, Any], effects: list[Effect]) -> dict[str, Any]
         return None
 
 
-def health(svc: Services) -> Response:
+def health(deps: ApiDeps) -> Response:
     """Liveness plus one store round trip: the store answers and has a clock."""
-    svc.store.query("health", Query(partition="alert", limit=1))
-    return Response(200, {"status": "ok", "store": svc.settings.store, "queue": svc.settings.queue})
+    deps.ops.store.query("health", Query(partition="alert", limit=1))
+    return Response(200, {"status": "ok", **deps.backends})

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-from shared.app.bootstrap import Services
+from shared.app.operations import Operations
 from shared.core.cases import Case
 from shared.core.keys import approval_request_id
 from shared.domain.invoice import Status
+from shared.handlers.ingress import Ingress
 from shared.handlers.rejected import rejected_events
 from shared.operator.alerts import alert_json
 from shared.operator.cases import DECISION_REASON
@@ -41,7 +43,6 @@ from shared.operator.drain import check as drain_check
 from shared.operator.effects import SETTLED_TEXT, Refused, pending_view
 from shared.operator.effects import resolve as resolve_effect
 from shared.operator.runs import graph_hash_of
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.web import csrf
 from shared.web.identity import (
     APPROVER_ROLE,
@@ -64,6 +65,19 @@ REDRIVE_PURPOSE = "ops:redrive"
 LIST_REFRESH_SECONDS = 10
 REQUEST_REFRESH_SECONDS = 3
 OPS_REFRESH_SECONDS = 20
+
+
+@dataclass(frozen=True)
+class PageDeps:
+    """What the pages' triggers take."""
+
+    ops: Operations
+    ingress: Ingress
+    webhook_secrets: tuple[str, ...]
+    """The keys the forms' tokens are made with (``shared.web.csrf``)."""
+    store_option: str
+    """How the operator commands shown on the ops page reach this store (``--data DIR`` or
+    ``--from-settings``)."""
 
 
 def resolve_purpose(key: str) -> str:
@@ -124,11 +138,11 @@ def _login(path: str) -> str:
 
 
 def _post_guard(
-    svc: Services, principal: Principal, headers: Headers, url: str, *, purpose: str, form: Mapping[str, str]
+    deps: PageDeps, principal: Principal, headers: Headers, url: str, *, purpose: str, form: Mapping[str, str]
 ) -> Page | None:
     """Refuses a POST that is not from our own page (origin) or lacks this person's token for ``purpose``."""
     problem = csrf.same_origin_problem(headers, url)
-    if problem is None and not csrf.valid(svc.settings.webhook_secrets, principal.name, purpose, form.get(csrf.FIELD)):
+    if problem is None and not csrf.valid(deps.webhook_secrets, principal.name, purpose, form.get(csrf.FIELD)):
         problem = "the form's token is missing or not for this identity and request; reload the page and try again"
     if problem is None:
         return None
@@ -148,13 +162,13 @@ def _form(body: bytes) -> dict[str, str] | None:
 # --- approvals ------------------------------------------------------------------------------------
 
 
-def approvals_list(svc: Services, headers: Headers) -> Page:
+def approvals_list(deps: PageDeps, headers: Headers) -> Page:
     who = _signed_in(headers, "/api/approvals", roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see the approvals")
     if isinstance(who, Page):
         return who
-    now = svc.clock.now()
+    now = deps.ops.clock.now()
     rows = []
-    for case in svc.cases.in_status(Status.AWAITING_APPROVAL):
+    for case in deps.ops.cases.in_status(Status.AWAITING_APPROVAL):
         pending = case.data.get("pendingApproval") or {}
         if not pending.get("requestId"):
             continue
@@ -215,18 +229,18 @@ def _request_record(case: Case, request_id: str) -> dict[str, Any] | None:
 
 
 def approval_page(
-    svc: Services, headers: Headers, case_id: str, request_id: str, params: Mapping[str, str] | None = None
+    deps: PageDeps, headers: Headers, case_id: str, request_id: str, params: Mapping[str, str] | None = None
 ) -> Page:
     path = approval_path(case_id, request_id)
     who = _signed_in(headers, path, roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see the approvals")
     if isinstance(who, Page):
         return who
     params = params or {}
-    return _approval_view(svc, who, case_id, request_id, answered=params.get("answered"))
+    return _approval_view(deps, who, case_id, request_id, answered=params.get("answered"))
 
 
 def _approval_view(
-    svc: Services,
+    deps: PageDeps,
     principal: Principal,
     case_id: str,
     request_id: str,
@@ -236,7 +250,7 @@ def _approval_view(
     status: int = 200,
     reason_text: str = "",
 ) -> Page:
-    case = svc.cases.get(case_id)
+    case = deps.ops.cases.get(case_id)
     if case is None:
         return render("message.html", 404, title="No such case", principal=principal, message=f"no case {case_id!r}")
     pending = case.data.get("pendingApproval") or {}
@@ -250,7 +264,7 @@ def _approval_view(
             principal=principal,
             message=f"case {case_id} was never asked for approval {request_id!r}",
         )
-    effects = svc.ledger.for_case(case.id)
+    effects = deps.ops.ledger.for_case(case.id)
     try:
         position: dict[str, Any] | None = money_position(case.facts, effects).to_json()
     except (KeyError, ValueError, ArithmeticError):
@@ -274,10 +288,10 @@ def _approval_view(
         "currentHref": approval_path(case.id, other) if other else None,
         "history": list(reversed(case.history)),
         "notes": list(case.notes),
-        "rejected": rejected_events(svc.store, case.id),
+        "rejected": rejected_events(deps.ops.store, case.id),
         "canAnswer": current and not stale and principal.has(APPROVER_ROLE),
         "mayAnswer": principal.has(APPROVER_ROLE),
-        "csrf": csrf.token(svc.settings.webhook_secrets, principal.name, approval_purpose(case.id, request_id)),
+        "csrf": csrf.token(deps.webhook_secrets, principal.name, approval_purpose(case.id, request_id)),
         "answered": answered if answered in ("approve", "reject") else None,
         "error": error,
         "reasonText": reason_text,
@@ -287,7 +301,7 @@ def _approval_view(
     return render("approval.html", status, principal=principal, v=view, refresh=refresh)
 
 
-def answer_approval(svc: Services, headers: Headers, url: str, case_id: str, request_id: str, *, body: bytes) -> Page:
+def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, request_id: str, *, body: bytes) -> Page:
     """The approval form's POST: checks who and where from, then whether the request still stands, then
     enqueues the answer as the JSON API does, recorded with the signed-in identity."""
     path = approval_path(case_id, request_id)
@@ -297,13 +311,13 @@ def answer_approval(svc: Services, headers: Headers, url: str, case_id: str, req
     form = _form(body)
     if form is None:
         return render("message.html", 400, title="Bad form", principal=who, message="the form could not be read")
-    refused = _post_guard(svc, who, headers, url, purpose=approval_purpose(case_id, request_id), form=form)
+    refused = _post_guard(deps, who, headers, url, purpose=approval_purpose(case_id, request_id), form=form)
     if refused is not None:
         return refused
     decision = form.get("decision")
     reason = (form.get("reason") or "").strip()
     version_text = form.get("caseVersion") or ""
-    case = svc.cases.get(case_id)
+    case = deps.ops.cases.get(case_id)
     if case is None:
         return render("message.html", 404, title="No such case", principal=who, message=f"no case {case_id!r}")
     pending = case.data.get("pendingApproval") or {}
@@ -311,7 +325,7 @@ def answer_approval(svc: Services, headers: Headers, url: str, case_id: str, req
     if not still_pending or not version_text.isdigit() or int(version_text) != case.version:
         seen = f"v{version_text}" if version_text.isdigit() else "an unknown version"
         return _approval_view(
-            svc,
+            deps,
             who,
             case_id,
             request_id,
@@ -320,18 +334,18 @@ def answer_approval(svc: Services, headers: Headers, url: str, case_id: str, req
             "An answer counts only on the version it was asked on.",
         )
     if decision not in ("approve", "reject"):
-        return _approval_view(svc, who, case_id, request_id, status=400, error="Choose Approve or Reject.")
+        return _approval_view(deps, who, case_id, request_id, status=400, error="Choose Approve or Reject.")
     if decision == "reject" and not reason:
         return _approval_view(
-            svc, who, case_id, request_id, status=400, error="A reason is required to reject.", reason_text=reason
+            deps, who, case_id, request_id, status=400, error="A reason is required to reject.", reason_text=reason
         )
     answer: dict[str, Any] = {"decision": decision, "caseVersion": int(version_text)}
     if reason:
         answer["reason"] = reason
-    result = svc.ingress.enqueue_approval(case_id, request_id, answer, principal=who.name)
+    result = deps.ingress.enqueue_approval(case_id, request_id, answer, principal=who.name)
     if result.status != 202:
         return _approval_view(
-            svc,
+            deps,
             who,
             case_id,
             request_id,
@@ -353,15 +367,6 @@ def _section(build: Callable[[], Any]) -> dict[str, Any]:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
 
-def store_option(svc: Services) -> str:
-    """How the operator commands reach this app's store: ``--data DIR`` for a local host's, otherwise
-    ``--from-settings`` (run where the app's settings are)."""
-    path = svc.settings.sqlite_path
-    if isinstance(svc.store, SqliteDocumentStore) and path.name == "casekeeper.sqlite":
-        return f"--data {_shell_quote(str(path.parent))}"
-    return "--from-settings"
-
-
 def _shell_quote(text: str) -> str:
     import shlex
 
@@ -379,20 +384,20 @@ def resolve_commands(key: str, by: str, store: str) -> dict[str, str]:
     }
 
 
-def _cases_by_status(svc: Services) -> list[dict[str, Any]]:
+def _cases_by_status(deps: PageDeps) -> list[dict[str, Any]]:
     rows = []
     for status in Status:
-        cases = svc.cases.in_status(status)
+        cases = deps.ops.cases.in_status(status)
         rows.append({"status": str(status), "count": len(cases), "ids": [c.id for c in cases[:20]]})
     return rows
 
 
-def ops_page(svc: Services, headers: Headers, *, notice: str | None = None, status: int = 200) -> Page:
+def ops_page(deps: PageDeps, headers: Headers, *, notice: str | None = None, status: int = 200) -> Page:
     who = _signed_in(headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="see the operations page")
     if isinstance(who, Page):
         return who
-    store = store_option(svc)
-    pending = _section(lambda: pending_view(svc))
+    store = deps.store_option
+    pending = _section(lambda: pending_view(deps.ops))
     escalations: list[dict[str, Any]] = []
     if pending["ok"]:
         for row in pending["value"]["effects"]:
@@ -401,27 +406,27 @@ def ops_page(svc: Services, headers: Headers, *, notice: str | None = None, stat
                     {
                         **row,
                         "commands": resolve_commands(row["key"], who.name, store),
-                        "csrf": csrf.token(svc.settings.webhook_secrets, who.name, resolve_purpose(row["key"])),
+                        "csrf": csrf.token(deps.webhook_secrets, who.name, resolve_purpose(row["key"])),
                     }
                 )
     view = {
-        "cases": _section(lambda: _cases_by_status(svc)),
+        "cases": _section(lambda: _cases_by_status(deps)),
         "pending": pending,
         "escalations": escalations,
-        "alerts": _section(lambda: [alert_json(a) for a in sorted(svc.alerts.recent(20), key=lambda a: -a.at)]),
-        "dead": _section(lambda: [d.to_json() for d in svc.dead_letters.peek(limit=50)]),
-        "queue": _section(svc.dead_letters.counts),
+        "alerts": _section(lambda: [alert_json(a) for a in sorted(deps.ops.alerts.recent(20), key=lambda a: -a.at)]),
+        "dead": _section(lambda: [d.to_json() for d in deps.ops.dead_letters.peek(limit=50)]),
+        "queue": _section(deps.ops.dead_letters.counts),
         "drain": _section(
-            lambda: drain_check(svc, graph_hash_of(build_workflow, svc), ALLOWED_CHECKPOINT_TYPES).to_json()
+            lambda: drain_check(deps.ops, graph_hash_of(build_workflow, deps.ops), ALLOWED_CHECKPOINT_TYPES).to_json()
         ),
         "store": store,
-        "csrf": csrf.token(svc.settings.webhook_secrets, who.name, REDRIVE_PURPOSE),
+        "csrf": csrf.token(deps.webhook_secrets, who.name, REDRIVE_PURPOSE),
         "notice": notice,
     }
     return render("ops.html", status, principal=who, v=view, refresh=OPS_REFRESH_SECONDS)
 
 
-def ops_redrive(svc: Services, headers: Headers, url: str, body: bytes) -> Page:
+def ops_redrive(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page:
     """Put dead-lettered events back (``casekeeper events redrive``): the ids in the form, or ``all``."""
     who = _signed_in(headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="redrive dead-lettered events")
     if isinstance(who, Page):
@@ -429,20 +434,20 @@ def ops_redrive(svc: Services, headers: Headers, url: str, body: bytes) -> Page:
     form = _form(body)
     if form is None:
         return render("message.html", 400, title="Bad form", principal=who, message="the form could not be read")
-    refused = _post_guard(svc, who, headers, url, purpose=REDRIVE_PURPOSE, form=form)
+    refused = _post_guard(deps, who, headers, url, purpose=REDRIVE_PURPOSE, form=form)
     if refused is not None:
         return refused
     message_id = form.get("messageId") or ""
     if not message_id:
-        return ops_page(svc, headers, notice="Nothing redriven: no message id was given.", status=400)
-    moved = svc.dead_letters.redrive(None if message_id == "all" else [message_id])
+        return ops_page(deps, headers, notice="Nothing redriven: no message id was given.", status=400)
+    moved = deps.ops.dead_letters.redrive(None if message_id == "all" else [message_id])
     if not moved:
-        return ops_page(svc, headers, notice=f"Nothing redriven: {message_id} is not dead-lettered.", status=404)
+        return ops_page(deps, headers, notice=f"Nothing redriven: {message_id} is not dead-lettered.", status=404)
     names = ", ".join(m.message_id for m in moved)
-    return ops_page(svc, headers, notice=f"Put back into their case's session by {who.name}: {names}.")
+    return ops_page(deps, headers, notice=f"Put back into their case's session by {who.name}: {names}.")
 
 
-def ops_resolve(svc: Services, headers: Headers, url: str, body: bytes) -> Page:
+def ops_resolve(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page:
     """Record the outcome a person established for an escalated effect, signed by who is signed in, and
     settle its case: ``casekeeper effects resolve`` (the same function), from the ops page's form."""
     who = _signed_in(headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="settle escalated effects")
@@ -452,7 +457,7 @@ def ops_resolve(svc: Services, headers: Headers, url: str, body: bytes) -> Page:
     if form is None:
         return render("message.html", 400, title="Bad form", principal=who, message="the form could not be read")
     key = form.get("key") or ""
-    refused = _post_guard(svc, who, headers, url, purpose=resolve_purpose(key), form=form)
+    refused = _post_guard(deps, who, headers, url, purpose=resolve_purpose(key), form=form)
     if refused is not None:
         return refused
     outcome, why = form.get("outcome"), (form.get("why") or "").strip()
@@ -467,10 +472,10 @@ def ops_resolve(svc: Services, headers: Headers, url: str, body: bytes) -> Page:
     elif outcome not in ("done", "failed"):
         problem = "choose whether it happened (done) or not (failed)"
     if problem is not None:
-        return ops_page(svc, headers, notice=f"Nothing recorded: {problem}.", status=400)
+        return ops_page(deps, headers, notice=f"Nothing recorded: {problem}.", status=400)
     try:
         view = resolve_effect(
-            svc,
+            deps.ops,
             key,
             result={"creditNoteId": note_id} if outcome == "done" else None,
             reason=reason if outcome == "failed" else None,
@@ -478,12 +483,12 @@ def ops_resolve(svc: Services, headers: Headers, url: str, body: bytes) -> Page:
             why=why,
         )
     except Refused as exc:
-        return ops_page(svc, headers, notice=f"Nothing recorded: {exc}.", status=409)
+        return ops_page(deps, headers, notice=f"Nothing recorded: {exc}.", status=409)
     effect, case = view["effect"], view["case"]
     settled = SETTLED_TEXT.get(view["settled"], view["settled"])
     now = f"; now {case['status']} at v{case['version']}" if case is not None else ""
     return ops_page(
-        svc,
+        deps,
         headers,
         notice=f"Recorded {effect['status']} for effect {effect['key'][:12]} of case {effect['caseId']} "
         f"by {who.name}. The case: {settled}{now}.",

@@ -127,10 +127,12 @@ class LocalHost:
             lock_duration=options.lock_duration,
             max_delivery_count=options.max_delivery_count,
         )
-        self.services: Services = bootstrap.build(
-            settings,
-            sender=LocalQueueEventSender(self.queue, settings.case_events_queue),
-            dead_letters=LocalDeadLetters(self.queue, settings.case_events_queue),
+        self.services: Services = bootstrap.start(
+            bootstrap.build(
+                settings,
+                sender=LocalQueueEventSender(self.queue, settings.case_events_queue),
+                dead_letters=LocalDeadLetters(self.queue, settings.case_events_queue),
+            )
         )
         bootstrap.use(self.services)
         self.loop = asyncio.new_event_loop()

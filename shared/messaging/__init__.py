@@ -40,7 +40,43 @@ from opentelemetry.propagators.textmap import Getter, Setter
 from shared.core.ids import MAX_ID_LENGTH
 from shared.domain.events import CaseEvent
 
-ENVELOPE_FIELDS = ("retry", "rootMessageId", "firstFailedAt")
+
+@dataclass(frozen=True)
+class Envelope:
+    """The transport fields a message carries beside its event: how many copies came before it, the id
+    of the first message (copies derive their ids from it), and when the event first failed transiently
+    (for the retry window). Written into the body by :func:`encode` (through ``CaseEvent.envelope``, which
+    :meth:`fields` makes) and read back by :func:`decode`."""
+
+    retry: int = 0
+    root: str | None = None
+    first_failed_at: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """``CaseEvent.envelope`` for this envelope: the body's transport fields, absent ones left out."""
+        fields = {"retry": self.retry, "rootMessageId": self.root, "firstFailedAt": self.first_failed_at}
+        return {k: v for k, v in fields.items() if v is not None}
+
+    def root_or(self, message_id: str) -> str:
+        """The first message's id: this one's own when it is the first."""
+        return self.root or message_id
+
+    def copy_id(self, kind: str, number: int) -> str:
+        """The message id of this event's ``number``-th copy of ``kind`` (``retry``, ``recheck``): derived
+        from the first message's id, so a copy sent twice (a crash after sending) is one message."""
+        if self.root is None:
+            raise ValueError("an envelope without the first message's id cannot name a copy")
+        return derived_message_id(self.root, kind, str(number))
+
+    @classmethod
+    def from_body(cls, raw: Mapping[str, Any]) -> Envelope:
+        failed = raw.get("firstFailedAt")
+        root = raw.get("rootMessageId")
+        return cls(
+            retry=int(raw.get("retry") or 0),
+            root=str(root) if root else None,
+            first_failed_at=float(failed) if failed is not None else None,
+        )
 
 
 class EventSender(Protocol):
@@ -152,12 +188,11 @@ def encode(event: CaseEvent) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def decode(raw: dict[str, Any]) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
+def decode(raw: dict[str, Any]) -> tuple[dict[str, Any], str | None, Envelope]:
     """The parts of a decoded body: the event fields to validate, the delivery id, the envelope."""
     event: dict[str, Any] = {k: raw[k] for k in ("type", "caseId", "data") if k in raw}
-    envelope = {k: raw[k] for k in ENVELOPE_FIELDS if raw.get(k) is not None}
     delivery = raw.get("deliveryId")
-    return event, str(delivery) if delivery is not None else None, envelope
+    return event, str(delivery) if delivery is not None else None, Envelope.from_body(raw)
 
 
 def derived_message_id(*parts: str) -> str:

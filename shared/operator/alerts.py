@@ -13,12 +13,12 @@ import argparse
 from typing import Any
 
 from shared.app.alerts import Alert
-from shared.app.bootstrap import Services
+from shared.app.operations import Operations
 from shared.operator.context import (
     common_arguments,
     compact,
     print_json,
-    run_with_services,
+    run_with_operations,
     time_text,
 )
 
@@ -43,12 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_with_services(PROG, args, lambda svc: _show(svc, args))
+    return run_with_operations(PROG, args, lambda ops: _show(ops, args))
 
 
-def _show(svc: Services, args: argparse.Namespace) -> int:
+def _show(ops: Operations, args: argparse.Namespace) -> int:
     # Newest first by when it was raised: a delivery mark rewrites the record and moves its store time.
-    alerts = sorted(svc.alerts.recent(args.limit), key=lambda a: a.at, reverse=True)
+    alerts = sorted(ops.alerts.recent(args.limit), key=lambda a: a.at, reverse=True)
     if args.json:
         print_json({"alerts": [alert_json(a) for a in alerts]})
         return 0

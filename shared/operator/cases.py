@@ -18,7 +18,7 @@ import argparse
 import re
 from typing import Any
 
-from shared.app.bootstrap import Services
+from shared.app.operations import Operations
 from shared.core.cases import Case
 from shared.core.ledger import Effect
 from shared.core.reconcile import RECONCILED_SUFFIX
@@ -29,7 +29,7 @@ from shared.operator.context import (
     compact,
     error,
     print_json,
-    run_with_services,
+    run_with_operations,
     short,
     time_text,
 )
@@ -67,13 +67,13 @@ def main(
 ) -> int:
     """``build`` and ``allowed_types`` stand for the current build (tests pass another)."""
     args = build_parser().parse_args(argv)
-    return run_with_services(PROG, args, lambda svc: _show(svc, args, build, allowed_types))
+    return run_with_operations(PROG, args, lambda ops: _show(ops, args, build, allowed_types))
 
 
-def _show(svc: Services, args: argparse.Namespace, build: Build, allowed_types: frozenset[str]) -> int:
-    view = case_view(svc, args.case_id, graph_hash_of(build, svc), allowed_types)
+def _show(ops: Operations, args: argparse.Namespace, build: Build, allowed_types: frozenset[str]) -> int:
+    view = case_view(ops, args.case_id, graph_hash_of(build, ops), allowed_types)
     if view is None:
-        rejected = rejected_events(svc.store, args.case_id)
+        rejected = rejected_events(ops.store, args.case_id)
         if args.json:
             print_json({"error": f"no case {args.case_id!r}", "rejectedEvents": rejected})
         error(PROG, f"no case {args.case_id!r} in this store")
@@ -87,14 +87,14 @@ def _show(svc: Services, args: argparse.Namespace, build: Build, allowed_types: 
     return 0
 
 
-def case_view(svc: Services, case_id: str, graph_hash: str, allowed_types: frozenset[str]) -> dict[str, Any] | None:
+def case_view(ops: Operations, case_id: str, graph_hash: str, allowed_types: frozenset[str]) -> dict[str, Any] | None:
     """The case as one JSON-ready document; ``None`` when there is no such case."""
-    case = svc.cases.get(case_id)
+    case = ops.cases.get(case_id)
     if case is None:
         return None
-    storage = CaseCheckpointStorage(svc.store, case_id, allowed_types)
+    storage = CaseCheckpointStorage(ops.store, case_id, allowed_types)
     checkpoints = [
-        inspect_checkpoint(svc.store, storage, record, graph_hash) for record in storage.records(WORKFLOW_NAME)
+        inspect_checkpoint(ops.store, storage, record, graph_hash) for record in storage.records(WORKFLOW_NAME)
     ]
     return {
         "case": case.summary(),
@@ -110,11 +110,11 @@ def case_view(svc: Services, case_id: str, graph_hash: str, allowed_types: froze
             }
             for t in case.history
         ],
-        "effects": [_effect_json(e, svc.ledger.age(e)) for e in svc.ledger.for_case(case_id)],
+        "effects": [_effect_json(e, ops.ledger.age(e)) for e in ops.ledger.for_case(case_id)],
         "approvals": {"pending": case.data.get("pendingApproval") or None, "history": _approval_history(case)},
         "data": {k: v for k, v in case.data.items() if k != "pendingApproval"},
         "notes": list(case.notes),
-        "rejectedEvents": rejected_events(svc.store, case_id),
+        "rejectedEvents": rejected_events(ops.store, case_id),
         "checkpoints": {
             "graphHash": graph_hash,
             "list": [c.to_json() for c in checkpoints],

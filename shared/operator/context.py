@@ -7,9 +7,10 @@ Store selection (the same options on every command):
 - ``--from-settings``: the app's settings (the environment, falling back to ``local.settings.json`` in
   the current directory, as the local host reads them) and whatever store they configure.
 
-The services come from the composition root (:func:`shared.app.bootstrap.build`), so the reconciler's
-policies (what a finished commit writes) are the app's own, with a sender that refuses to send:
-operator commands never enqueue.
+What the commands act through comes from the composition root
+(:func:`shared.app.bootstrap.build_operations`), so the reconciler's policies (what a finished commit
+writes) are the app's own. It has no sender: operator commands never enqueue. Nor do they need the
+webhook secret.
 """
 
 from __future__ import annotations
@@ -23,12 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared.app import bootstrap
-from shared.app.bootstrap import Services
+from shared.app.operations import Operations
 from shared.app.settings import Settings
 from shared.core.errors import ConfigurationError
-from shared.domain.events import CaseEvent
-from shared.workflow import capture
 from shared.workflow.proposers import RulesProposer
 
 DEFAULT_DATA = Path(".casekeeper/dev")
@@ -39,22 +37,10 @@ STORE_FILE = "casekeeper.sqlite"
 # (the call timeout decides whether a started effect is still in flight), and the local host reads them
 # from the same places. Everything else is irrelevant to a command that calls nobody.
 _TUNING = ("CALL_TIMEOUT_SECONDS", "SUPPLIER_TIMEOUT_SECONDS")
-_UNUSED_SECRET = "operator-commands-verify-no-webhooks"  # noqa: S105 - required by Settings, never used
 
 
 class StoreSelectionError(Exception):
     """The store the options name cannot be opened (absent, or the settings are invalid)."""
-
-
-class RefusingSender:
-    """An ``EventSender`` that never sends. Operator commands change the store directly, conditionally;
-    none of them needs the queue, and one that tried would be a bug, so it fails loudly."""
-
-    def send(self, event: CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
-        raise RuntimeError(
-            f"operator commands never enqueue events (tried {event.type} for case {event.case_id}, "
-            f"message {message_id})"
-        )
 
 
 def common_arguments() -> argparse.ArgumentParser:
@@ -102,11 +88,10 @@ def settings_for(args: argparse.Namespace) -> Settings:
                 "CASEKEEPER_SQLITE_PATH": str(data / STORE_FILE),
                 "CASEKEEPER_QUEUE": "local",
                 "CASEKEEPER_LOCAL_QUEUE_PATH": str(data / "queue.sqlite"),
-                "WEBHOOK_SECRET": _UNUSED_SECRET,
             }
         )
     try:
-        settings = Settings.from_mapping(values)
+        settings = Settings.from_mapping(values, receives_events=False)
     except ConfigurationError as exc:
         raise StoreSelectionError(str(exc)) from exc
     if settings.store == "sqlite" and not settings.sqlite_path.is_file():
@@ -115,44 +100,35 @@ def settings_for(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def open_services(args: argparse.Namespace) -> Services:
-    """Build the app's services over the selected store. Close them with ``Services.close()``.
+def open_operations(args: argparse.Namespace) -> Operations:
+    """The app's store-side half over the selected store. Close it with ``Operations.close()``.
 
-    Raises :class:`StoreSelectionError`. Nothing here does network I/O (Cosmos DB connects on first use).
+    Raises :class:`StoreSelectionError`. Nothing here does network I/O (Cosmos DB connects on first use),
+    and nothing process-wide changes.
     """
+    # Imported here: the composition root is for entry points, and the pages import this package's views.
+    from shared.app import bootstrap
+
     settings = settings_for(args)
-    store = bootstrap.open_store(settings)
-    before = capture.installed()
     try:
         # The rules proposer: operator commands propose nothing, and a model client is not built for it.
-        return bootstrap.build(settings, store=store, sender=RefusingSender(), proposer=RulesProposer())
+        return bootstrap.build_operations(settings, proposer=RulesProposer())
     except ConfigurationError as exc:
-        store.close()
         raise StoreSelectionError(str(exc)) from exc
-    except BaseException:
-        store.close()
-        raise
-    finally:
-        # build() installs the process-wide checkpoint-failure capture for its store. No workflow runs
-        # here, so put back what the process had: an in-process caller (a test, a REPL) keeps its own.
-        if before is None:
-            capture.uninstall()
-        else:
-            capture.install(before.store, meter_provider=before.meter_provider)
 
 
-def run_with_services(command: str, args: argparse.Namespace, work: Callable[[Services], int]) -> int:
+def run_with_operations(command: str, args: argparse.Namespace, work: Callable[[Operations], int]) -> int:
     """Open the store ``args`` select, run ``work`` on it, close it. Returns ``work``'s exit status, or 2
     (with the reason on stderr) when the store cannot be opened."""
     try:
-        svc = open_services(args)
+        ops = open_operations(args)
     except StoreSelectionError as exc:
         error(command, str(exc))
         return 2
     try:
-        return work(svc)
+        return work(ops)
     finally:
-        svc.close()
+        ops.close()
 
 
 def print_json(value: Any) -> None:

@@ -29,13 +29,13 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from shared.app.bootstrap import Services
+from shared.app.operations import Operations
 from shared.core.cases import CASES, Case
 from shared.core.ports import Query
 from shared.operator.context import (
     common_arguments,
     print_json,
-    run_with_services,
+    run_with_operations,
 )
 from shared.operator.runs import Build, CheckpointView, graph_hash_of, inspect_checkpoint
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
@@ -105,11 +105,11 @@ def main(
 ) -> int:
     """``build`` and ``allowed_types`` stand for the build to check (tests pass a changed one)."""
     args = build_parser().parse_args(argv)
-    return run_with_services(PROG, args, lambda svc: _report(svc, args, build, allowed_types))
+    return run_with_operations(PROG, args, lambda ops: _report(ops, args, build, allowed_types))
 
 
-def _report(svc: Services, args: argparse.Namespace, build: Build, allowed_types: frozenset[str]) -> int:
-    report = check(svc, graph_hash_of(build, svc), allowed_types)
+def _report(ops: Operations, args: argparse.Namespace, build: Build, allowed_types: frozenset[str]) -> int:
+    report = check(ops, graph_hash_of(build, ops), allowed_types)
     if args.json:
         print_json(report.to_json())
     else:
@@ -126,16 +126,16 @@ def _report(svc: Services, args: argparse.Namespace, build: Build, allowed_types
     return 1 if report.stranded else 0
 
 
-def check(svc: Services, graph_hash: str, allowed_types: frozenset[str]) -> DrainReport:
+def check(ops: Operations, graph_hash: str, allowed_types: frozenset[str]) -> DrainReport:
     """Every in-flight run, judged against the build with ``graph_hash`` and ``allowed_types``."""
     in_flight: list[InFlightRun] = []
-    for doc in svc.store.query(CASES, Query()):
+    for doc in ops.store.query(CASES, Query()):
         case = Case.from_document(doc)
-        storage = CaseCheckpointStorage(svc.store, case.id, allowed_types)
+        storage = CaseCheckpointStorage(ops.store, case.id, allowed_types)
         record = storage.latest_record(WORKFLOW_NAME)
         if record is None:
             continue
-        view = inspect_checkpoint(svc.store, storage, record, graph_hash)
+        view = inspect_checkpoint(ops.store, storage, record, graph_hash)
         if view.in_flight:
             in_flight.append(InFlightRun(case.id, case.status, case.version, view))
     in_flight.sort(key=lambda run: run.case_id)

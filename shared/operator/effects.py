@@ -29,7 +29,7 @@ import argparse
 import json
 from typing import Any
 
-from shared.app.bootstrap import Services
+from shared.app.operations import Operations
 from shared.core.errors import OutcomeAlreadyRecorded
 from shared.core.ledger import OPEN_STATUSES, Effect, EffectStatus
 from shared.operator.context import (
@@ -37,7 +37,7 @@ from shared.operator.context import (
     common_arguments,
     error,
     print_json,
-    run_with_services,
+    run_with_operations,
     short,
 )
 
@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         result = json.loads(args.done) if args.done is not None else None
     if args.command == "pending":
-        return run_with_services(PROG, args, lambda svc: _pending(svc, as_json=args.json))
-    return run_with_services(PROG, args, lambda svc: _resolve(svc, args, result))
+        return run_with_operations(PROG, args, lambda ops: _pending(ops, as_json=args.json))
+    return run_with_operations(PROG, args, lambda ops: _resolve(ops, args, result))
 
 
 def _check_resolve_arguments(args: argparse.Namespace) -> str | None:
@@ -130,13 +130,13 @@ def _check_resolve_arguments(args: argparse.Namespace) -> str | None:
 # --- pending ------------------------------------------------------------------------------------
 
 
-def pending_view(svc: Services) -> dict[str, Any]:
+def pending_view(ops: Operations) -> dict[str, Any]:
     """Every effect without an outcome, oldest first (store clock), with what happens to it next."""
-    timeout = svc.ledger.call_timeout
-    effects = sorted(svc.ledger.with_status(*OPEN_STATUSES), key=lambda e: e.ts)
+    effects = sorted(ops.ledger.with_status(*OPEN_STATUSES), key=lambda e: e.ts)
     rows = []
     for effect in effects:
-        age = svc.ledger.age(effect)
+        age = ops.ledger.age(effect)
+        left = ops.ledger.in_flight_for(effect)
         rows.append(
             {
                 "key": effect.key,
@@ -148,22 +148,23 @@ def pending_view(svc: Services) -> dict[str, Any]:
                 "ageSeconds": round(age, 3),
                 "attempts": effect.attempts,
                 "reason": effect.reason,
-                "next": _next_step(effect, age, timeout),
+                "inFlightForSeconds": round(left, 3) if left is not None else None,
+                "next": _next_step(effect, left),
             }
         )
-    return {"callTimeoutSeconds": timeout, "effects": rows}
+    return {"effects": rows}
 
 
-def _next_step(effect: Effect, age: float, timeout: float) -> str:
+def _next_step(effect: Effect, in_flight_for: float | None) -> str:
     if effect.status is EffectStatus.NEEDS_RECONCILIATION:
         return "a person establishes the outcome and runs 'casekeeper effects resolve'"
-    if age < timeout:
-        return f"in flight: an attempt may be mid-call (call timeout in {age_text(timeout - age)})"
+    if in_flight_for is not None:
+        return f"in flight: an attempt may be mid-call (call timeout in {age_text(in_flight_for)})"
     return "outcome unknown: reconciliation looks it up by key"
 
 
-def _pending(svc: Services, *, as_json: bool) -> int:
-    view = pending_view(svc)
+def _pending(ops: Operations, *, as_json: bool) -> int:
+    view = pending_view(ops)
     if as_json:
         print_json(view)
         return 0
@@ -179,19 +180,19 @@ def _pending(svc: Services, *, as_json: bool) -> int:
         )
         print(f"{'':>10}{row['reason'] or row['next']}")
     print()
-    for line in _footer(rows, view["callTimeoutSeconds"]):
+    for line in _footer(rows):
         print(line)
     return 0
 
 
-def _footer(rows: list[dict[str, Any]], timeout: float) -> list[str]:
+def _footer(rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     started = [r for r in rows if r["status"] == EffectStatus.STARTED.value]
     if started:
-        old = sum(1 for r in started if r["ageSeconds"] >= timeout)
+        old = sum(1 for r in started if r["inFlightForSeconds"] is None)
         lines.append(
-            f"started: {len(started)} ({old} older than the call timeout of {age_text(timeout)}). Younger ones are "
-            "mid-call; older ones are looked up by key by reconciliation. Do not retry them by hand."
+            f"started: {len(started)} ({old} past their call timeout). The others are mid-call; those past it are "
+            "looked up by key by reconciliation. Do not retry them by hand."
         )
     waiting = sum(1 for r in rows if r["status"] == EffectStatus.NEEDS_RECONCILIATION.value)
     if waiting:
@@ -205,10 +206,10 @@ def _footer(rows: list[dict[str, Any]], timeout: float) -> list[str]:
 # --- resolve ------------------------------------------------------------------------------------
 
 
-def _resolve(svc: Services, args: argparse.Namespace, result: dict[str, Any] | None) -> int:
+def _resolve(ops: Operations, args: argparse.Namespace, result: dict[str, Any] | None) -> int:
     try:
         reason = args.failed.strip() if args.failed is not None else None
-        view = resolve(svc, args.key, result=result, reason=reason, by=args.by.strip(), why=args.why.strip())
+        view = resolve(ops, args.key, result=result, reason=reason, by=args.by.strip(), why=args.why.strip())
     except Refused as exc:
         if args.json:
             print_json({"refused": str(exc)})
@@ -229,7 +230,7 @@ def _resolve(svc: Services, args: argparse.Namespace, result: dict[str, Any] | N
 
 
 def resolve(
-    svc: Services, key: str, *, result: dict[str, Any] | None, reason: str | None, by: str, why: str
+    ops: Operations, key: str, *, result: dict[str, Any] | None, reason: str | None, by: str, why: str
 ) -> dict[str, Any]:
     """Record ``done`` with ``result`` (or ``failed`` with ``reason``) and settle the case.
 
@@ -239,31 +240,32 @@ def resolve(
     """
     if (result is None) == (reason is None):
         raise ValueError("give exactly one of result and reason")
-    effect = svc.ledger.find(key)
+    effect = ops.ledger.find(key)
     if effect is None:
         raise Refused(f"no effect with key {key!r} (give the full 64-character key; see 'casekeeper effects pending')")
     if effect.status not in OPEN_STATUSES:
         raise Refused(f"effect {short(key)} of case {effect.case_id} already has outcome {effect.status.value}")
-    age = svc.ledger.age(effect)
-    if effect.status is EffectStatus.STARTED and age < svc.ledger.call_timeout:
-        wait = age_text(svc.ledger.call_timeout - age)
+    age = ops.ledger.age(effect)
+    left = ops.ledger.in_flight_for(effect)
+    if left is not None:
+        wait = age_text(left)
         raise Refused(
             f"effect {short(key)} of case {effect.case_id} started {age_text(age)} ago, within the call timeout: "
             f"an attempt may be mid-call and its outcome is coming; look again in {wait}"
         )
-    resolution = {"by": by, "why": why, "at": svc.clock.now()}
+    resolution = {"by": by, "why": why, "at": ops.clock.now()}
     status = EffectStatus.DONE if result is not None else EffectStatus.FAILED
     try:
-        recorded = svc.ledger.record_outcome(
+        recorded = ops.ledger.record_outcome(
             effect, status, result=result, reason=reason, source=SOURCE, resolution=resolution
         )
     except OutcomeAlreadyRecorded as exc:
         raise Refused(f"effect {short(key)} changed meanwhile (now {exc.recorded_status}); look again") from exc
     if recorded.status is EffectStatus.DONE:
-        settled = svc.reconciler.finish_commit(recorded)
+        settled = ops.reconciler.finish_commit(recorded)
     else:
-        settled = _send_to_review(svc, recorded, by)
-    case = svc.cases.get(recorded.case_id)
+        settled = _send_to_review(ops, recorded, by)
+    case = ops.cases.get(recorded.case_id)
     return {
         "effect": {
             "key": recorded.key,
@@ -279,7 +281,7 @@ def resolve(
     }
 
 
-def _send_to_review(svc: Services, effect: Effect, by: str) -> str:
+def _send_to_review(ops: Operations, effect: Effect, by: str) -> str:
     """After a ``failed`` resolution: the case goes to review, as the commit step does for a refusal.
 
     Returns ``sent_to_review`` (committed), ``noted`` (already there: a note says what was resolved),
@@ -288,19 +290,19 @@ def _send_to_review(svc: Services, effect: Effect, by: str) -> str:
     withdraws the pending approval the effect's intent cleared, as the commit step would; on a later
     version the pending approval belongs to a newer decision and is left alone.
     """
-    review = svc.reconciler.review_status
+    review = ops.reconciler.review_status
     reason = f"effect {effect.action} ({short(effect.key)}) resolved as failed by {by}: {effect.reason}"
     intent = effect.request.get("commit")
     clears = isinstance(intent, dict) and bool(intent.get("clearPendingApproval"))
     for _ in range(_MAX_REVIEW_ATTEMPTS):
-        case = svc.cases.get(effect.case_id)
+        case = ops.cases.get(effect.case_id)
         if case is None:
             return "no_case"
         if case.status == review:
-            svc.cases.note(case.id, reason, effectKey=effect.key)
+            ops.cases.note(case.id, reason, effectKey=effect.key)
             return "noted"
         on_decision = case.version == effect.case_version
-        if svc.cases.commit_status(
+        if ops.cases.commit_status(
             case.id,
             case.version,
             review,

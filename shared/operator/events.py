@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from shared.app.bootstrap import Services
+from shared.app.operations import Operations
 from shared.messaging import DeadLetter
-from shared.operator.context import common_arguments, error, print_json, run_with_services, time_text
+from shared.operator.context import common_arguments, error, print_json, run_with_operations, time_text
 
 PROG = "casekeeper events"
 
@@ -49,19 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "redrive" and bool(args.all) == bool(args.ids):
         parser.error("redrive takes message ids, or --all")
-    return run_with_services(PROG, args, lambda svc: _run(svc, args))
+    return run_with_operations(PROG, args, lambda ops: _run(ops, args))
 
 
-def _run(svc: Services, args: argparse.Namespace) -> int:
+def _run(ops: Operations, args: argparse.Namespace) -> int:
     if args.command == "queue":
-        counts = svc.dead_letters.counts()
+        counts = ops.dead_letters.counts()
         if args.json:
             print_json({"queue": counts})
         else:
             print("  ".join(f"{name} {count}" for name, count in counts.items()))
         return 0
     if args.command == "dead-lettered":
-        letters = svc.dead_letters.peek(limit=args.limit)
+        letters = ops.dead_letters.peek(limit=args.limit)
         if args.json:
             print_json({"deadLettered": [d.to_json() for d in letters]})
         elif not letters:
@@ -70,7 +70,7 @@ def _run(svc: Services, args: argparse.Namespace) -> int:
             for letter in letters:
                 _print(letter)
         return 0
-    moved = svc.dead_letters.redrive(None if args.all else args.ids)
+    moved = ops.dead_letters.redrive(None if args.all else args.ids)
     missing = sorted(set(args.ids) - {m.message_id for m in moved})
     if args.json:
         print_json({"redriven": [m.to_json() for m in moved], "notFound": missing})

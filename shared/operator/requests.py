@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from shared.app.bootstrap import Services
+from shared.app.operations import Operations
 from shared.core.errors import InvalidEvent
 from shared.domain import events as ev
-from shared.operator.context import common_arguments, error, print_json, run_with_services
+from shared.operator.context import common_arguments, error, print_json, run_with_operations
 
 PROG = "casekeeper requests"
 
@@ -43,14 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_with_services(PROG, args, lambda svc: _withdraw(svc, args))
+    return run_with_operations(PROG, args, lambda ops: _withdraw(ops, args))
 
 
-def _withdraw(svc: Services, args: argparse.Namespace) -> int:
-    data = {"effectKey": args.effect_key, "by": args.by, "why": args.why, "at": svc.clock.now()}
+def _withdraw(ops: Operations, args: argparse.Namespace) -> int:
+    data = {"effectKey": args.effect_key, "by": args.by, "why": args.why, "at": ops.clock.now()}
     try:
         event = ev.parse_event({"type": ev.REQUEST_WITHDRAWN, "caseId": args.case_id, "data": data})
-        result = asyncio.run(svc.worker.handle(event))
+        result = asyncio.run(ops.worker.handle(event))
     except InvalidEvent as exc:
         error(PROG, exc.reason)
         return 1

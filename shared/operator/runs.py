@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from agent_framework import Workflow
 
-from shared.app.bootstrap import Services
+from shared.app.operations import Operations
 from shared.core.ports import DocumentStore
 from shared.workflow.checkpoints import (
     CHECKPOINTS,
@@ -33,7 +33,6 @@ from shared.workflow.checkpoints import (
     UnusableKind,
 )
 from shared.workflow.executors import WorkflowDeps
-from shared.workflow.proposers import RulesProposer
 
 Build = Callable[[WorkflowDeps], Workflow]
 """Builds the workflow of a build (``shared.workflow.build.build_workflow`` is the current one)."""
@@ -117,13 +116,10 @@ class CheckpointView:
         }
 
 
-def graph_hash_of(build: Build, svc: Services) -> str:
-    """The graph hash of the workflow ``build`` makes. Building runs no executor, so the dependencies are
-    the real objects only because they are at hand; nothing is called on them."""
-    deps = WorkflowDeps(
-        cases=svc.cases, ledger=svc.ledger, supplier=svc.supplier, proposer=RulesProposer(), rules=svc.settings.rules
-    )
-    return build(deps).graph_signature_hash
+def graph_hash_of(build: Build, ops: Operations) -> str:
+    """The graph hash of the workflow ``build`` makes from this app's dependencies. Building runs no
+    executor: nothing is called on them."""
+    return build(ops.workflow).graph_signature_hash
 
 
 def inspect_checkpoint(

@@ -219,7 +219,7 @@ class World:
             return reply
 
         portal.request_credit_note = request_then_maybe_die  # type: ignore[method-assign]
-        bootstrap.use(services)
+        bootstrap.use(bootstrap.start(services))
         return services
 
     def restart(self) -> None:

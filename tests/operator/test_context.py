@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain.events import CaseEvent
+from shared.app.operations import Operations
 from shared.operator import alerts
-from shared.operator.context import RefusingSender, open_services
+from shared.operator.context import open_operations
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow import capture
 
@@ -37,14 +37,23 @@ def test_invalid_settings_are_a_usage_error(tmp_path: Path, capsys: pytest.Captu
     assert "CASEKEEPER_STORE must be one of" in capsys.readouterr().err
 
 
-def test_the_services_never_send_and_leave_the_capture_as_it_was(tmp_path: Path) -> None:
+def test_opening_the_store_side_changes_nothing_process_wide_and_holds_no_sender(tmp_path: Path) -> None:
     SqliteDocumentStore(tmp_path / "casekeeper.sqlite").close()
     capture.uninstall()  # whatever an earlier test left
-    svc = open_services(argparse.Namespace(data=tmp_path, from_settings=False))
+    ops = open_operations(argparse.Namespace(data=tmp_path, from_settings=False))
     try:
         assert capture.installed() is None
-        assert isinstance(svc.sender, RefusingSender)
-        with pytest.raises(RuntimeError, match="never enqueue"):
-            svc.sender.send(CaseEvent("case.investigate", "C-1", {}), message_id="m")
+        # Nothing to send with: operator commands change the store directly, never enqueue.
+        assert not hasattr(ops, "sender")
+        assert isinstance(ops, Operations)
     finally:
-        svc.close()
+        ops.close()
+
+
+def test_from_settings_needs_no_webhook_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "casekeeper.sqlite"
+    SqliteDocumentStore(path).close()
+    (tmp_path / "local.settings.json").write_text(
+        json.dumps({"Values": {"CASEKEEPER_SQLITE_PATH": str(path), "CASEKEEPER_QUEUE": "local"}})
+    )
+    assert alerts.main(["--from-settings"]) == 0, capsys.readouterr().err

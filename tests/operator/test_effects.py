@@ -72,12 +72,13 @@ def test_pending_lists_started_and_escalated_effects_oldest_first(
     listed = run(main, "pending", "--json")
     assert listed.code == 0
     view = listed.json()
-    assert view["callTimeoutSeconds"] == short_timeout
     rows = {r["caseId"]: r for r in view["effects"]}
     assert [r["key"] for r in view["effects"]] == [old, stuck, fresh]
     assert rows["C-old"]["status"] == "started" and rows["C-old"]["ageSeconds"] >= short_timeout
     assert rows["C-old"]["next"] == "outcome unknown: reconciliation looks it up by key"
     assert rows["C-fresh"]["ageSeconds"] < short_timeout and rows["C-fresh"]["next"].startswith("in flight")
+    assert rows["C-old"]["inFlightForSeconds"] is None
+    assert 0 < rows["C-fresh"]["inFlightForSeconds"] <= short_timeout
     assert rows["C-stuck"]["status"] == "needs_reconciliation"
     assert "lookup by key failed 1 times" in rows["C-stuck"]["reason"]
     assert all(r["attempts"] == 1 and r["action"] == ACTION for r in rows.values())
@@ -87,7 +88,7 @@ def test_pending_lists_started_and_escalated_effects_oldest_first(
     assert lines[0].split() == ["age", "case", "action", "status", "attempts", "key"]
     assert lines[1].split()[1:] == ["C-old", ACTION, "started", "1", old]
     assert lines[1].split()[0] in ("1s", "2s")
-    assert "started: 2 (1 older than the call timeout of 1s)" in text
+    assert "started: 2 (1 past their call timeout)" in text
     assert "looked up by key by reconciliation" in text
     assert "needs_reconciliation: 1. A person establishes the outcome" in text
     assert "casekeeper effects resolve KEY --done RESULT | --failed REASON --by WHO --why WHY" in text

@@ -50,7 +50,7 @@ def settings_for(tmp_path: Path, supplier_url: str, **overrides: str) -> Setting
 
 @pytest.fixture
 def svc(tmp_path: Path, supplier: SupplierStub) -> Iterator[Services]:
-    services = bootstrap.build(settings_for(tmp_path, supplier.url))
+    services = bootstrap.start(bootstrap.build(settings_for(tmp_path, supplier.url)))
     bootstrap.use(services)
     try:
         yield services

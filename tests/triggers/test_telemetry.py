@@ -54,7 +54,9 @@ def counts(reader: InMemoryMetricReader) -> dict[str, int]:
 
 def handle(svc: Services, event: CaseEvent, message_id: str) -> Any:
     return asyncio.run(
-        handle_case_message(svc, encode(event), session_id=event.case_id, message_id=message_id, delivery_count=1)
+        handle_case_message(
+            svc.case_events, encode(event), session_id=event.case_id, message_id=message_id, delivery_count=1
+        )
     )
 
 

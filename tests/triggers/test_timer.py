@@ -138,7 +138,7 @@ def test_the_sweep_reads_what_is_stuck_not_what_is_done(
     )
     clock.advance(121)
     counter.returned.clear()
-    report = run_health_checks(svc)
+    report = run_health_checks(svc.health)
     assert report.gates_rechecked == ["STUCK"]
     assert counter.returned.get("effects", []) == []
     assert set(counter.returned["cases"]) == {"STUCK"}
@@ -219,7 +219,7 @@ def test_the_lagging_runs_check_moves_its_cursor_past_a_case_it_cannot_examine(
     svc.cases.create("GOOD", INVOICE)
     assert svc.cases.commit_status("GOOD", 1, "approved", reason="within tolerance")  # no checkpoint follows
     clock.advance(svc.settings.checkpoint_lag + 1)
-    report = run_health_checks(svc)  # raises HealthChecksFailed if a duty failed
+    report = run_health_checks(svc.health)  # raises HealthChecksFailed if a duty failed
     assert report.lagging_cases == ["GOOD"]
     assert report.malformed == ["cases/BAD-DOC"]
     cursor = svc.store.read("health", "cursor", "checkpoint-health")
@@ -229,7 +229,7 @@ def test_the_lagging_runs_check_moves_its_cursor_past_a_case_it_cannot_examine(
     assert svc.cases.commit_status("NEW", 1, "approved", reason="within tolerance")
     clock.advance(svc.settings.checkpoint_lag + 1)
     counter.returned.clear()
-    report = run_health_checks(svc)
+    report = run_health_checks(svc.health)
     assert report.lagging_cases == ["NEW"] and report.malformed == []
     assert set(counter.returned["cases"]) == {"NEW"}  # the skipped cases are not read again
     assert sorted(a.alert_kind for a in svc.alerts.recent()) == [

@@ -1,0 +1,39 @@
+"""The store-side half of the app: what acts on cases and effects without receiving events.
+
+The operator commands, the operator's pages and the API's case view take this. It holds no sender and
+no webhook secret: building it needs neither (``shared.app.bootstrap.build_operations``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.app.alerts import Alerter
+from shared.core.cases import CaseRepository
+from shared.core.clock import Clock
+from shared.core.ledger import Ledger
+from shared.core.ports import DocumentStore
+from shared.core.reconcile import Reconciler
+from shared.messaging import DeadLetterQueue
+from shared.supplier.portal import SupplierPortal
+from shared.workflow.executors import WorkflowDeps
+from shared.workflow.worker import CaseWorker
+
+
+@dataclass(frozen=True)
+class Operations:
+    store: DocumentStore
+    clock: Clock
+    cases: CaseRepository
+    ledger: Ledger
+    reconciler: Reconciler
+    alerts: Alerter
+    dead_letters: DeadLetterQueue
+    workflow: WorkflowDeps
+    """What the workflow is built from (the graph hash an operator command checks is this build's)."""
+    worker: CaseWorker
+    supplier: SupplierPortal
+
+    def close(self) -> None:
+        self.supplier.close()
+        self.store.close()
