@@ -1,4 +1,4 @@
-"""``casekeeper demo``: the breaks of DESIGN.md section 1 that the ledger and the case store cover, live.
+"""``casekeeper demo``: the breaks that the ledger and the case store cover (``docs/design.md``), live.
 
 What it does, in one process and in a few seconds:
 
@@ -31,16 +31,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from shared.app.bootstrap import SystemClock
-from shared.core.cases import Case, CaseRepository
+from shared.app.bootstrap import build_operations
+from shared.app.settings import Settings
+from shared.core.cases import Case
 from shared.core.errors import EffectInFlight, NeedsReconciliation, OutcomeUnknown, StaleDecision
 from shared.core.keys import effect_key
-from shared.core.ledger import Effect, EffectOutcome, EffectStatus, Ledger
-from shared.core.reconcile import Reconciler
+from shared.core.ledger import Effect, EffectOutcome, EffectStatus
 from shared.localhost.supplier_stub import NOTES_PATH, Faults, SupplierStub
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.supplier.portal import SupplierPortal
-from shared.workflow.actions import credit_note_policy
+from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall
+from shared.workflow.proposers import RulesProposer
 
 DEMO_CALL_TIMEOUT = 2.0
 """The ledger's call timeout in the demo, in seconds (production default: 120 s)."""
@@ -55,7 +55,7 @@ _BACKOFF_CAP = 0.05
 _SETTLE_DEADLINE = 10.0
 _COMMITTERS = 8
 
-ACTION = "request_credit_note"
+ACTION = REQUEST_CREDIT_NOTE
 DECIDED = "credit_note_requested"
 DB_NAME = "demo.sqlite"
 SUPPLIER_LOG_NAME = "supplier.jsonl"
@@ -125,16 +125,26 @@ class _Demo:
         # Fresh by contract: an old file's cases would collide, and a stub reloads notes from its old log.
         for stale in (self.db_path, Path(f"{self.db_path}-wal"), Path(f"{self.db_path}-shm"), self.log_path):
             stale.unlink(missing_ok=True)
-        self.store = SqliteDocumentStore(self.db_path)
-        self.cases = CaseRepository(self.store, SystemClock())
-        self.ledger = Ledger(self.store, self.cases, call_timeout=DEMO_CALL_TIMEOUT)
         self.stub = SupplierStub(port=0, log_path=self.log_path).start()
-        self.portal = SupplierPortal(self.stub.url, timeout=_PORTAL_TIMEOUT)
+        # The app's own wiring (the composition root), on the demo's store, stub and short call timeout.
+        settings = Settings.from_mapping(
+            {
+                "CASEKEEPER_STORE": "sqlite",
+                "CASEKEEPER_SQLITE_PATH": str(self.db_path),
+                "CASEKEEPER_QUEUE": "local",
+                "CALL_TIMEOUT_SECONDS": str(DEMO_CALL_TIMEOUT),
+                "SUPPLIER_TIMEOUT_SECONDS": str(_PORTAL_TIMEOUT),
+                "SUPPLIER_PORTAL_URL": self.stub.url,
+            },
+            receives_events=False,
+        )
+        self.ops = build_operations(settings, store=SqliteDocumentStore(self.db_path), proposer=RulesProposer())
+        self.store, self.cases, self.ledger = self.ops.store, self.ops.cases, self.ops.ledger
+        self.portal = self.ops.supplier
 
     def close(self) -> None:
-        self.portal.close()
+        self.ops.close()
         self.stub.stop()
-        self.store.close()
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -147,17 +157,10 @@ class _Demo:
     def call_for(self, inv: _Invoice) -> Callable[[str], Mapping[str, Any]]:
         """The guarded call: ask the supplier, over HTTP, for a credit note for the variance."""
 
-        def call(key: str) -> Mapping[str, Any]:
-            return self.portal.request_credit_note(
-                key,
-                case_id=inv.case_id,
-                invoice_id=inv.invoice_id,
-                supplier_id=inv.supplier_id,
-                amount=inv.variance,
-                currency=inv.currency,
-            )
+        return self.credit_note(inv).bind(self.portal)
 
-        return call
+    def credit_note(self, inv: _Invoice) -> CreditNoteCall:
+        return CreditNoteCall(inv.case_id, inv.invoice_id, inv.supplier_id, inv.variance, inv.currency)
 
     def run(self, inv: _Invoice, version: int) -> EffectOutcome:
         return self.ledger.run(
@@ -166,13 +169,7 @@ class _Demo:
             decided_on_version=version,
             call=self.call_for(inv),
             # What reconciliation needs to look the effect up, retry it, and finish the commit.
-            request={
-                "amount": str(inv.variance),
-                "currency": inv.currency,
-                "invoiceId": inv.invoice_id,
-                "supplierId": inv.supplier_id,
-                "commit": {"status": DECIDED, "reason": "credit note requested"},
-            },
+            request=self.credit_note(inv).record(commit={"status": DECIDED, "reason": "credit note requested"}),
         )
 
     def run_until_settled(self, inv: _Invoice, version: int) -> tuple[EffectOutcome, int]:
@@ -375,7 +372,7 @@ def unknown_outcome(demo: _Demo, number: int) -> ScenarioResult:
 
     started = demo.effect(inv, key)
     # By the store's clock, as the ledger judges it; a little margin for the clock's resolution.
-    wait = max(DEMO_CALL_TIMEOUT - demo.ledger.age(started), 0.0) + 0.2
+    wait = (demo.ledger.in_flight_for(started) or 0.0) + 0.2
     time.sleep(wait)
     try:
         demo.run(inv, 1)
@@ -384,8 +381,7 @@ def unknown_outcome(demo: _Demo, number: int) -> ScenarioResult:
         steps.append(f"re-run after the {DEMO_CALL_TIMEOUT:.0f} s call timeout -> NeedsReconciliation;")
 
     # Reconciliation (R3), the real reconciler: never retry blindly; ask the supplier by the same key.
-    reconciler = Reconciler(demo.ledger, demo.cases, demo.store, {ACTION: credit_note_policy(demo.portal)})
-    recheck = reconciler.recheck(inv.case_id, key)
+    recheck = demo.ops.reconciler.recheck(inv.case_id, key)
     final = demo.effect(inv, key)
     found = final.result if recheck.outcome == "recorded" else None
     committed = recheck.committed

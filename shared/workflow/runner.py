@@ -1,0 +1,166 @@
+"""Running the invoice-review workflow for one case: a fresh run, a resumed one, a rebuilt one.
+
+:class:`WorkflowRunner` owns the case's checkpoint storage and the running build's graph hash. It
+resumes a run that a crash stopped mid-superstep (its model calls are not repeated; its effects and
+commits are idempotent, so replaying the superstep is safe), and says on the case when a checkpoint
+cannot be used and the decision is rebuilt from the case document instead (rules R8, R9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from agent_framework import Workflow
+
+from shared.core.ports import DocumentStore
+from shared.workflow.build import WORKFLOW_NAME, build_workflow
+from shared.workflow.checkpoints import (
+    MAX_DOCUMENT_BYTES,
+    CaseCheckpointStorage,
+    CheckpointRecord,
+    CheckpointUnusable,
+)
+from shared.workflow.executors import WorkflowDeps
+from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, RunOutcome
+
+log = logging.getLogger("casekeeper.worker")
+
+CHECKPOINTS_KEPT = 20
+
+
+class WorkflowRunner:
+    def __init__(
+        self,
+        deps: WorkflowDeps,
+        store: DocumentStore,
+        *,
+        build: Callable[[WorkflowDeps], Workflow] = build_workflow,
+        checkpoints_kept: int = CHECKPOINTS_KEPT,
+        allowed_checkpoint_types: frozenset[str] = ALLOWED_CHECKPOINT_TYPES,
+        checkpoint_max_bytes: int = MAX_DOCUMENT_BYTES,
+    ) -> None:
+        self._deps = deps
+        self._store = store
+        self._build = build
+        self._checkpoints_kept = checkpoints_kept
+        self._allowed_types = allowed_checkpoint_types
+        self._checkpoint_max_bytes = checkpoint_max_bytes
+        # The running build's graph hash, compared with a checkpoint's before resuming it.
+        self.graph_hash: str = build(deps).graph_signature_hash
+
+    def checkpoints(self, case_id: str) -> CaseCheckpointStorage:
+        return CaseCheckpointStorage(
+            self._store, case_id, self._allowed_types, max_document_bytes=self._checkpoint_max_bytes
+        )
+
+    def check_resumable(self, storage: CaseCheckpointStorage, record: CheckpointRecord) -> None:
+        """Raises ``CheckpointUnusable`` unless this build can restore ``record``."""
+        storage.try_decode(record, expected_graph_hash=self.graph_hash)
+
+    async def paused_on(self, case_id: str, request_id: str) -> CheckpointRecord | None:
+        """The newest checkpoint of the case's run if it is paused on ``request_id`` and this build can
+        resume it; ``None`` otherwise (a checkpoint that cannot be used is noted on the case)."""
+        storage = self.checkpoints(case_id)
+        record = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME)
+        if record is None or request_id not in record.pending_request_ids:
+            return None
+        try:
+            await asyncio.to_thread(self.check_resumable, storage, record)
+        except CheckpointUnusable as exc:
+            await self.note_rebuilt(case_id, exc)
+            return None
+        return record
+
+    async def finish_interrupted_run(self, case_id: str) -> RunOutcome | None:
+        """Resume a run that died mid-superstep, so its decision is not lost (and its model calls are
+        not repeated). Its effects and commits are idempotent, so replaying the superstep is safe.
+
+        A finished run's last checkpoint holds no pending messages; a paused one holds only pending
+        requests (answered by ``approval.answered``). Anything else was interrupted.
+        """
+        storage = self.checkpoints(case_id)
+        record = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME)
+        if record is None or record.pending_request_ids:
+            return None
+        try:
+            checkpoint = await asyncio.to_thread(storage.try_decode, record)
+        except CheckpointUnusable as exc:
+            await self.note_rebuilt(case_id, exc)
+            return None
+        if not any(checkpoint.messages.values()):
+            return None
+        if checkpoint.graph_signature_hash != self.graph_hash:
+            reason = "the workflow graph changed since this checkpoint was saved"
+            await self.note_rebuilt(
+                case_id,
+                CheckpointUnusable(reason, case_id=case_id, checkpoint_id=record.checkpoint_id, kind="graph_changed"),
+            )
+            return None
+        log.info(
+            "case %s: resuming interrupted run from checkpoint %s",
+            case_id,
+            record.checkpoint_id,
+            extra={"caseId": case_id, "checkpointId": record.checkpoint_id},
+        )
+        return await self.run(case_id, checkpoint_id=record.checkpoint_id)
+
+    async def note_rebuilt(self, case_id: str, exc: CheckpointUnusable) -> None:
+        """Say on the case that its run is rebuilt from the case document (rule R8), once per checkpoint."""
+        log.warning(
+            "case %s: checkpoint %s unusable (%s); rebuilding from the case document",
+            case_id,
+            exc.checkpoint_id,
+            exc.reason,
+            extra={"caseId": case_id, "checkpointId": exc.checkpoint_id},
+        )
+        case = await asyncio.to_thread(self._deps.cases.get, case_id)
+        if case is None or any(n.get("checkpointId") == exc.checkpoint_id for n in case.notes):
+            return
+        await asyncio.to_thread(
+            self._deps.cases.note,
+            case_id,
+            "run rebuilt from the case document",
+            reason=exc.reason,
+            checkpointId=exc.checkpoint_id,
+            kind=exc.kind,
+        )
+
+    async def run(
+        self,
+        case_id: str,
+        *,
+        message: object | None = None,
+        checkpoint_id: str | None = None,
+        responses: dict[str, Any] | None = None,
+    ) -> RunOutcome:
+        """One run of the workflow: from ``message``, or resumed from ``checkpoint_id`` (with ``responses``
+        to its pending requests). Returns the run's last outcome."""
+        storage = self.checkpoints(case_id)
+        workflow = self._build(self._deps)
+        attributes = {
+            "casekeeper.case_id": case_id,
+            "casekeeper.resumed_from": checkpoint_id,
+            "casekeeper.message": type(message).__name__ if message is not None else None,
+        }
+        with self._deps.telemetry.span("workflow.run", attributes):
+            if message is not None:
+                result = await workflow.run(message, checkpoint_storage=storage)
+            else:
+                result = await workflow.run(
+                    checkpoint_id=checkpoint_id, responses=responses, checkpoint_storage=storage
+                )
+        outputs = [o for o in result.get_outputs() if isinstance(o, RunOutcome)]
+        await asyncio.to_thread(storage.prune, self._checkpoints_kept)
+        if not outputs:
+            case = await asyncio.to_thread(self._deps.cases.get, case_id)
+            return RunOutcome(
+                case_id,
+                "nothing_to_do",
+                case.status if case else None,
+                case.version if case else None,
+                f"run ended {result.get_final_state().value} without an outcome",
+            )
+        return outputs[-1]
