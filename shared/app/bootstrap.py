@@ -34,7 +34,7 @@ from shared.messaging import DeadLetterQueue, EventSender
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import install as install_capture
-from shared.workflow.executors import WorkflowDeps
+from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import AgentProposer, Proposer, RulesProposer
 from shared.workflow.worker import CaseWorker
 

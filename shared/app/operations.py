@@ -16,7 +16,7 @@ from shared.core.ports import DocumentStore
 from shared.core.reconcile import Reconciler
 from shared.messaging import DeadLetterQueue
 from shared.supplier.portal import SupplierPortal
-from shared.workflow.executors import WorkflowDeps
+from shared.workflow.deps import WorkflowDeps
 from shared.workflow.worker import CaseWorker
 
 

@@ -32,7 +32,7 @@ from shared.workflow.checkpoints import (
     CheckpointUnusable,
     UnusableKind,
 )
-from shared.workflow.executors import WorkflowDeps
+from shared.workflow.deps import WorkflowDeps
 
 Build = Callable[[WorkflowDeps], Workflow]
 """Builds the workflow of a build (``shared.workflow.build.build_workflow`` is the current one)."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from agent_framework import Workflow, WorkflowBuilder
 
-from shared.workflow.executors import ApprovalGate, Commit, Intake, Propose, WorkflowDeps
+from shared.workflow.deps import WorkflowDeps
+from shared.workflow.executors import ApprovalGate, Commit, Intake, Propose
 
 WORKFLOW_NAME = "casekeeper-invoice-review"
 

@@ -17,22 +17,20 @@ loop keeps serving other sessions meanwhile.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Never
 
 from agent_framework import Executor, WorkflowContext, handler, response_handler
 
-from shared.app.telemetry import Telemetry
-from shared.core.cases import Case, CaseRepository
-from shared.core.commits import CommitFinisher, FinishResult
-from shared.core.errors import EffectFailed, EffectInFlight, InvalidProposal, NeedsReconciliation, StaleDecision
+from shared.core.cases import Case
+from shared.core.commits import FinishResult
+from shared.core.errors import EffectFailed, InvalidProposal, NeedsReconciliation, StaleDecision
 from shared.core.keys import approval_request_id, effect_key
-from shared.core.ledger import OPEN_STATUSES, Effect, EffectStatus, Ledger
+from shared.core.ledger import Effect
 from shared.domain.credit import CreditRequest, needs_approval, position, status_for, validate
-from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Rules, Status
+from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Status
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall, credit_request_data, credit_requests
+from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import (
     AnswerWithoutCheckpoint,
     ApprovalAnswer,
@@ -44,23 +42,7 @@ from shared.workflow.messages import (
     RebuiltAnswer,
     RunOutcome,
 )
-from shared.workflow.proposers import Proposer
-
-
-@dataclass
-class WorkflowDeps:
-    cases: CaseRepository
-    ledger: Ledger
-    supplier: Any  # a SupplierPortal (request_credit_note, find_credit_note), or a test's stand-in
-    proposer: Proposer
-    rules: Rules
-    probe: Callable[[str], None] = lambda point: None
-    """Called at named points (``F5``, ``F6``); the crash tests kill the process there."""
-    telemetry: Telemetry = field(default_factory=Telemetry)
-
-    @property
-    def finisher(self) -> CommitFinisher:
-        return CommitFinisher(self.cases, self.ledger)
+from shared.workflow.unsettled import settle_first
 
 
 class Intake(Executor):
@@ -81,40 +63,12 @@ class Intake(Executor):
             await ctx.yield_output(_not_investigable(case))
             return
         effects = await asyncio.to_thread(deps.ledger.for_case, case.id)
-        # A done effect whose status commit never landed (a crash between the two writes: the case's gate
-        # is still open on it) is finished first: deciding before it would ignore what it did.
-        gate = case.gate
-        unfinished = [e for e in effects if gate and e.key == gate.effect_key and e.status is EffectStatus.DONE]
-        for effect in unfinished:
-            finished = await asyncio.to_thread(deps.finisher.finish, effect, data=credit_request_data(effect))
-            if finished.outcome in ("committed", "needs_review"):
-                after = await self._current(finished.case, case.id)
-                detail = f"finished the commit of effect {effect.key[:12]} a crash had left ({finished.outcome})"
-                outcome = RunOutcome(after.id, "committed", after.status, after.version, detail, effect.key)
-                await ctx.yield_output(outcome)
-                return
-        # An effect whose outcome nobody knows yet may have happened: deciding again would act a second
-        # time under a new key. Reconciliation (or a person) settles it first (rules R3, R4).
-        for effect in (e for e in effects if e.status in OPEN_STATUSES):
-            remaining = await asyncio.to_thread(deps.ledger.in_flight_for, effect)
-            if remaining is not None:
-                # Mid-call in another attempt: look again when it has had its time (the caller reschedules).
-                raise EffectInFlight(
-                    key=effect.key, case_id=effect.case_id, action=effect.action, retry_after=remaining
-                )
-            detail = (
-                f"effect {effect.action} ({effect.key[:12]}, decided on v{effect.case_version}) is "
-                f"{effect.status.value}: it is settled before the case is decided again"
-            )
-            await ctx.yield_output(
-                RunOutcome(case.id, "waiting_for_reconciliation", case.status, case.version, detail, effect.key)
-            )
+        stop = await settle_first(deps, case, effects)
+        if stop is not None:
+            await ctx.yield_output(stop)
             return
         requests = [r.to_json() for r in credit_requests(effects)]
         await ctx.send_message(CaseSnapshot(case.id, case.version, case.status, case.facts, requests))
-
-    async def _current(self, known: Case | None, case_id: str) -> Case:
-        return known if known is not None else await asyncio.to_thread(self._deps.cases.require, case_id)
 
     @handler
     async def on_answer(self, msg: AnswerWithoutCheckpoint, ctx: WorkflowContext[RebuiltAnswer, RunOutcome]) -> None:

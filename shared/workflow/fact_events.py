@@ -19,7 +19,7 @@ from shared.domain.credit import CreditRequest
 from shared.domain.invoice import INVESTIGABLE, InvoiceFacts, parse_amount
 from shared.domain.transitions import FactPlan
 from shared.workflow.actions import credit_requests
-from shared.workflow.executors import WorkflowDeps
+from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import RunOutcome
 
 MAX_FACT_RETRIES = 8

@@ -23,7 +23,7 @@ from shared.workflow.checkpoints import (
     CheckpointRecord,
     CheckpointUnusable,
 )
-from shared.workflow.executors import WorkflowDeps
+from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, RunOutcome
 
 log = logging.getLogger("casekeeper.worker")

@@ -35,7 +35,7 @@ from shared.domain.invoice import INVESTIGABLE
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.capture import capturing
 from shared.workflow.checkpoints import MAX_DOCUMENT_BYTES
-from shared.workflow.executors import WorkflowDeps
+from shared.workflow.deps import WorkflowDeps
 from shared.workflow.fact_events import FACT_EVENTS, FactEvents
 from shared.workflow.messages import (
     ALLOWED_CHECKPOINT_TYPES,

@@ -29,7 +29,9 @@ from tests.conftest import StoreSpec
 from tests.support.crash_worker import DIED
 
 ROOT = Path(__file__).resolve().parents[2]
-CALL_TIMEOUT = 3.0
+# Long enough that the redelivery's worker, a new Python process, starts and reads the claim inside it on
+# a loaded 2-core machine (Cosmos DB's clock counts whole seconds); 3 s was not.
+CALL_TIMEOUT = 6.0
 EVENT = {
     "type": "invoice.received",
     "caseId": "C-crash",
@@ -120,7 +122,7 @@ def test_crash_around_the_call_waits_then_is_reconciled_by_key(
     assert len(posts(supplier)) == expected_posts
 
     _, in_flight = run_worker(store_spec, supplier)  # redelivered at once: the claim is still in flight
-    assert in_flight == {"error": "EffectInFlight", "detail": in_flight["detail"]}
+    assert in_flight.get("error") == "EffectInFlight", in_flight
 
     time.sleep(CALL_TIMEOUT + 1.2)  # past the call timeout, by the store's clock (whole seconds on Cosmos)
     _, waiting = run_worker(store_spec, supplier)

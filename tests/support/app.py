@@ -18,7 +18,7 @@ from shared.domain.invoice import Rules
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.build import build_workflow
 from shared.workflow.capture import install as install_capture
-from shared.workflow.executors import WorkflowDeps
+from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import Proposer, RulesProposer
 from shared.workflow.worker import CaseWorker, EventResult
 

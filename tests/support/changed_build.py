@@ -6,7 +6,8 @@ from __future__ import annotations
 from agent_framework import Workflow, WorkflowBuilder
 
 from shared.workflow.build import WORKFLOW_NAME
-from shared.workflow.executors import ApprovalGate, Commit, Intake, Propose, WorkflowDeps
+from shared.workflow.deps import WorkflowDeps
+from shared.workflow.executors import ApprovalGate, Commit, Intake, Propose
 
 
 class GateV2(ApprovalGate):
