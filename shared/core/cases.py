@@ -41,6 +41,8 @@ class Transition:
     at: float
     changes: dict[str, Any] | None = None
     """The facts this transition changed, with their new values (``None`` when it changed none)."""
+    escalation: bool = False
+    """Made by :meth:`CaseRepository.escalate`: the case handed to a person, not a decision."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class Case:
                     facts_changed=bool(t.get("factsChanged", False)),
                     at=float(t.get("at", 0.0)),
                     changes=dict(t["changes"]) if t.get("changes") else None,
+                    escalation=bool(t.get("escalation", False)),
                 )
                 for t in body.get("history") or ()
             ),
@@ -147,6 +150,7 @@ class Case:
                     "factsChanged": t.facts_changed,
                     "at": t.at,
                     **({"changes": t.changes} if t.changes else {}),
+                    **({"escalation": True} if t.escalation else {}),
                 }
                 for t in self.history
             ],
@@ -205,6 +209,7 @@ class CaseRepository:
         effect_key: str | None = None,
         data: Mapping[str, Any] | None = None,
         expected: Case | None = None,
+        escalation: bool = False,
     ) -> Case | None:
         """Move the case to ``new_status`` if it is still at ``decided_on_version``.
 
@@ -217,7 +222,7 @@ class CaseRepository:
 
         def mutate(case: Case) -> Case:
             merged = {**case.data, **(data or {})}
-            return _advance(case, new_status, reason, effect_key, self._clock.now(), data=merged)
+            return _advance(case, new_status, reason, effect_key, self._clock.now(), data=merged, escalation=escalation)
 
         return self._conditional(case_id, decided_on_version, mutate, expected=expected)
 
@@ -269,7 +274,14 @@ class CaseRepository:
             if effect_key is not None and any(t.effect_key == effect_key and t.status == status for t in case.history):
                 return False
             if self.commit_status(
-                case_id, case.version, status, reason=reason, effect_key=effect_key, data=data, expected=case
+                case_id,
+                case.version,
+                status,
+                reason=reason,
+                effect_key=effect_key,
+                data=data,
+                expected=case,
+                escalation=True,
             ):
                 return True
         raise ConcurrencyConflict(f"case {case_id!r} kept changing while escalating", container=CASES, doc_id=case_id)
@@ -380,6 +392,7 @@ def _advance(
     *,
     data: dict[str, Any],
     changes: dict[str, Any] | None = None,
+    escalation: bool = False,
 ) -> Case:
     transition = Transition(
         from_version=case.version,
@@ -389,6 +402,7 @@ def _advance(
         facts_changed=changes is not None,
         at=at,
         changes=changes,
+        escalation=escalation,
     )
     history = _trimmed((*case.history, transition))
     # A transition naming the effect that passed the gate settles it; any other keeps the gate open.

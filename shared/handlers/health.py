@@ -213,9 +213,9 @@ def _lag(deps: HealthDeps, case: Case, lag: float) -> str | None:
     if not case.history:
         return None
     last = case.history[-1]
-    # Only a commit made by a workflow run is followed by a checkpoint; fact changes and commits finished
-    # by the reconciler are not.
-    if last.facts_changed or (last.reason or "").endswith(RECONCILED_SUFFIX):
+    # Only a decision a workflow run committed is followed by a checkpoint; fact changes, commits finished
+    # by the reconciler and escalations to a person (by the reconciler, an operator or a run) are not.
+    if last.facts_changed or last.escalation or (last.reason or "").endswith(RECONCILED_SUFFIX):
         return None
     newest = CaseCheckpointStorage(deps.store, case.id, ALLOWED_CHECKPOINT_TYPES).latest_record(WORKFLOW_NAME)
     if newest is None:

@@ -237,3 +237,22 @@ def test_the_lagging_runs_check_moves_its_cursor_past_a_case_it_cannot_examine(
         "checkpoint_lag",
         "malformed_document",
     ]
+
+
+def test_a_case_handed_to_a_person_outside_a_run_is_not_a_lagging_run(
+    timed: tuple[Services, ReadCounter], clock: ManualClock
+) -> None:
+    """An escalation (by the reconciler, an operator, or a run) is not a decision a checkpoint follows:
+    a case escalated after its last checkpoint does not alert, while a decision committed after it does.
+    (Seen end to end: the reconciler's escalation after failed lookups raised checkpoint_lag whenever the
+    timer ticked between the escalation and the next run.)"""
+    svc, _ = timed
+    svc.cases.create("ESCALATED", INVOICE)
+    assert svc.cases.escalate("ESCALATED", "needs_review", "effect needs reconciliation", effect_key="k" * 64)
+    svc.cases.create("DECIDED", INVOICE)
+    assert svc.cases.commit_status("DECIDED", 1, "approved", reason="within tolerance")
+    [escalation] = svc.cases.require("ESCALATED").history
+    assert escalation.escalation and not svc.cases.require("DECIDED").history[0].escalation
+    clock.advance(svc.settings.checkpoint_lag + 1)
+    report = run_health_checks(svc.health)
+    assert report.lagging_cases == ["DECIDED"]
