@@ -9,12 +9,11 @@ from typing import Any
 from shared.app.operations import Operations
 from shared.app.telemetry import Telemetry
 from shared.core.ids import id_problem
-from shared.core.ledger import Effect
 from shared.core.ports import Query
 from shared.handlers.ingress import Ingress, Response
 from shared.handlers.rejected import rejected_events
+from shared.operator.cases import case_document
 from shared.web.identity import APPROVER_ROLE, PrincipalError, principal_from_headers
-from shared.workflow.actions import money_position
 
 
 @dataclass(frozen=True)
@@ -90,58 +89,7 @@ def get_case(deps: ApiDeps, case_id: str) -> Response:
         if rejected:
             body["rejectedEvents"] = rejected
         return Response(404, body)
-    pending = case.data.get("pendingApproval")
-    effects = deps.ops.ledger.for_case(case_id)
-    view: dict[str, Any] = {
-        "case": case.summary(),
-        "credit": _credit_view(case.facts, effects),
-        "gate": case.gate.to_json() if case.gate is not None else None,
-        "effects": [
-            {
-                "key": e.key,
-                "action": e.action,
-                "status": e.status.value,
-                "caseVersion": e.case_version,
-                "result": e.result,
-                "reason": e.reason,
-                "attempts": e.attempts,
-            }
-            for e in effects
-        ],
-        "pendingApproval": (
-            {
-                "requestId": pending["requestId"],
-                "caseVersion": pending["caseVersion"],
-                "amount": pending["amount"],
-                "currency": pending.get("currency"),
-                "facts": pending.get("facts"),
-            }
-            if pending
-            else None
-        ),
-        "history": [
-            {
-                "fromVersion": t.from_version,
-                "status": t.status,
-                "reason": t.reason,
-                "effectKey": t.effect_key,
-                "changes": t.changes,
-                "at": t.at,
-            }
-            for t in case.history
-        ],
-        "notes": list(case.notes),
-        "rejectedEvents": rejected_events(deps.ops.store, case_id),
-    }
-    return Response(200, view)
-
-
-def _credit_view(facts: dict[str, Any], effects: list[Effect]) -> dict[str, Any] | None:
-    """The money rule's numbers (over-billed, received, outstanding, remaining, excess) and each request."""
-    try:
-        return money_position(facts, effects).to_json()
-    except (KeyError, ValueError):  # a case whose facts are incomplete has no money position to show
-        return None
+    return Response(200, case_document(deps.ops, case))
 
 
 def health(deps: ApiDeps) -> Response:

@@ -34,6 +34,7 @@ from shared.operator.context import (
     time_text,
 )
 from shared.operator.runs import RUN_TEXT, Build, CheckpointView, graph_hash_of, inspect_checkpoint
+from shared.workflow.actions import money_position
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.checkpoints import CaseCheckpointStorage
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
@@ -87,17 +88,17 @@ def _show(ops: Operations, args: argparse.Namespace, build: Build, allowed_types
     return 0
 
 
-def case_view(ops: Operations, case_id: str, graph_hash: str, allowed_types: frozenset[str]) -> dict[str, Any] | None:
-    """The case as one JSON-ready document; ``None`` when there is no such case."""
-    case = ops.cases.get(case_id)
-    if case is None:
-        return None
-    storage = CaseCheckpointStorage(ops.store, case_id, allowed_types)
-    checkpoints = [
-        inspect_checkpoint(ops.store, storage, record, graph_hash) for record in storage.records(WORKFLOW_NAME)
-    ]
+def case_document(ops: Operations, case: Case) -> dict[str, Any]:
+    """The case as one JSON-ready document: ``GET /api/cases/{id}`` answers with it, and ``casekeeper case
+    show`` adds the checkpoints. The money rule's numbers (``credit``) are ``None`` while the facts are
+    incomplete; ages are by the store's clock."""
+    effects = ops.ledger.for_case(case.id)
+    now = ops.store.now() if effects else 0.0  # one clock read (on Cosmos DB a round trip), not one per effect
+    pending = case.data.get("pendingApproval") or None
     return {
         "case": case.summary(),
+        "credit": _credit(case, effects),
+        "gate": case.gate.to_json() if case.gate is not None else None,
         "history": [
             {
                 "fromVersion": t.from_version,
@@ -106,21 +107,57 @@ def case_view(ops: Operations, case_id: str, graph_hash: str, allowed_types: fro
                 "reason": t.reason,
                 "effectKey": t.effect_key,
                 "factsChanged": t.facts_changed,
+                "escalation": t.escalation,
+                "changes": t.changes,
                 "at": t.at,
             }
             for t in case.history
         ],
-        "effects": [_effect_json(e, ops.ledger.age(e)) for e in ops.ledger.for_case(case_id)],
-        "approvals": {"pending": case.data.get("pendingApproval") or None, "history": _approval_history(case)},
+        "effects": [_effect_json(e, now - e.ts) for e in effects],
+        "pendingApproval": (
+            {
+                "requestId": pending["requestId"],
+                "caseVersion": pending["caseVersion"],
+                "amount": pending["amount"],
+                "currency": pending.get("currency"),
+                "facts": pending.get("facts"),
+            }
+            if pending
+            else None
+        ),
+        "approvals": {"pending": pending, "history": _approval_history(case)},
         "data": {k: v for k, v in case.data.items() if k != "pendingApproval"},
         "notes": list(case.notes),
-        "rejectedEvents": rejected_events(ops.store, case_id),
+        "rejectedEvents": rejected_events(ops.store, case.id),
+    }
+
+
+def case_view(ops: Operations, case_id: str, graph_hash: str, allowed_types: frozenset[str]) -> dict[str, Any] | None:
+    """``casekeeper case show``'s document: :func:`case_document` and the checkpoints, each judged against
+    the build whose graph hash is ``graph_hash``; ``None`` when there is no such case."""
+    case = ops.cases.get(case_id)
+    if case is None:
+        return None
+    storage = CaseCheckpointStorage(ops.store, case_id, allowed_types)
+    checkpoints = [
+        inspect_checkpoint(ops.store, storage, record, graph_hash) for record in storage.records(WORKFLOW_NAME)
+    ]
+    return {
+        **case_document(ops, case),
         "checkpoints": {
             "graphHash": graph_hash,
             "list": [c.to_json() for c in checkpoints],
             "newestRun": _newest_run(checkpoints),
         },
     }
+
+
+def _credit(case: Case, effects: list[Effect]) -> dict[str, Any] | None:
+    """The money rule's numbers (over-billed, received, outstanding, remaining, excess) and each request."""
+    try:
+        return money_position(case.facts, effects).to_json()
+    except (KeyError, ValueError, ArithmeticError):  # incomplete facts have no money position to show
+        return None
 
 
 def _effect_json(effect: Effect, age: float) -> dict[str, Any]:

@@ -99,6 +99,16 @@ class DevHost:
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path and self.log_path.exists() else ""
 
+    def wait_for_log(self, line: str, timeout: float = 10.0) -> str:
+        """The host's log once it holds ``line``. The handler logs after its commit, so a status seen over
+        the API may be a moment ahead of the log."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if line in (log := self.log()):
+                return log
+            time.sleep(0.1)
+        raise AssertionError(f"the host never logged {line!r}\n--- host log ---\n{self.log()[-4000:]}")
+
     def kill(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)

@@ -27,7 +27,7 @@ def test_an_invoice_is_investigated_and_one_credit_note_requested(host: DevHost,
     assert effect["status"] == "done" and effect["result"]["creditNoteId"]
     [post] = posts(supplier)
     assert post["idempotencyKey"] == effect["key"] and post["body"]["amount"] == "250.00"
-    assert "case INV-1: invoice.received -> committed (credit_requested v2)" in host.log()
+    host.wait_for_log("case INV-1: invoice.received -> committed (credit_requested v2)")
 
 
 def test_casekeeper_dev_carries_one_trace_from_the_webhook_over_its_queue_to_the_supplier(

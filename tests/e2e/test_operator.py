@@ -59,7 +59,8 @@ def test_an_escalated_effect_shows_in_effects_pending_case_show_and_alerts(
 
     code, alerts = casekeeper("alerts", "--data", str(host.data))
     assert code == 0
-    assert [a["kind"] for a in alerts["alerts"] if a["fields"].get("caseId") == "INV-D2"] == ["effect_escalated"]
+    kinds = [a["kind"] for a in alerts["alerts"] if a["fields"].get("caseId") == "INV-D2"]
+    assert kinds == ["effect_escalated"], alerts
 
     # A person asked the supplier: it has no such request. They record that, and the case stays in review.
     supplier.set_faults(Faults())
