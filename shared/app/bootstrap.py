@@ -36,6 +36,7 @@ from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import install as install_capture
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import AgentProposer, Proposer, RulesProposer
+from shared.workflow.runner import WorkflowRunner
 from shared.workflow.worker import CaseWorker
 
 
@@ -206,7 +207,7 @@ def build_operations(
         alerts=alerts,
         dead_letters=dead_letters if dead_letters is not None else open_dead_letters(settings),
         workflow=workflow,
-        worker=CaseWorker(workflow, store, checkpoint_max_bytes=settings.checkpoint_max_bytes),
+        worker=CaseWorker(WorkflowRunner(workflow, store, checkpoint_max_bytes=settings.checkpoint_max_bytes)),
         supplier=supplier,
     )
 

@@ -42,6 +42,7 @@ class WorkflowRunner:
         allowed_checkpoint_types: frozenset[str] = ALLOWED_CHECKPOINT_TYPES,
         checkpoint_max_bytes: int = MAX_DOCUMENT_BYTES,
     ) -> None:
+        self.deps = deps
         self._deps = deps
         self._store = store
         self._build = build

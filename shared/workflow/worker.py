@@ -25,26 +25,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_framework import Workflow
-
 from shared.core.cases import Case
 from shared.core.errors import CaseNotFound, EffectInFlight, InvalidEvent
-from shared.core.ports import DocumentStore
 from shared.domain import events as ev
 from shared.domain.invoice import INVESTIGABLE
-from shared.workflow.build import WORKFLOW_NAME, build_workflow
+from shared.workflow.build import WORKFLOW_NAME
 from shared.workflow.capture import capturing
-from shared.workflow.checkpoints import MAX_DOCUMENT_BYTES
-from shared.workflow.deps import WorkflowDeps
 from shared.workflow.fact_events import FACT_EVENTS, FactEvents
 from shared.workflow.messages import (
-    ALLOWED_CHECKPOINT_TYPES,
     AnswerWithoutCheckpoint,
     ApprovalAnswer,
     Investigate,
     RunOutcome,
 )
-from shared.workflow.runner import CHECKPOINTS_KEPT, WorkflowRunner
+from shared.workflow.runner import WorkflowRunner
 
 log = logging.getLogger("casekeeper.worker")
 
@@ -80,26 +74,10 @@ class CaseWorker:
     in :mod:`shared.workflow.fact_events`; running and resuming the workflow in
     :mod:`shared.workflow.runner`."""
 
-    def __init__(
-        self,
-        deps: WorkflowDeps,
-        store: DocumentStore,
-        *,
-        build: Callable[[WorkflowDeps], Workflow] = build_workflow,
-        checkpoints_kept: int = CHECKPOINTS_KEPT,
-        allowed_checkpoint_types: frozenset[str] = ALLOWED_CHECKPOINT_TYPES,
-        checkpoint_max_bytes: int = MAX_DOCUMENT_BYTES,
-    ) -> None:
-        self._deps = deps
-        self._runner = WorkflowRunner(
-            deps,
-            store,
-            build=build,
-            checkpoints_kept=checkpoints_kept,
-            allowed_checkpoint_types=allowed_checkpoint_types,
-            checkpoint_max_bytes=checkpoint_max_bytes,
-        )
-        self._facts = FactEvents(deps, self._require, self._investigate)
+    def __init__(self, runner: WorkflowRunner) -> None:
+        self._deps = runner.deps
+        self._runner = runner
+        self._facts = FactEvents(runner.deps, self._require, self._investigate)
         self._handlers: Mapping[str, Handler] = {
             **self._facts.handlers(),
             ev.CASE_INVESTIGATE: self._case_investigate,

@@ -20,6 +20,7 @@ from shared.workflow.build import build_workflow
 from shared.workflow.capture import install as install_capture
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import Proposer, RulesProposer
+from shared.workflow.runner import WorkflowRunner
 from shared.workflow.worker import CaseWorker, EventResult
 
 
@@ -65,7 +66,7 @@ def make_harness(
     kwargs: dict[str, Any] = {"build": build}
     if allowed_checkpoint_types is not None:
         kwargs["allowed_checkpoint_types"] = allowed_checkpoint_types
-    return Harness(store, CaseWorker(deps, store, **kwargs), deps)
+    return Harness(store, CaseWorker(WorkflowRunner(deps, store, **kwargs)), deps)
 
 
 def invoice(invoice_amount: str, po_amount: str = "1000.00", **extra: str) -> dict[str, str]:
