@@ -36,6 +36,11 @@ reasons) and ``LockLost`` in ``shared.messaging.sqlite_queue`` (only the local s
 in Azure the Functions host settles messages and meets Service Bus's own ``MessageLockLostError``).
 ``tests/unit/test_errors_tree.py`` checks this drawing against every ``CasekeeperError`` subclass in
 ``shared``.
+
+The messaging ports (``shared.messaging``) raise ``QueueError``; ``StoreError`` is for the document store.
+The local session queue itself (``LocalSessionQueue``) reports its SQLite file's failures as
+``StoreError``, as every SQLite user in this code does; its port adapters (``shared.messaging.local``)
+translate them, so a caller of a port sees ``QueueError`` on every backend.
 """
 
 from __future__ import annotations
