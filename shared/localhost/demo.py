@@ -1,4 +1,4 @@
-"""``casekeeper demo``: the breaks of DESIGN.md section 1 that the ledger and the case store cover, live.
+"""``casekeeper demo``: the breaks of docs/design.md#breaks that the ledger and the case store cover, live.
 
 What it does, in one process and in a few seconds:
 

@@ -1,6 +1,6 @@
 """Agent Framework checkpoint storage over the document port, one case per storage (rules R8, R9).
 
-Why not the framework's own Cosmos storage (DESIGN.md section 6): it puts every checkpoint of a
+Why not the framework's own Cosmos storage (docs/design.md#own-checkpoint-storage): it puts every checkpoint of a
 workflow name in one logical partition, and it saves anything, failing only when a resume tries to
 load it. :class:`CaseCheckpointStorage` instead
 
