@@ -13,7 +13,7 @@ One *effect* is the happy path of one external call and its status change, on a 
     The call, then an unconditional status write (upsert). One round trip, and none of the guarantees:
     the floor the guard is measured against.
 ``read-first``
-    The straightforward ledger of the reference design (DESIGN.md section 6): read the ledger row, read
+    The straightforward read-first ledger (docs/design.md#create-first): read the ledger row, read
     the case, create the row, replace it with ``done``, read the case again, replace the case. Six.
 
 How it measures:

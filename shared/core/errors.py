@@ -5,26 +5,42 @@
     CasekeeperError                      retryable  meaning
     ├── ConfigurationError               no         settings missing or invalid
     ├── InvalidEvent                     no         malformed or impossible event: set it aside
-    ├── StoreError                                  a storage backend failed
+    ├── StoreError                       no         a storage backend failed
     │   ├── StoreUnavailable             yes        transient: throttled, timed out, unreachable
     │   ├── AlreadyExists                no         create found the document already there
     │   ├── ConcurrencyConflict          yes        a conditional write lost (ETag / row version)
     │   └── InvalidDocumentId            no         an id no backend may store (``shared.core.ids``)
-    ├── CaseError                                   about one case
+    ├── QueueError                       no         the message queue failed (Service Bus, the local queue)
+    │   ├── QueueUnavailable             yes        transient: unreachable, throttled, timed out, closed
+    │   └── LockLost                     no         a settlement whose message lock is no longer held
+    ├── CaseError                        no         about one case
     │   ├── CaseNotFound                 no         no such case
-    │   └── InvalidProposal              no         a proposal the facts do not allow
-    ├── EffectError                                 about one guarded side effect (key, case, action)
+    │   ├── InvalidProposal              no         a proposal the facts do not allow
+    │   └── CheckpointUnusable           no         this build cannot resume a stored checkpoint: rebuild
+    ├── EffectError                      no         about one guarded side effect (key, case, action)
     │   ├── EffectInFlight               yes        another attempt is mid-call: retry after ``retry_after``
     │   ├── NeedsReconciliation          no         started long ago, outcome unknown: never retry blindly
     │   ├── EffectFailed                 no         the downstream definitely refused (recorded)
     │   ├── StaleDecision                no         the case moved on since the decision: decide again
     │   └── OutcomeAlreadyRecorded       no         a late outcome lost to one recorded meanwhile
-    └── DownstreamError                             raised by a callee, read by the ledger
+    └── DownstreamError                  no         raised by a callee, read by the ledger
         ├── DownstreamRejected           no         definite refusal (a 4xx): recorded as ``failed``
         └── OutcomeUnknown               yes        timeout, 5xx, reset: the row stays ``started``
 
 ``retryable`` says whether trying the same thing again later can help. Context travels as attributes
 (case id, key, versions), never only in the message text.
+
+Two classes of the tree are defined next to the only code that raises them, not in this module:
+``CheckpointUnusable`` in ``shared.workflow.checkpoints`` (its ``kind`` names the checkpoint storage's
+reasons) and ``LockLost`` in ``shared.messaging.sqlite_queue`` (only the local session queue raises it;
+in Azure the Functions host settles messages and meets Service Bus's own ``MessageLockLostError``).
+``tests/unit/test_errors_tree.py`` checks this drawing against every ``CasekeeperError`` subclass in
+``shared``.
+
+The messaging ports (``shared.messaging``) raise ``QueueError``; ``StoreError`` is for the document store.
+The local session queue itself (``LocalSessionQueue``) reports its SQLite file's failures as
+``StoreError``, as every SQLite user in this code does; its port adapters (``shared.messaging.local``)
+translate them, so a caller of a port sees ``QueueError`` on every backend.
 """
 
 from __future__ import annotations
@@ -86,6 +102,23 @@ class ConcurrencyConflict(StoreError):
 
 class InvalidDocumentId(StoreError):
     """An id that breaks the identifier rule (``shared.core.ids``); nothing was sent to the backend."""
+
+
+# --- queue -------------------------------------------------------------------------------------
+
+
+class QueueError(CasekeeperError):
+    """The message queue failed (sending, scheduling, reading dead letters, settling); subclasses say how."""
+
+    def __init__(self, message: str, *, queue: str | None = None) -> None:
+        super().__init__(message)
+        self.queue = queue
+
+
+class QueueUnavailable(QueueError):
+    """The broker cannot be reached, is throttling, timed out, or the sender is closed; trying later can help."""
+
+    retryable = True
 
 
 # --- cases -------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""How long and how often a transiently failing event is retried (rule: an accepted event is never lost).
+"""How long and how often a transiently failing event is retried, so that an accepted event is never lost.
 
-A retryable error (``CasekeeperError.retryable``: the store unavailable or throttled, a conditional write
-that kept losing, an outcome not known yet) must not burn the broker's delivery count: Service Bus
-redelivers an abandoned message at once, so ten deliveries go by in moments and the event is
+A retryable error (``CasekeeperError.retryable``: the store or the queue unavailable or throttled, a
+conditional write that kept losing, an outcome not known yet) must not burn the broker's delivery count:
+Service Bus redelivers an abandoned message at once, so ten deliveries go by in moments and the event is
 dead-lettered by an outage of seconds. Instead:
 
 1. **A few short waits in place** (:attr:`Backoff.in_place`, under twice ``base`` in all), holding the
@@ -15,6 +15,8 @@ dead-lettered by an outage of seconds. Instead:
 3. **Past** :attr:`Backoff.give_up_after` **seconds** since the first failure, the error propagates: the
    broker's own redeliveries, and then its dead-letter queue, take over. That is an outage of hours or a
    bug: visible (``casekeeper events dead-lettered``, an alert) and recoverable (``events redrive``).
+
+The rule this serves: docs/design.md#accepted-events.
 """
 
 from __future__ import annotations

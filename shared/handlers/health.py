@@ -53,7 +53,7 @@ log = logging.getLogger("casekeeper.health")
 CURSOR_KIND = "cursor"
 CURSOR_ID = "checkpoint-health"
 SUPERSTEPS_BEHIND = 2
-"""Failed saves since the newest checkpoint that make a run count as lagging (rule R7: "several")."""
+"""Failed saves since the newest checkpoint that make a run count as lagging (rule R7)."""
 
 
 @dataclass(frozen=True)

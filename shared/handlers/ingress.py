@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.core.clock import Clock
-from shared.core.errors import InvalidEvent, StoreUnavailable
+from shared.core.errors import InvalidEvent, QueueUnavailable
 from shared.core.ids import id_problem
 from shared.domain import events as ev
 from shared.messaging import EventSender, derived_message_id
@@ -243,7 +243,7 @@ class Ingress:
     def _enqueue(self, event: ev.CaseEvent, *, message_id: str, accepted: dict[str, Any]) -> Response:
         try:
             self._sender.send(event, message_id=message_id)
-        except StoreUnavailable as exc:
+        except QueueUnavailable as exc:
             return _error(503, f"could not enqueue, nothing was accepted; retry: {exc}")
         return Response(202, accepted)
 

@@ -1,4 +1,4 @@
-"""``casekeeper demo``: the breaks that the ledger and the case store cover (``docs/design.md``), live.
+"""``casekeeper demo``: the breaks of docs/design.md#breaks that the ledger and the case store cover, live.
 
 What it does, in one process and in a few seconds:
 

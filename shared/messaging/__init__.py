@@ -83,8 +83,8 @@ class EventSender(Protocol):
     def send(self, event: CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
         """Enqueue ``event`` into session ``event.case_id``; at ``schedule_at`` (epoch seconds) if given.
 
-        Thread-safe. Raises ``StoreUnavailable`` when the broker cannot be reached (the caller answers
-        503 or lets the trigger retry)."""
+        Thread-safe. Raises ``QueueUnavailable`` when the broker cannot be reached (the caller answers
+        503 or lets the trigger retry), ``QueueError`` for any other queue failure."""
         ...
 
 
@@ -116,18 +116,18 @@ class DeadLetter:
 
 class DeadLetterQueue(Protocol):
     def peek(self, limit: int = 100) -> list[DeadLetter]:
-        """The dead letters, oldest first, without changing them. Raises ``StoreUnavailable``."""
+        """The dead letters, oldest first, without changing them. Raises ``QueueUnavailable``."""
         ...
 
     def counts(self) -> dict[str, int]:
         """The queue's message counts, to watch it drain: ``active``, ``scheduled``, ``dead_lettered``.
-        Raises ``StoreUnavailable``."""
+        Raises ``QueueUnavailable``."""
         ...
 
     def redrive(self, message_ids: Iterable[str] | None = None) -> list[DeadLetter]:
         """Put dead letters back into their sessions as new messages (id ``<id>:redrive:<sequence>``, so
         duplicate detection lets them through) and remove them from the dead-letter queue; ``None``: all
-        of them. Returns those put back. Raises ``StoreUnavailable``."""
+        of them. Returns those put back. Raises ``QueueUnavailable``."""
         ...
 
 

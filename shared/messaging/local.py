@@ -1,17 +1,33 @@
-"""The local host's adapters of the messaging ports, on its SQLite session queue (``queue.py``).
+"""The local host's adapters of the messaging ports, on its SQLite session queue (``sqlite_queue.py``).
 
 They behave as the Service Bus adapters do where the app relies on it: sessions, scheduled messages,
 duplicate detection by message id, and a dead-letter queue that can be listed and redriven. Both kinds
 pass ``tests/contract/test_senders.py``.
+
+Errors: the session queue reports its SQLite file's failures as ``StoreError`` (``StoreUnavailable`` when
+the file stays locked); the ports promise ``QueueError`` (``QueueUnavailable``), as the Service Bus
+adapters raise, so :func:`_queue_errors` translates them here, once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
+from shared.core.errors import QueueError, QueueUnavailable, StoreError, StoreUnavailable
 from shared.domain.events import CaseEvent
 from shared.messaging import DeadLetter, encode, message_properties, redrive_message_id
 from shared.messaging.sqlite_queue import LocalSessionQueue
+
+
+@contextmanager
+def _queue_errors(queue_name: str) -> Iterator[None]:
+    try:
+        yield
+    except StoreUnavailable as exc:
+        raise QueueUnavailable(f"local queue: {exc}", queue=queue_name) from exc
+    except StoreError as exc:
+        raise QueueError(f"local queue: {exc}", queue=queue_name) from exc
 
 
 class LocalQueueEventSender:
@@ -22,14 +38,15 @@ class LocalQueueEventSender:
         self._queue_name = queue_name
 
     def send(self, event: CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
-        self._queue.send(
-            self._queue_name,
-            encode(event),
-            session_id=event.case_id,
-            message_id=message_id,
-            scheduled_enqueue_time=schedule_at,
-            application_properties=message_properties(event),
-        )
+        with _queue_errors(self._queue_name):
+            self._queue.send(
+                self._queue_name,
+                encode(event),
+                session_id=event.case_id,
+                message_id=message_id,
+                scheduled_enqueue_time=schedule_at,
+                application_properties=message_properties(event),
+            )
 
 
 class LocalDeadLetters:
@@ -40,6 +57,8 @@ class LocalDeadLetters:
         self._queue_name = queue_name
 
     def peek(self, limit: int = 100) -> list[DeadLetter]:
+        with _queue_errors(self._queue_name):
+            letters = self._queue.dead_letters(self._queue_name)[:limit]
         return [
             DeadLetter(
                 message_id=d.message_id,
@@ -51,11 +70,12 @@ class LocalDeadLetters:
                 enqueued_time=d.enqueued_time,
                 body=d.body,
             )
-            for d in self._queue.dead_letters(self._queue_name)[:limit]
+            for d in letters
         ]
 
     def counts(self) -> dict[str, int]:
-        counts = self._queue.counts(self._queue_name)
+        with _queue_errors(self._queue_name):
+            counts = self._queue.counts(self._queue_name)
         return {k: counts[k] for k in ("active", "scheduled", "dead_lettered")}
 
     def redrive(self, message_ids: Iterable[str] | None = None) -> list[DeadLetter]:
@@ -65,6 +85,8 @@ class LocalDeadLetters:
             if wanted is not None and letter.message_id not in wanted:
                 continue
             new_id = redrive_message_id(letter.message_id, letter.sequence_number)
-            if self._queue.redrive(self._queue_name, letter.sequence_number, message_id=new_id):
+            with _queue_errors(self._queue_name):
+                redriven = self._queue.redrive(self._queue_name, letter.sequence_number, message_id=new_id)
+            if redriven:
                 moved.append(letter)
         return moved

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from shared.core.errors import StoreUnavailable
+from shared.core.errors import QueueError, QueueUnavailable
 from shared.domain.events import CaseEvent
 from shared.messaging import DeadLetter, encode, message_properties, redrive_message_id
 
@@ -98,7 +98,7 @@ class ServiceBusEventSender:
                     link.sender.schedule_messages(message, datetime.fromtimestamp(schedule_at, UTC))
             except ServiceBusError as exc:
                 self._discard(link)
-                raise StoreUnavailable(f"service bus: {exc}") from exc
+                raise QueueUnavailable(f"service bus: {exc}", queue=self._queue_name) from exc
             except BaseException:
                 self._discard(link)
                 raise
@@ -113,11 +113,11 @@ class ServiceBusEventSender:
 
         with self._lock:
             if self._closed:
-                raise StoreUnavailable("the Service Bus sender is closed")
+                raise QueueUnavailable("the Service Bus sender is closed", queue=self._queue_name)
         try:
             link = _Link(self._factory(), self._queue_name)
         except ServiceBusError as exc:
-            raise StoreUnavailable(f"service bus: {exc}") from exc
+            raise QueueUnavailable(f"service bus: {exc}", queue=self._queue_name) from exc
         with self._lock:
             self._all.add(link)
         return link
@@ -156,12 +156,12 @@ class ServiceBusDeadLetters:
         from azure.core.exceptions import AzureError
 
         if self._admin_factory is None:
-            raise StoreUnavailable("no Service Bus administration client configured")
+            raise QueueError("no Service Bus administration client configured", queue=self._queue_name)
         try:
             with self._admin_factory() as admin:
                 props = admin.get_queue_runtime_properties(self._queue_name)
         except AzureError as exc:
-            raise StoreUnavailable(f"service bus queue properties: {exc}") from exc
+            raise QueueUnavailable(f"service bus queue properties: {exc}", queue=self._queue_name) from exc
         return {
             "active": int(props.active_message_count),
             "scheduled": int(props.scheduled_message_count),
@@ -175,7 +175,7 @@ class ServiceBusDeadLetters:
             with self._factory() as client, self._receiver(client) as receiver:
                 return [_dead_letter(m) for m in receiver.peek_messages(max_message_count=limit)]
         except ServiceBusError as exc:
-            raise StoreUnavailable(f"service bus dead-letter queue: {exc}") from exc
+            raise QueueUnavailable(f"service bus dead-letter queue: {exc}", queue=self._queue_name) from exc
 
     def redrive(self, message_ids: Iterable[str] | None = None) -> list[DeadLetter]:
         from azure.servicebus import ServiceBusMessage
@@ -213,7 +213,7 @@ class ServiceBusDeadLetters:
                         if wanted is not None and wanted <= {m.message_id for m in moved}:
                             break
         except ServiceBusError as exc:
-            raise StoreUnavailable(f"service bus dead-letter queue: {exc}") from exc
+            raise QueueUnavailable(f"service bus dead-letter queue: {exc}", queue=self._queue_name) from exc
         return moved
 
     def _receiver(self, client: Any) -> Any:

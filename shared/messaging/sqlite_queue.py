@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from shared.core.errors import CasekeeperError
+from shared.core.errors import QueueError
 from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ CREATE TABLE IF NOT EXISTS queue_clocks (
 _MESSAGE_COLUMNS = "seq, queue, session_id, message_id, body, properties, enqueued_time, scheduled_time, delivery_count"
 
 
-class LockLost(CasekeeperError):
+class LockLost(QueueError):
     """A settlement (complete, abandon, dead-letter, renew) whose lock is no longer held.
 
     Raised when the lock expired, when the message was received again by another receiver (the lock

@@ -1,6 +1,6 @@
 """Agent Framework checkpoint storage over the document port, one case per storage (rules R8, R9).
 
-Why not the framework's own Cosmos storage (DESIGN.md section 6): it puts every checkpoint of a
+Why not the framework's own Cosmos storage (docs/design.md#own-checkpoint-storage): it puts every checkpoint of a
 workflow name in one logical partition, and it saves anything, failing only when a resume tries to
 load it. :class:`CaseCheckpointStorage` instead
 
@@ -62,7 +62,7 @@ from agent_framework import WorkflowCheckpoint
 from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value, encode_checkpoint_value
 from agent_framework.exceptions import WorkflowCheckpointException
 
-from shared.core.errors import AlreadyExists, CasekeeperError, ConcurrencyConflict
+from shared.core.errors import AlreadyExists, CaseError, ConcurrencyConflict
 from shared.core.ids import id_problem
 from shared.core.ports import Document, DocumentStore, Query
 
@@ -91,7 +91,7 @@ def type_key(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-class CheckpointUnusable(CasekeeperError):
+class CheckpointUnusable(CaseError):
     """A stored checkpoint cannot be resumed by this build; the run must be rebuilt from the case document.
 
     ``kind`` says why: ``"missing"`` (deleted or pruned since it was listed), ``"undecodable"`` (a type it
@@ -100,8 +100,9 @@ class CheckpointUnusable(CasekeeperError):
     """
 
     def __init__(self, reason: str, *, case_id: str, checkpoint_id: str, kind: UnusableKind) -> None:
-        super().__init__(f"checkpoint {checkpoint_id!r} of case {case_id!r} is unusable ({kind}): {reason}")
-        self.case_id = case_id
+        super().__init__(
+            f"checkpoint {checkpoint_id!r} of case {case_id!r} is unusable ({kind}): {reason}", case_id=case_id
+        )
         self.checkpoint_id = checkpoint_id
         self.reason = reason
         self.kind: UnusableKind = kind

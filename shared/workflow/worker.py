@@ -14,7 +14,7 @@ What it does with an event:
    of times.
 
 Errors are the settlement signal (see ``shared.core.errors``): ``EffectInFlight`` (schedule a
-re-check), ``InvalidEvent`` (set aside), a retryable store error or ``OutcomeUnknown`` (redeliver).
+re-check), ``InvalidEvent`` (set aside), any error whose ``retryable`` is set (retried with backoff).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.core.errors import QueueError
 from shared.domain.events import CaseEvent
 from shared.messaging import DeadLetterQueue, EventSender, decode
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
@@ -33,6 +34,8 @@ class Messaging:
     """What the broker holds: (session id, message id, body, scheduled time or None)."""
     dead_letter: Callable[[str, str, bytes], None]
     """Put a message straight into the dead-letter queue (session, message id, body)."""
+    close: Callable[[], None]
+    """Close the sender's connection to the queue (the fixture's teardown closes it again)."""
 
 
 @pytest.fixture(params=["local", "servicebus"])
@@ -49,7 +52,9 @@ def messaging(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Messag
             assert msg is not None
             queue.abandon(msg)  # max_delivery_count=1: straight to the dead-letter queue
 
-        yield Messaging(LocalQueueEventSender(queue, QUEUE), LocalDeadLetters(queue, QUEUE), sent, dead_letter)
+        yield Messaging(
+            LocalQueueEventSender(queue, QUEUE), LocalDeadLetters(queue, QUEUE), sent, dead_letter, queue.close
+        )
         queue.close()
         return
     broker = Broker()
@@ -70,6 +75,7 @@ def messaging(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Messag
         ServiceBusDeadLetters(QUEUE, factory, admin_factory=lambda: FakeAdmin(broker), max_wait_time=0.1),
         bus_sent,
         bus_dead_letter,
+        sender.close,
     )
     sender.close()
 
@@ -132,3 +138,10 @@ def test_dead_letters_are_listed_and_redriven_by_id_as_new_messages(messaging: M
     assert b'"caseId":"C-2"' in body
     assert [m.message_id for m in messaging.dead_letters.redrive(None)] == ["webhook:a"]
     assert messaging.dead_letters.peek() == []
+
+
+def test_a_send_on_a_closed_connection_raises_a_queue_error(messaging: Messaging) -> None:
+    """The ports' one error family, whatever the backend: callers never see the local queue's StoreError."""
+    messaging.close()
+    with pytest.raises(QueueError):
+        messaging.sender.send(event("C-1", 1), message_id="m-1")

@@ -1,4 +1,4 @@
-"""Reconciliation and checkpoint health on ``casekeeper dev``, end to end (DESIGN.md F2-F7).
+"""Reconciliation and checkpoint health on ``casekeeper dev``, end to end (F2-F7, docs/design.md#failure-points).
 
 The host runs with a 4 s call timeout and a 2 s timer, so a reconciliation completes in seconds.
 """

@@ -1,4 +1,4 @@
-"""A worker process killed at each failure point (DESIGN.md section 5, F2-F6), then the case resumed in a
+"""A worker process killed at each failure point (F2-F6, docs/design.md#failure-points), then the case resumed in a
 new process. In every row: the supplier sees at most one request per key, the case commits once, and no
 unknown outcome is dropped (F2-F4 wait for reconciliation, which then finishes them).
 

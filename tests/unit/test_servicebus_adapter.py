@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.core.errors import StoreUnavailable
+from shared.core.errors import QueueUnavailable
 from shared.domain.events import CaseEvent
 from shared.messaging import TRACE_PROPERTY
 from shared.messaging.servicebus import ServiceBusEventSender
@@ -49,7 +49,7 @@ def test_a_broken_link_is_reported_as_unavailable_and_never_reused() -> None:
     sender = ServiceBusEventSender("case-events", lambda: FakeClient(broker), pool_size=1)
     sender.send(CaseEvent("case.investigate", "C-1", {}), message_id="m-0")
     broker.fail_sends = 1
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(QueueUnavailable):
         sender.send(CaseEvent("case.investigate", "C-1", {}), message_id="m-1")
     sender.send(CaseEvent("case.investigate", "C-1", {}), message_id="m-2")
     assert [s.message_id for s in broker.sent] == ["m-0", "m-2"]
