@@ -49,6 +49,8 @@ SETTLED_TEXT = {
     "already": "it already showed the effect's commit",
     "needs_review": "it moved on since the decision: sent to needs_review for a person",
     "no_intent": "the effect names no commit: unchanged",
+    "with_person": "it was handed to a person for this effect and stays so; "
+    "'casekeeper send case.investigate ID' decides it again, counting this outcome",
     "sent_to_review": "sent to needs_review with the reason; 'casekeeper send case.investigate ID' decides it again",
     "noted": "it was already in needs_review: a note records the resolution; "
     "'casekeeper send case.investigate ID' decides it again",

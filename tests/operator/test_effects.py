@@ -194,3 +194,18 @@ def test_resolve_refuses_bad_input_and_unknown_keys(app: Harness, supplier: Supp
     assert exited.value.code == 2
     effect = app.ledger.get("C-1", key)
     assert effect is not None and effect.status.value == "started"
+
+
+def test_resolving_an_escalated_effect_done_leaves_the_case_with_its_person_and_says_what_next(
+    app: Harness, store: SqliteDocumentStore, supplier: SupplierStub, run: Run
+) -> None:
+    """The escalation moved the case past the effect's version, so the effect's own commit cannot land;
+    the command says so and names the next step instead of printing the finisher's raw outcome."""
+    key = escalated(app, store, supplier, "C-1")
+    before = app.cases.require("C-1")
+    resolved = run(main, "resolve", key, "--done", CN, "--by", "ana", "--why", "the portal lists CN-123")
+    assert resolved.code == 0, resolved.err
+    assert "case C-1: it was handed to a person for this effect and stays so" in resolved.out
+    assert "casekeeper send case.investigate ID" in resolved.out
+    after = app.cases.require("C-1")
+    assert (after.status, after.version) == ("needs_review", before.version)
