@@ -88,12 +88,13 @@ def _show(ops: Operations, args: argparse.Namespace, build: Build, allowed_types
     return 0
 
 
-def case_document(ops: Operations, case: Case) -> dict[str, Any]:
+def case_document(ops: Operations, case: Case, *, with_ages: bool = False) -> dict[str, Any]:
     """The case as one JSON-ready document: ``GET /api/cases/{id}`` answers with it, and ``casekeeper case
     show`` adds the checkpoints. The money rule's numbers (``credit``) are ``None`` while the facts are
-    incomplete; ages are by the store's clock."""
+    incomplete. ``with_ages``: each effect's ``ageSeconds`` by the store's clock (one clock read, on Cosmos
+    DB a round trip); without it the document changes only when the case or its effects do."""
     effects = ops.ledger.for_case(case.id)
-    now = ops.store.now() if effects else 0.0  # one clock read (on Cosmos DB a round trip), not one per effect
+    now = ops.store.now() if effects and with_ages else None
     pending = case.data.get("pendingApproval") or None
     return {
         "case": case.summary(),
@@ -113,7 +114,7 @@ def case_document(ops: Operations, case: Case) -> dict[str, Any]:
             }
             for t in case.history
         ],
-        "effects": [_effect_json(e, now - e.ts) for e in effects],
+        "effects": [_effect_json(e, None if now is None else now - e.ts) for e in effects],
         "pendingApproval": (
             {
                 "requestId": pending["requestId"],
@@ -143,7 +144,7 @@ def case_view(ops: Operations, case_id: str, graph_hash: str, allowed_types: fro
         inspect_checkpoint(ops.store, storage, record, graph_hash) for record in storage.records(WORKFLOW_NAME)
     ]
     return {
-        **case_document(ops, case),
+        **case_document(ops, case, with_ages=True),
         "checkpoints": {
             "graphHash": graph_hash,
             "list": [c.to_json() for c in checkpoints],
@@ -160,7 +161,7 @@ def _credit(case: Case, effects: list[Effect]) -> dict[str, Any] | None:
         return None
 
 
-def _effect_json(effect: Effect, age: float) -> dict[str, Any]:
+def _effect_json(effect: Effect, age: float | None) -> dict[str, Any]:
     return {
         "key": effect.key,
         "shortKey": short(effect.key),
@@ -168,7 +169,7 @@ def _effect_json(effect: Effect, age: float) -> dict[str, Any]:
         "caseVersion": effect.case_version,
         "status": effect.status.value,
         "attempts": effect.attempts,
-        "ageSeconds": round(age, 3),
+        **({"ageSeconds": round(age, 3)} if age is not None else {}),
         "result": effect.result,
         "reason": effect.reason,
         "stale": effect.stale,

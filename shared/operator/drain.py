@@ -14,7 +14,7 @@ can wait for approvals to be answered, or go ahead knowingly.
 **Enumeration.** Cases first, then each case's newest checkpoint, rather than one cross-partition query
 of the ``checkpoints`` container. The storage port has no projection, so that query would return every
 stored checkpoint body of every case (each up to 1.5 MB) in one list; per case, the work is a
-single-partition query bounded by the worker's pruning (20 checkpoints), and "newest" is chosen exactly
+single-partition query bounded by the worker's pruning (at most 15 checkpoints), and "newest" is chosen exactly
 as the worker chooses it (``CaseCheckpointStorage.latest_record``). The case query reads small documents
 of every status: an interrupted run can belong to a case in any status (it may have died just after its
 commit). Checkpoints left by a case document that was deleted are not seen; no event can resume them.

@@ -225,6 +225,19 @@ class CheckpointFailureCapture(logging.Handler):
             logger.exception("could not count a checkpoint failure")
 
 
+def report_failed_save(iteration: int, error: BaseException, last_good_checkpoint_id: str | None) -> None:
+    """Report a failed save that Casekeeper made itself (a checkpoint it deferred to the end of a run,
+    ``shared.workflow.run_checkpoints``) exactly as the framework reports its own: the same WARNING on the
+    runner's logger, so the capture records it once, by the same path."""
+    logging.getLogger(RUNNER_LOGGER).warning(
+        MESSAGE_PREFIX + " %d: %s. Note that this does not fail the workflow run. "
+        "The next successfully-created checkpoint will be parented to the last successful checkpoint: %s",
+        iteration,
+        error,
+        last_good_checkpoint_id,
+    )
+
+
 # --- installing ----------------------------------------------------------------------------------
 
 

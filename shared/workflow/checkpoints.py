@@ -20,15 +20,16 @@ Documents (all in partition ``caseId``):
   ``previousCheckpointId``, ``iteration``, ``seq``, ``pendingRequestIds``, ``createdAt`` (the
   checkpoint's own ISO timestamp), ``encodedBytes`` and ``encoded`` (the framework's JSON-safe
   encoding: plain JSON for dicts, lists and primitives, base64 pickles for everything else).
-- ``kind="checkpoint_sequence"``, ``id`` = :data:`SEQUENCE_DOC_ID`: the case's counter, ``value``.
 
-**The sequence.** ``seq`` is allocated by a conditional replace of the counter document (read it,
-write ``value + 1`` with ``If-Match``, retry on conflict), so two saves of one case never get the same
-number even when something bypasses the Service Bus session (rule R10), and numbers never repeat after
-:meth:`CaseCheckpointStorage.prune`. It costs one small read and one small write per save; the
-alternative, ``max(seq) + 1`` from a query, would read every stored checkpoint body of the case on
-every save (the port has no projection) and would hand two racing saves the same number. A save that
-fails after allocating leaves a gap, which is harmless: only the order matters.
+**The sequence.** ``seq`` is one more than the highest ``seq`` of the case's checkpoints, as this storage
+instance last read them (the worker reads them at the start of every event to look for an interrupted run,
+so a save costs no read of its own); an instance that has read nothing reads them once. Saves through one
+instance are serialised by a lock, so they never share a number. Two instances saving for one case at the
+same time could: Casekeeper never does that, because a case's events are handled one at a time
+([R10](docs/design.md#r10)), and the worst it could do is make "newest" ambiguous between two runs that
+ran concurrently. Older stores may hold a counter document (``kind="checkpoint_sequence"``,
+:data:`SEQUENCE_DOC_ID`) from when a counter allocated the numbers; it is ignored. A save that fails after
+allocating leaves a gap, which is harmless: only the order matters.
 
 **Errors.** Missing or undecodable checkpoints raise ``WorkflowCheckpointException`` from the
 protocol methods and :class:`CheckpointUnusable` from :meth:`CaseCheckpointStorage.try_decode`.
@@ -52,6 +53,7 @@ import asyncio
 import json
 import logging
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -62,7 +64,7 @@ from agent_framework import WorkflowCheckpoint
 from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value, encode_checkpoint_value
 from agent_framework.exceptions import WorkflowCheckpointException
 
-from shared.core.errors import AlreadyExists, CaseError, ConcurrencyConflict
+from shared.core.errors import AlreadyExists, CaseError
 from shared.core.ids import id_problem
 from shared.core.ports import Document, DocumentStore, Query
 
@@ -78,7 +80,6 @@ MAX_DOCUMENT_BYTES: Final = 1_500_000
 """Refuse a checkpoint whose document would exceed this (UTF-8 JSON bytes). Cosmos DB caps a document
 at 2 MB; the margin covers system fields and keeps a write from failing at the service instead."""
 
-_MAX_SEQUENCE_ATTEMPTS: Final = 8
 _MAX_BLOCKED_TYPES_REPORTED: Final = 16
 # The restricted unpickler's refusal names the type: "... blocked for type 'mod:Name'" (or "nested type").
 _BLOCKED_TYPE: Final = re.compile(r"blocked for (?:nested )?type '([^']+)'")
@@ -156,6 +157,10 @@ class CaseCheckpointStorage:
         self._case_id = case_id
         self._allowed: frozenset[str] = frozenset(allowed_types)
         self._max_document_bytes = max_document_bytes
+        self.last_seq: int | None = None
+        """The sequence number of the last checkpoint this instance saved."""
+        self._max_seq: int | None = None  # the highest seq seen (read or saved); None: not read yet
+        self._seq_lock = threading.RLock()
 
     def __repr__(self) -> str:
         return f"CaseCheckpointStorage(case_id={self._case_id!r}, allowed_types={len(self._allowed)})"
@@ -330,6 +335,7 @@ class CaseCheckpointStorage:
                 f"Checkpoint id {checkpoint_id} already exists in case {self._case_id} with different content; "
                 "refusing to overwrite it"
             ) from None
+        self.last_seq = int(body["seq"])
         logger.debug(
             "saved checkpoint %s of case %s (seq %s, iteration %s, %d bytes)",
             checkpoint_id,
@@ -373,30 +379,17 @@ class CaseCheckpointStorage:
             ) from first
 
     def _next_seq(self) -> int:
-        """Allocate the case's next sequence number (conditional replace of the counter document)."""
-        for _ in range(_MAX_SEQUENCE_ATTEMPTS):
-            doc = self._store.read(CHECKPOINTS, self._case_id, SEQUENCE_DOC_ID)
-            if doc is None:
-                body = {"id": SEQUENCE_DOC_ID, "caseId": self._case_id, "kind": KIND_SEQUENCE, "value": 1}
-                try:
-                    self._store.create(CHECKPOINTS, self._case_id, SEQUENCE_DOC_ID, body)
-                except AlreadyExists:
-                    continue  # another save of this case created it first: read it
-                return 1
-            value = int(doc.body["value"]) + 1
-            try:
-                self._store.replace(
-                    CHECKPOINTS, self._case_id, SEQUENCE_DOC_ID, {**doc.body, "value": value}, etag=doc.etag
-                )
-            except ConcurrencyConflict:
-                continue
-            return value
-        raise ConcurrencyConflict(
-            f"could not allocate a checkpoint sequence number for case {self._case_id} "
-            f"in {_MAX_SEQUENCE_ATTEMPTS} attempts",
-            container=CHECKPOINTS,
-            doc_id=SEQUENCE_DOC_ID,
-        )
+        """The case's next sequence number: one more than the highest this instance has seen (it reads the
+        case's checkpoints once if it has seen none)."""
+        with self._seq_lock:
+            if self._max_seq is None:
+                self._note_seqs(self._documents(None))
+            self._max_seq = (self._max_seq or 0) + 1
+            return self._max_seq
+
+    def _note_seqs(self, docs: Iterable[Document]) -> None:
+        seqs = [seq for doc in docs if isinstance(seq := doc.body.get("seq"), int) and not isinstance(seq, bool)]
+        self._max_seq = max([self._max_seq or 0, *seqs])
 
     def _load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         doc = self._read_checkpoint(checkpoint_id)
@@ -450,10 +443,14 @@ class CaseCheckpointStorage:
         return doc
 
     def _documents(self, workflow_name: str | None) -> list[Document]:
-        equals: dict[str, str] = {"kind": KIND_CHECKPOINT}
-        if workflow_name is not None:
-            equals["workflowName"] = workflow_name
-        return self._store.query(CHECKPOINTS, Query(partition=self._case_id, equals=equals))
+        """The case's checkpoint documents (of ``workflow_name``, or all). One query for all of them, which
+        also tells the next sequence number (it counts across workflow names)."""
+        docs = self._store.query(CHECKPOINTS, Query(partition=self._case_id, equals={"kind": KIND_CHECKPOINT}))
+        with self._seq_lock:
+            self._note_seqs(docs)
+        if workflow_name is None:
+            return docs
+        return [doc for doc in docs if doc.body.get("workflowName") == workflow_name]
 
     def _sorted_documents(self, workflow_name: str) -> list[Document]:
         docs = self._documents(workflow_name)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.app.telemetry import Telemetry
-from shared.core.cases import CaseRepository
+from shared.core.cases import Case, CaseRepository
 from shared.core.commits import CommitFinisher
 from shared.core.ledger import Ledger
 from shared.domain.invoice import Rules
@@ -24,6 +24,8 @@ class WorkflowDeps:
     probe: Callable[[str], None] = lambda point: None
     """Called at named points (``F5``, ``F6``); the crash tests kill the process there."""
     telemetry: Telemetry = field(default_factory=Telemetry)
+    known_case: Case | None = None
+    """For one run: the case as the event just wrote it; the run's first read of it is skipped."""
 
     @property
     def finisher(self) -> CommitFinisher:

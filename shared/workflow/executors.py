@@ -55,7 +55,10 @@ class Intake(Executor):
     @handler
     async def on_investigate(self, msg: Investigate, ctx: WorkflowContext[CaseSnapshot, RunOutcome]) -> None:
         deps = self._deps
-        case = await asyncio.to_thread(deps.cases.get, msg.case_id)
+        known = deps.known_case
+        case = known if known is not None and known.id == msg.case_id else None
+        if case is None:
+            case = await asyncio.to_thread(deps.cases.get, msg.case_id)
         if case is None:
             await ctx.yield_output(RunOutcome(msg.case_id, "ignored", detail="no such case"))
             return

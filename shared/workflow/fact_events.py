@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from shared.core.cases import Case
 from shared.core.errors import ConcurrencyConflict, InvalidEvent
@@ -19,6 +20,7 @@ from shared.domain.credit import CreditRequest
 from shared.domain.invoice import INVESTIGABLE, InvoiceFacts, parse_amount
 from shared.domain.transitions import FactPlan
 from shared.workflow.actions import credit_requests
+from shared.workflow.checkpoints import CaseCheckpointStorage
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import RunOutcome
 
@@ -26,20 +28,27 @@ MAX_FACT_RETRIES = 8
 FACT_EVENTS = frozenset({ev.INVOICE_RECEIVED, ev.PO_UPDATED, ev.CREDIT_NOTE_ISSUED, ev.REQUEST_WITHDRAWN})
 """Events that record facts before they decide: their facts are written in arrival order, whatever waits."""
 
-Investigate = Callable[[str, str], Awaitable[list[RunOutcome]]]
+
+class Investigate(Protocol):
+    def __call__(
+        self, storage: CaseCheckpointStorage, reason: str, *, known: Case | None = None
+    ) -> Awaitable[list[RunOutcome]]: ...
+
+
 Plan = Callable[[Case, tuple[CreditRequest, ...]], FactPlan]
 
 
 class FactEvents:
     """The fact events' handlers. ``require(case_id)`` reads a case or raises ``InvalidEvent``;
-    ``investigate(case_id, reason)`` has it decided again."""
+    ``investigate(storage, reason, known=case)`` has it decided again (``known``: the case as just
+    written, which spares the decision a read)."""
 
     def __init__(self, deps: WorkflowDeps, require: Callable[[str], Case], investigate: Investigate) -> None:
         self._deps = deps
         self._require = require
         self._investigate = investigate
 
-    def handlers(self) -> dict[str, Callable[[ev.CaseEvent], Awaitable[list[RunOutcome]]]]:
+    def handlers(self) -> dict[str, Callable[[ev.CaseEvent, CaseCheckpointStorage], Awaitable[list[RunOutcome]]]]:
         return {
             ev.INVOICE_RECEIVED: self.invoice_received,
             ev.PO_UPDATED: self.po_updated,
@@ -47,7 +56,7 @@ class FactEvents:
             ev.REQUEST_WITHDRAWN: self.request_withdrawn,
         }
 
-    async def invoice_received(self, event: ev.CaseEvent) -> list[RunOutcome]:
+    async def invoice_received(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         data = event.data
         facts = InvoiceFacts(
             invoice_id=data["invoiceId"],
@@ -70,17 +79,17 @@ class FactEvents:
                     f"({known.invoice_amount} {known.currency}); this event describes another invoice",
                     case_id=event.case_id,
                 )
-        return await self._investigate(event.case_id, "invoice received")
+        return await self._investigate(storage, "invoice received", known=case)
 
-    async def po_updated(self, event: ev.CaseEvent) -> list[RunOutcome]:
+    async def po_updated(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         po_amount = parse_amount(event.data["poAmount"], "poAmount")
 
         def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
             return transitions.po_updated(case.status, InvoiceFacts.from_dict(case.facts), po_amount)
 
-        return await self._apply(event.case_id, plan, ev.PO_UPDATED, needs_requests=False)
+        return await self._apply(storage, plan, ev.PO_UPDATED, needs_requests=False)
 
-    async def credit_note_issued(self, event: ev.CaseEvent) -> list[RunOutcome]:
+    async def credit_note_issued(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         credit_id = str(event.data["creditNoteId"])
         amount = parse_amount(event.data["amount"], "amount")
         rules = self._deps.rules
@@ -91,9 +100,9 @@ class FactEvents:
                 case.status, facts, credit_note_id=credit_id, amount=amount, requests=requests, rules=rules
             )
 
-        return await self._apply(event.case_id, plan, ev.CREDIT_NOTE_ISSUED, needs_requests=True)
+        return await self._apply(storage, plan, ev.CREDIT_NOTE_ISSUED, needs_requests=True)
 
-    async def request_withdrawn(self, event: ev.CaseEvent) -> list[RunOutcome]:
+    async def request_withdrawn(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         """A person takes an outstanding credit-note request off the books (recorded with who and why)."""
         d = event.data
         key, by, why, at = str(d["effectKey"]), str(d["by"]), str(d["why"]), float(d["at"])
@@ -107,14 +116,17 @@ class FactEvents:
             except transitions.NotWithdrawable as exc:
                 raise InvalidEvent(str(exc), case_id=case.id, fields={"effectKey": str(exc)}) from exc
 
-        return await self._apply(event.case_id, plan, ev.REQUEST_WITHDRAWN, needs_requests=True)
+        return await self._apply(storage, plan, ev.REQUEST_WITHDRAWN, needs_requests=True)
 
-    async def _apply(self, case_id: str, plan: Plan, event_type: str, *, needs_requests: bool) -> list[RunOutcome]:
+    async def _apply(
+        self, storage: CaseCheckpointStorage, plan: Plan, event_type: str, *, needs_requests: bool
+    ) -> list[RunOutcome]:
         """Apply ``plan`` (a rule of ``shared.domain.transitions``) with a conditional write, re-planning on
         a lost race; then decide again if it says so. A change withdraws a pending approval: it was asked on
         facts that no longer hold. Facts already recorded (a redelivery) still get their follow-up: the
         first delivery may have died between writing them and deciding."""
         cases, ledger = self._deps.cases, self._deps.ledger
+        case_id = storage.case_id
         for _ in range(MAX_FACT_RETRIES):
             case = await asyncio.to_thread(self._require, case_id)
             requests = credit_requests(await asyncio.to_thread(ledger.for_case, case_id)) if needs_requests else ()
@@ -123,7 +135,8 @@ class FactEvents:
                 unchanged = RunOutcome(case_id, "nothing_to_do", case.status, case.version, planned.reason)
                 if not planned.investigate:
                     return [unchanged]
-                return [unchanged, *await self._investigate(case_id, f"{event_type} (facts already recorded)")]
+                reason = f"{event_type} (facts already recorded)"
+                return [unchanged, *await self._investigate(storage, reason, known=case)]
             data = {"pendingApproval": None} if case.data.get("pendingApproval") else None
             after = await asyncio.to_thread(
                 cases.update_facts,
@@ -139,5 +152,5 @@ class FactEvents:
                 changed = RunOutcome(case_id, "facts_changed", after.status, after.version, planned.reason)
                 if not planned.investigate or after.status not in INVESTIGABLE:
                     return [changed]
-                return [changed, *await self._investigate(case_id, event_type)]
+                return [changed, *await self._investigate(storage, event_type, known=after)]
         raise ConcurrencyConflict(f"case {case_id} kept changing while applying {event_type}", doc_id=case_id)

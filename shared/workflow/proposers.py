@@ -34,6 +34,8 @@ class RulesProposer:
     """The default: the invoice rules (``shared.domain.credit.decide``), deterministic."""
 
     name = "rules"
+    calls_model = False
+    """Deciding again costs nothing: no checkpoint is written to avoid it."""
 
     async def propose(self, case_id: str, facts: InvoiceFacts, pos: Position, rules: Rules) -> Proposal:
         return decide(facts, pos, rules)
@@ -62,6 +64,7 @@ class AgentProposer:
     """Proposals from an Agent Framework ``Agent`` with structured output."""
 
     name = "model"
+    calls_model = True
 
     def __init__(self, agent: Agent) -> None:
         self._agent = agent

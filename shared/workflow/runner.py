@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from agent_framework import Workflow
 
+from shared.core.cases import Case
 from shared.core.ports import DocumentStore
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.checkpoints import (
@@ -25,10 +27,15 @@ from shared.workflow.checkpoints import (
 )
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, RunOutcome
+from shared.workflow.run_checkpoints import RunCheckpoints
 
 log = logging.getLogger("casekeeper.worker")
 
-CHECKPOINTS_KEPT = 20
+CHECKPOINTS_KEPT = 10
+"""Checkpoints kept per case: about one per run (``shared.workflow.run_checkpoints``), so the last ten runs."""
+PRUNE_EVERY = 5
+"""Prune when the case's checkpoint counter reaches a multiple of this: at most ``CHECKPOINTS_KEPT +
+PRUNE_EVERY`` are stored."""
 
 
 class WorkflowRunner:
@@ -61,10 +68,10 @@ class WorkflowRunner:
         """Raises ``CheckpointUnusable`` unless this build can restore ``record``."""
         storage.try_decode(record, expected_graph_hash=self.graph_hash)
 
-    async def paused_on(self, case_id: str, request_id: str) -> CheckpointRecord | None:
+    async def paused_on(self, storage: CaseCheckpointStorage, request_id: str) -> CheckpointRecord | None:
         """The newest checkpoint of the case's run if it is paused on ``request_id`` and this build can
         resume it; ``None`` otherwise (a checkpoint that cannot be used is noted on the case)."""
-        storage = self.checkpoints(case_id)
+        case_id = storage.case_id
         record = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME)
         if record is None or request_id not in record.pending_request_ids:
             return None
@@ -75,14 +82,16 @@ class WorkflowRunner:
             return None
         return record
 
-    async def finish_interrupted_run(self, case_id: str) -> RunOutcome | None:
+    async def finish_interrupted_run(self, storage: CaseCheckpointStorage) -> RunOutcome | None:
         """Resume a run that died mid-superstep, so its decision is not lost (and its model calls are
         not repeated). Its effects and commits are idempotent, so replaying the superstep is safe.
 
         A finished run's last checkpoint holds no pending messages; a paused one holds only pending
         requests (answered by ``approval.answered``). Anything else was interrupted.
+
+        ``storage``: the event's storage of the case (its read here tells the next save its number).
         """
-        storage = self.checkpoints(case_id)
+        case_id = storage.case_id
         record = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME)
         if record is None or record.pending_request_ids:
             return None
@@ -106,7 +115,7 @@ class WorkflowRunner:
             record.checkpoint_id,
             extra={"caseId": case_id, "checkpointId": record.checkpoint_id},
         )
-        return await self.run(case_id, checkpoint_id=record.checkpoint_id)
+        return await self.run(storage, checkpoint_id=record.checkpoint_id)
 
     async def note_rebuilt(self, case_id: str, exc: CheckpointUnusable) -> None:
         """Say on the case that its run is rebuilt from the case document (rule R8), once per checkpoint."""
@@ -131,16 +140,23 @@ class WorkflowRunner:
 
     async def run(
         self,
-        case_id: str,
+        storage: CaseCheckpointStorage,
         *,
         message: object | None = None,
         checkpoint_id: str | None = None,
         responses: dict[str, Any] | None = None,
+        known: Case | None = None,
     ) -> RunOutcome:
-        """One run of the workflow: from ``message``, or resumed from ``checkpoint_id`` (with ``responses``
-        to its pending requests). Returns the run's last outcome."""
-        storage = self.checkpoints(case_id)
-        workflow = self._build(self._deps)
+        """One run of the workflow for ``storage``'s case: from ``message``, or resumed from
+        ``checkpoint_id`` (with ``responses`` to its pending requests). Returns the run's last outcome.
+
+        ``known``: the case as this event just wrote it, so the run's first step need not read it again.
+        Safe because every commit is conditional on the version the run decided on: were it stale, the
+        commit would lose and the case be decided again."""
+        case_id = storage.case_id
+        saves = RunCheckpoints(storage, model_calls=getattr(self._deps.proposer, "calls_model", True))
+        deps = replace(self._deps, known_case=known) if known is not None else self._deps
+        workflow = self._build(deps)
         attributes = {
             "casekeeper.case_id": case_id,
             "casekeeper.resumed_from": checkpoint_id,
@@ -148,13 +164,15 @@ class WorkflowRunner:
         }
         with self._deps.telemetry.span("workflow.run", attributes):
             if message is not None:
-                result = await workflow.run(message, checkpoint_storage=storage)
+                result = await workflow.run(message, checkpoint_storage=saves)
             else:
-                result = await workflow.run(
-                    checkpoint_id=checkpoint_id, responses=responses, checkpoint_storage=storage
-                )
+                result = await workflow.run(checkpoint_id=checkpoint_id, responses=responses, checkpoint_storage=saves)
+            await saves.finish()
         outputs = [o for o in result.get_outputs() if isinstance(o, RunOutcome)]
-        await asyncio.to_thread(storage.prune, self._checkpoints_kept)
+        # Pruning reads every checkpoint document of the case; once every few saves is enough to keep the
+        # count near ``checkpoints_kept``.
+        if storage.last_seq is not None and storage.last_seq % PRUNE_EVERY == 0:
+            await asyncio.to_thread(storage.prune, self._checkpoints_kept)
         if not outputs:
             case = await asyncio.to_thread(self._deps.cases.get, case_id)
             return RunOutcome(

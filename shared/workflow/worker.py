@@ -31,6 +31,7 @@ from shared.domain import events as ev
 from shared.domain.invoice import INVESTIGABLE
 from shared.workflow.build import WORKFLOW_NAME
 from shared.workflow.capture import capturing
+from shared.workflow.checkpoints import CaseCheckpointStorage
 from shared.workflow.fact_events import FACT_EVENTS, FactEvents
 from shared.workflow.messages import (
     AnswerWithoutCheckpoint,
@@ -44,7 +45,7 @@ log = logging.getLogger("casekeeper.worker")
 
 MAX_REDECISIONS = 3
 
-Handler = Callable[[ev.CaseEvent], Awaitable[list[RunOutcome]]]
+Handler = Callable[[ev.CaseEvent, CaseCheckpointStorage], Awaitable[list[RunOutcome]]]
 
 
 @dataclass(frozen=True)
@@ -95,22 +96,25 @@ class CaseWorker:
             handler = self._handlers.get(event.type)
             if handler is None:
                 raise InvalidEvent(f"unknown event type {event.type!r}", case_id=event.case_id)
+            # One storage of the case's checkpoints for the whole event: the interrupted-run check reads
+            # them, and that read numbers the event's saves.
+            storage = self._runner.checkpoints(event.case_id)
             try:
-                resumed = await self._runner.finish_interrupted_run(event.case_id)
+                resumed = await self._runner.finish_interrupted_run(storage)
             except EffectInFlight as waiting:
                 if event.type not in FACT_EVENTS:
                     raise
                 # A fact is recorded when it arrives, in the session's order, even while an interrupted
                 # run's call is in flight; only the decision waits. Deferring the whole event instead would
                 # let events that arrive after the call's timeout overtake it (the stale PO would win).
-                await self._record_then_wait(handler, event)
+                await self._record_then_wait(handler, event, storage)
                 raise waiting.after_facts() from None
             if resumed is not None:
                 steps.append(resumed)
             if event.type in FACT_EVENTS:
-                steps.extend(await self._record_then_wait(handler, event))
+                steps.extend(await self._record_then_wait(handler, event, storage))
             else:
-                steps.extend(await handler(event))
+                steps.extend(await handler(event, storage))
         last = steps[-1]
         result = EventResult(
             event.case_id, event.type, last.outcome, last.status, last.version, last.detail, tuple(steps)
@@ -126,51 +130,57 @@ class CaseWorker:
         )
         return result
 
-    async def _record_then_wait(self, handler: Handler, event: ev.CaseEvent) -> list[RunOutcome]:
+    async def _record_then_wait(
+        self, handler: Handler, event: ev.CaseEvent, storage: CaseCheckpointStorage
+    ) -> list[RunOutcome]:
         """Run a fact event's handler; a wait for an effect in flight raised after its facts were written
         says so, so that the copy the queue brings back only decides."""
         try:
-            return await handler(event)
+            return await handler(event, storage)
         except EffectInFlight as waiting:
             raise waiting.after_facts() from None
 
     # --- investigation and approvals ---------------------------------------------------------------
 
-    async def _case_investigate(self, event: ev.CaseEvent) -> list[RunOutcome]:
-        await asyncio.to_thread(self._require, event.case_id)
-        return await self._investigate(event.case_id, "investigation requested")
+    async def _case_investigate(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
+        case = await asyncio.to_thread(self._require, event.case_id)
+        return await self._investigate(storage, "investigation requested", known=case)
 
-    async def _investigate_if_open(self, case_id: str, reason: str) -> list[RunOutcome]:  # approvals
-        case = await asyncio.to_thread(self._require, case_id)
+    async def _investigate_if_open(self, storage: CaseCheckpointStorage, reason: str) -> list[RunOutcome]:
+        case = await asyncio.to_thread(self._require, storage.case_id)
         if case.status not in INVESTIGABLE:
             return []
-        return await self._investigate(case_id, reason)
+        return await self._investigate(storage, reason, known=case)
 
-    async def _investigate(self, case_id: str, reason: str) -> list[RunOutcome]:
+    async def _investigate(
+        self, storage: CaseCheckpointStorage, reason: str, *, known: Case | None = None
+    ) -> list[RunOutcome]:
         """Decide the case; an investigation that lost a race (``superseded``) re-reads and decides again,
-        a bounded number of times."""
+        a bounded number of times. ``known``: the case as this event just read or wrote it."""
+        case_id = storage.case_id
         steps: list[RunOutcome] = []
         for _ in range(MAX_REDECISIONS):
-            outcome = await self._runner.run(case_id, message=Investigate(case_id, reason))
+            outcome = await self._runner.run(storage, message=Investigate(case_id, reason), known=known)
             steps.append(outcome)
             if outcome.outcome != "superseded":
                 return steps
             reason = f"re-decided after: {outcome.detail}"
+            known = None  # it lost a race: read the case as it is now
         return steps
 
-    async def _approval_answered(self, event: ev.CaseEvent) -> list[RunOutcome]:
+    async def _approval_answered(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         d = event.data
         answer = ApprovalAnswer(d["requestId"], d["decision"], int(d["caseVersion"]), d["approver"], d.get("reason"))
-        record = await self._runner.paused_on(event.case_id, answer.request_id)
+        record = await self._runner.paused_on(storage, answer.request_id)
         if record is not None:
             outcome = await self._runner.run(
-                event.case_id, checkpoint_id=record.checkpoint_id, responses={answer.request_id: answer}
+                storage, checkpoint_id=record.checkpoint_id, responses={answer.request_id: answer}
             )
         else:
-            outcome = await self._runner.run(event.case_id, message=AnswerWithoutCheckpoint(event.case_id, answer))
+            outcome = await self._runner.run(storage, message=AnswerWithoutCheckpoint(event.case_id, answer))
         steps = [outcome]
         if outcome.outcome == "stale_answer":
-            steps.extend(await self._investigate_if_open(event.case_id, "approval answered on an older version"))
+            steps.extend(await self._investigate_if_open(storage, "approval answered on an older version"))
         return steps
 
     def _require(self, case_id: str) -> Case:

@@ -395,7 +395,7 @@ def test_prune_keeps_the_newest_and_later_saves_still_sort_last(store: DocumentS
 
     assert storage.prune(0) == 3
     assert storage.records() == []
-    assert [d.id for d in stored_docs(store, "case-1")] == [SEQUENCE_DOC_ID]  # the counter survives
+    assert stored_docs(store, "case-1") == []  # no counter document: numbers come from what was read
     asyncio.run(storage.save(synthetic(6)))
     assert [r.seq for r in storage.records()] == [7]
     with pytest.raises(ValueError, match="non-negative"):
@@ -407,3 +407,17 @@ def test_constructor_rejects_a_lone_string_allow_list(store: DocumentStore) -> N
         CaseCheckpointStorage(store, "case-1", "tests.support.tiny_workflow:CaseNote")
     with pytest.raises(ValueError, match="case_id"):
         CaseCheckpointStorage(store, "", ALL_TYPES)
+
+
+def test_a_new_storage_numbers_its_saves_after_what_is_stored(store: DocumentStore) -> None:
+    """Another event (another process) numbers its saves after the case's stored checkpoints, whether it
+    read them first (as the worker does) or not (it reads them once, when it saves)."""
+    first = CaseCheckpointStorage(store, "case-1", ALL_TYPES)
+    for n in range(3):
+        asyncio.run(first.save(synthetic(n)))
+    reader = CaseCheckpointStorage(store, "case-1", ALL_TYPES)
+    assert reader.latest_record(WORKFLOW_NAME) is not None
+    asyncio.run(reader.save(synthetic(3)))
+    blind = CaseCheckpointStorage(store, "case-1", ALL_TYPES)
+    asyncio.run(blind.save(synthetic(4)))
+    assert [(r.checkpoint_id, r.seq) for r in first.records()] == [(f"cp-{n}", n + 1) for n in range(5)]

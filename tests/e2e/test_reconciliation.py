@@ -55,12 +55,15 @@ def test_a_supplier_whose_lookup_is_down_is_escalated_once(host: DevHost, suppli
 
 
 def test_failing_checkpoint_saves_alert_once_each_within_a_timer_period(tmp_path: Path, supplier: SupplierStub) -> None:
-    # Every checkpoint is larger than 1 kB, so every save is refused: the quiet failure mode, for real.
-    dev = DevHost(tmp_path / "data", supplier, env_overrides={"CHECKPOINT_MAX_BYTES": "1000"}).start()
+    # Every checkpoint is larger than 300 bytes, so every save is refused: the quiet failure mode, for real.
+    # Here it is the run's last checkpoint, written (and refused) as the run ends, after its commit.
+    dev = DevHost(tmp_path / "data", supplier, env_overrides={"CHECKPOINT_MAX_BYTES": "300"}).start()
     try:
         dev.post_event("invoice.received", "INV-R3", invoice("1100.00"))
         dev.wait_for("INV-R3", lambda v: v["case"]["status"] == "credit_requested")  # the run still completes
-        failures = health_records(dev, "checkpoint_failure")
+        deadline = time.monotonic() + 10
+        while not (failures := health_records(dev, "checkpoint_failure")) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert failures and {f["caseId"] for f in failures} == {"INV-R3"}
         time.sleep(2.5)  # one timer period (2 s) and a little
         alerted = [a for a in health_records(dev, "alert") if a["alertKind"] == "checkpoint_failure"]

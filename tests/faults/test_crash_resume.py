@@ -1,5 +1,6 @@
-"""A worker process killed at each failure point (F2-F6, docs/design.md#failure-points), then the case resumed in a
-new process. In every row: the supplier sees at most one request per key, the case commits once, and no
+"""A worker process killed at each failure point (F2-F6, docs/design.md#failure-points), then the event
+redelivered to a new process (which resumes the run where a checkpoint was written, and otherwise decides
+again). In every row: the supplier sees at most one request per key, the case commits once, and no
 unknown outcome is dropped (F2-F4 wait for reconciliation, which then finishes them).
 
 Real processes, a real supplier over HTTP, both backends.
@@ -95,15 +96,18 @@ def reconcile(spec: StoreSpec, supplier: SupplierStub) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["F5", "F6"])
-def test_crash_after_the_effect_is_recorded_resumes_without_a_second_request(
+def test_crash_after_the_effect_is_recorded_decides_again_without_a_second_request(
     store_spec: StoreSpec, supplier: SupplierStub, point: str
 ) -> None:
+    """No checkpoint is written mid-run without a pause or a model call, so the redelivered event decides
+    again from the case and the ledger (rule R9): after F5 the open gate's done effect has its commit
+    finished first; after F6 the case already shows it and there is nothing to do."""
     code, _ = run_worker(store_spec, supplier, die_at=point)
     assert code == DIED
     code, result = run_worker(store_spec, supplier)  # the redelivered event, in a new process
     assert code == 0
     assert result["status"] == "credit_requested"
-    assert result["steps"][0] == ("committed" if point == "F5" else "already_applied")  # the resumed run
+    assert result["steps"][0] == ("committed" if point == "F5" else "nothing_to_do")
     assert len(posts(supplier)) == 1
     assert commits_of_credit_request(store_spec) == 1
 

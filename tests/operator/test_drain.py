@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -10,10 +11,12 @@ from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
 from shared.operator.drain import main
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, ApprovalRequest, CommitOrder, type_key
+from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, ApprovalRequest, Proposed, type_key
+from shared.workflow.proposers import AgentProposer
 from tests.operator.conftest import Ran
 from tests.support.app import Harness, invoice, make_harness
 from tests.support.changed_build import build_v2
+from tests.support.scripted_chat import ScriptedChatClient
 
 Run = Callable[..., Ran]
 
@@ -90,15 +93,19 @@ class Died(Exception):
 
 
 def interrupt(store: SqliteDocumentStore, supplier_url: str, case_id: str) -> None:
-    """A run that dies after its effect, before the commit (F5): its newest checkpoint holds the commit
-    order, a pending message."""
+    """A run that dies after its effect, before the commit (F5), having asked a model: its newest
+    checkpoint is the one written after the model's step, and holds its proposal, a pending message. (A
+    run that asks no model writes nothing mid-run, so it leaves nothing in flight to strand.)"""
 
     def probe(point: str) -> None:
         if point == "F5":
             raise Died(point)
 
+    answer = json.dumps({"action": "request_credit_note", "amount": "100.00", "currency": "EUR", "rationale": "x"})
+    model = AgentProposer.from_chat_client(ScriptedChatClient(replies=[answer]))
+    harness = make_harness(store, supplier_url, probe=probe, proposer=model)
     with pytest.raises(Died):
-        make_harness(store, supplier_url, probe=probe).handle(ev.INVOICE_RECEIVED, case_id, **invoice("1100.00"))
+        harness.handle(ev.INVOICE_RECEIVED, case_id, **invoice("1100.00"))
 
 
 def test_an_interrupted_run_counts_and_fails_when_its_types_would_not_load(
@@ -109,13 +116,13 @@ def test_an_interrupted_run_counts_and_fails_when_its_types_would_not_load(
     assert same["inFlight"] == 1 and same["cannotResume"] == []
     assert [(r["run"], r["pendingMessages"]) for r in same["resumable"]] == [("interrupted", 1)]
 
-    # Without CommitOrder on the allow-list the checkpoint does not decode; that it is mid-run is still
-    # told from the encoding's structure, without unpickling anything.
-    without = ALLOWED_CHECKPOINT_TYPES - {type_key(CommitOrder)}
+    # Without Proposed on the allow-list the checkpoint does not decode; that it is mid-run is still told
+    # from the encoding's structure, without unpickling anything.
+    without = ALLOWED_CHECKPOINT_TYPES - {type_key(Proposed)}
     checked = run(main, "check", allowed_types=without)
     assert checked.code == 1
     assert "C-1  open v1  run interrupted" in checked.out
-    assert "type would not load: shared.workflow.messages:CommitOrder not in this build's allowed types" in checked.out
+    assert "type would not load: shared.workflow.messages:Proposed not in this build's allowed types" in checked.out
 
     app.handle(ev.CASE_INVESTIGATE, "C-1", reason="redelivered")  # the worker resumes it and finishes
     assert app.cases.require("C-1").status == "credit_requested"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 
 import pytest
 
 from shared.core.errors import InvalidProposal
-from shared.core.ports import DocumentStore
+from shared.core.ports import DocumentStore, Query
 from shared.domain import events as ev
 from shared.domain.credit import CreditRequest, position, validate
 from shared.domain.invoice import Action, InvoiceFacts, Proposal, Rules
@@ -163,3 +164,34 @@ def test_with_more_outstanding_than_owed_the_prompt_shows_the_excess_and_no_requ
     reason = app.cases.require("C-1").history[-1].reason or ""
     assert "amount 100.00 exceeds what may still be requested, -200.00" in reason
     assert [p["body"]["amount"] for p in posts(supplier)] == ["300.00"]  # type: ignore[index]
+
+
+class Crash(BaseException):
+    """Stands for the process dying at a failure point: nothing below the probe runs."""
+
+
+def test_a_run_that_dies_after_the_model_answered_resumes_without_asking_it_again(
+    store: DocumentStore, supplier: SupplierStub
+) -> None:
+    """The checkpoint after the model's step is the one written mid-run (it saves a model call); the
+    redelivered event resumes from it, so the model is asked once and the supplier once."""
+    client = ScriptedChatClient(replies=[reply(action="request_credit_note", amount="100.00", currency="EUR")])
+    proposer = AgentProposer.from_chat_client(client)
+
+    def die_at_f2(point: str) -> None:
+        if point == "F2":
+            raise Crash(point)
+
+    dying = make_harness(store, supplier.url, proposer=proposer, probe=die_at_f2, call_timeout=1.0)
+    with pytest.raises(Crash):
+        dying.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
+    assert len(client.prompts) == 1 and posts(supplier) == []
+    [written] = store.query("checkpoints", Query(partition="C-1", equals={"kind": "checkpoint"}))
+    assert not written.body["pendingRequestIds"]  # mid-run: the model's proposal on its way to the gate
+
+    time.sleep(1.2)  # the claim F2 left ages past the call timeout: the resumed run retries it by key
+    restarted = make_harness(store, supplier.url, proposer=proposer, call_timeout=1.0)
+    result = restarted.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
+    assert len(client.prompts) == 1  # resumed from the checkpoint: the model was not asked again
+    # The claim F2 left is settled by key first (R3): the resumed Commit step hands it to reconciliation.
+    assert result.steps[0].outcome == "waiting_for_reconciliation", result

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
+from shared.core.errors import StoreUnavailable
 from shared.core.ports import DocumentStore, Query
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
-from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, CommitOrder, type_key
+from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, ApprovalRequest, type_key
 from tests.support.app import invoice, make_harness
 from tests.support.changed_build import build_v2
 from tests.workflow.conftest import posts
@@ -42,17 +44,73 @@ def test_a_changed_graph_rebuilds_the_paused_run_from_the_case_document(
 def test_failing_checkpoint_saves_are_recorded_and_the_run_still_completes(
     store: DocumentStore, supplier: SupplierStub, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The quiet failure mode: a state type missing from the allow-list makes every save fail.
-    allowed = ALLOWED_CHECKPOINT_TYPES - {type_key(CommitOrder)}
+    # The quiet failure mode: a state type missing from the allow-list makes the save fail. The pause for
+    # a person is written at once, and its request's type is the one missing.
+    allowed = ALLOWED_CHECKPOINT_TYPES - {type_key(ApprovalRequest)}
     app = make_harness(store, supplier.url, allowed_checkpoint_types=allowed)
     with caplog.at_level(logging.WARNING, logger="agent_framework._workflows._runner"):
-        result = app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
+        result = app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("2500.00"))
     records = caplog.records
-    assert result.status == "credit_requested"
-    assert len(posts(supplier)) == 1
+    assert result.status == "awaiting_approval"
     framework_warnings = [r for r in records if r.getMessage().startswith("Failed to create checkpoint")]
     failures = store.query("health", Query(partition="checkpoint_failure"))
     assert framework_warnings and len(failures) == len(framework_warnings)
     assert {f.body["caseId"] for f in failures} == {"C-1"}
-    assert all("CommitOrder" in f.body["error"]["message"] for f in failures)
+    assert all("ApprovalRequest" in f.body["error"]["message"] for f in failures)
     assert sorted(f.body["iteration"] for f in failures) == sorted(r.args[0] for r in framework_warnings)  # type: ignore[index]
+
+
+class CheckpointWritesFail:
+    """The real store, except that writing a checkpoint document fails as a store outage would. A wrapper,
+    not a fake: every other call, the failure records included, reaches the real store."""
+
+    def __init__(self, inner: DocumentStore) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def create(self, container: str, partition: str, doc_id: str, body: dict[str, Any]) -> Any:
+        if container == "checkpoints" and body.get("kind") == "checkpoint":
+            raise StoreUnavailable("injected: checkpoint write refused")
+        return self.inner.create(container, partition, doc_id, body)
+
+
+def test_the_deferred_last_checkpoint_failing_is_recorded_and_the_decision_stands(
+    store: DocumentStore, supplier: SupplierStub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run without a pause or a model call writes one checkpoint, its last, when it ends; a failure there
+    is recorded exactly like the framework's own failed saves, and the committed decision is untouched."""
+    app = make_harness(CheckpointWritesFail(store), supplier.url)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="agent_framework._workflows._runner"):
+        result = app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
+    assert result.status == "credit_requested" and len(posts(supplier)) == 1
+    [warning] = [r for r in caplog.records if r.getMessage().startswith("Failed to create checkpoint")]
+    [failure] = store.query("health", Query(partition="checkpoint_failure"))
+    assert failure.body["caseId"] == "C-1" and "injected" in failure.body["error"]["message"]
+    assert failure.body["iteration"] == warning.args[0]  # type: ignore[index]
+
+
+def test_a_decision_writes_one_checkpoint_and_a_pause_writes_it_at_once(
+    store: DocumentStore, supplier: SupplierStub
+) -> None:
+    """Checkpoints only where they save work: a credit-note run writes its last checkpoint only; a run that
+    asks a person writes the paused one (and the approval resumes from it)."""
+    app = make_harness(store, supplier.url)
+    app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
+    assert len(store.query("checkpoints", Query(partition="C-1", equals={"kind": "checkpoint"}))) == 1
+    app.handle(ev.INVOICE_RECEIVED, "C-2", **invoice("2500.00"))
+    [paused] = store.query("checkpoints", Query(partition="C-2", equals={"kind": "checkpoint"}))
+    assert paused.body["pendingRequestIds"]
+    pending = app.cases.require("C-2").data["pendingApproval"]
+    result = app.handle(
+        ev.APPROVAL_ANSWERED,
+        "C-2",
+        requestId=pending["requestId"],
+        decision="approve",
+        caseVersion=pending["caseVersion"],
+        approver="ana",
+    )
+    assert result.status == "credit_requested"
+    assert not [n for n in app.cases.require("C-2").notes if n.get("text") == "run rebuilt from the case document"]
+    assert len(store.query("checkpoints", Query(partition="C-2", equals={"kind": "checkpoint"}))) == 2
