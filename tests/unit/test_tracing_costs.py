@@ -225,3 +225,17 @@ def test_an_alert_raised_in_a_dropped_trace_is_exported_as_configured(
         [alert] = alerts
         assert alert.log_record.severity_text == "ERROR"
         assert alert.log_record.trace_id, "the record still names its trace"
+
+
+# -- the measurement (benchmarks/telemetry_cost.py): it runs, and counts spans right; timings not asserted --
+
+
+def test_the_cost_benchmark_runs_and_counts_the_spans_of_a_case(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import telemetry_cost
+
+    argv = ["--repeat", "1", "--rounds", "1", "--warmup", "0", "--cases", "2", "--variants", "shipped,default"]
+    assert telemetry_cost.main(argv) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line[:1].isalpha()}
+    # default: webhook, case_event, workflow.run, propose, effect request_credit_note, commit_status.
+    assert rows["default"][1:4] == ["off", "1", "6.0"]
+    assert rows["shipped"][1] == "on" and float(rows["shipped"][3]) > 6.0
