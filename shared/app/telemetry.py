@@ -31,10 +31,11 @@ What it costs, and what is kept (issue 13):
 
 - **Agent Framework's own spans are off** (``AGENT_FRAMEWORK_SPANS=false``, the default). The framework
   instruments every workflow build and run, executor, message and edge group, and its chat client and
-  agent: 15 spans for an invoice case beside Casekeeper's 5, and most of the tracing CPU. One switch
-  covers all of them (:func:`use_framework_spans`); off, its tracer is a no-op that puts nothing in the
-  context, so Casekeeper's spans nest as they did (``case_event`` > ``workflow.run`` > ``propose``,
-  ``effect <action>``, ``commit_status``). ``true`` turns them on for debugging, without message
+  agent: 14 spans for an invoice case beside Casekeeper's 6, and most of the tracing CPU. One switch
+  covers all of them (:func:`use_framework_spans`); off, its tracer is OpenTelemetry's no-op tracer,
+  whose stand-in spans carry the current span's context, so Casekeeper's spans nest as they would
+  without the framework (``case_event`` > ``workflow.run`` > ``propose``, ``effect <action>``,
+  ``commit_status``). ``true`` turns them on for debugging, without message
   contents (``ENABLE_SENSITIVE_DATA`` is not honoured: prompts carry invoice data).
 - **Traces are sampled per trace** (``TRACE_SAMPLING_RATIO``, 0 to 1, default 1; ``infra/`` sets 0.25):
   in Azure through azure-monitor-opentelemetry's ``sampling_ratio`` (its ``ApplicationInsightsSampler``:
