@@ -42,6 +42,12 @@
 //   APPLICATIONINSIGHTS_CONNECTION_STRING
 //                                        = the Application Insights component. The host's telemetry, and
 //                                          the code's settings (app/functionapp.bicep sets it).
+//   TRACE_SAMPLING_RATIO                 = share of traces the code exports (traceSamplingRatio, 0.25 by
+//                                          default), through azure-monitor-opentelemetry's sampling_ratio.
+//                                          Logs (alerts included) and metrics are never sampled; kept spans
+//                                          carry the rate, so sum(ItemCount) counts every case event.
+//   AGENT_FRAMEWORK_SPANS                = false: Agent Framework's own per-executor spans stay off (most of
+//                                          the tracing CPU); true while debugging a workflow.
 // Read by the Functions host and the Azure SDKs:
 //   AzureWebJobsStorage__accountName     = host storage account, identity-based (with __credential =
 //                                          managedidentity and __clientId).
@@ -184,6 +190,12 @@ param checkpointLagSeconds int = 600
 @maxValue(2000000)
 @description('CHECKPOINT_MAX_BYTES: checkpoints larger than this are refused at save time.')
 param checkpointMaxBytes int = 1500000
+
+@description('TRACE_SAMPLING_RATIO: share of traces exported, from 0 to 1 (decimal string). Logs, alerts and metrics are never sampled.')
+param traceSamplingRatio string = '0.25'
+
+@description('AGENT_FRAMEWORK_SPANS: Agent Framework\'s own per-executor spans too (for debugging; they cost CPU on every case).')
+param agentFrameworkSpans bool = false
 
 @description('Optional Azure OpenAI endpoint (AZURE_OPENAI_ENDPOINT); set together with azureOpenAIDeployment.')
 param azureOpenAIEndpoint string = ''
@@ -353,6 +365,8 @@ var appSettings = {
   RETRY_BASE_SECONDS: '1'
   RETRY_MAX_DELAY_SECONDS: '300'
   RETRY_FOR_SECONDS: '3600'
+  TRACE_SAMPLING_RATIO: traceSamplingRatio
+  AGENT_FRAMEWORK_SPANS: string(agentFrameworkSpans)
 }
 
 module functionApp 'app/functionapp.bicep' = {

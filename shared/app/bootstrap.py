@@ -318,7 +318,7 @@ def services() -> Services:
     with _holder.lock:
         if _holder.services is None:
             settings = Settings.from_mapping(os.environ)
-            configure_telemetry(settings.appinsights_connection_string)
+            configure_telemetry(settings)
             _holder.services = start(build(settings))
         return _holder.services
 

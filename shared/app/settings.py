@@ -70,6 +70,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("APPLICATIONINSIGHTS_CONNECTION_STRING", None, "telemetry to Application Insights when set", True),
     Setting("OTEL_EXPORTER_OTLP_ENDPOINT", None, "telemetry over OTLP/HTTP when set (and no Application Insights)"),
     Setting("CASEKEEPER_TELEMETRY_FILE", None, "console telemetry goes to this file instead of stderr"),
+    Setting(
+        "TRACE_SAMPLING_RATIO",
+        "1.0",
+        "share of traces kept, 0 to 1, decided per trace; logs (alerts included) and metrics are never sampled",
+    ),
+    Setting(
+        "AGENT_FRAMEWORK_SPANS",
+        "false",
+        "true: Agent Framework's own spans (per superstep, executor, message; its chat spans) too, for debugging",
+    ),
 )
 
 _DEFAULTS = {s.name: s.default for s in SETTINGS}
@@ -103,6 +113,8 @@ class Settings:
     alert_webhook_url: str | None
     appinsights_connection_string: str | None
     backoff: Backoff
+    trace_sampling_ratio: float
+    agent_framework_spans: bool
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str], *, receives_events: bool = True) -> Settings:
@@ -153,11 +165,7 @@ class Settings:
         )
         secret = require("WEBHOOK_SECRET") if receives_events else values["WEBHOOK_SECRET"]
         secrets = tuple(s.strip() for s in (secret or "").split(",") if s.strip())
-        for name in ("WEBHOOK_SECRET", "ALERT_WEBHOOK_URL"):
-            # An unresolved Key Vault reference reaches the app as its literal text; used as an HMAC key it
-            # would be guessable, so it is refused rather than trusted.
-            if (values[name] or "").startswith("@Microsoft.KeyVault("):
-                problems.append(f"{name} is an unresolved Key Vault reference (check the app's identity and vault)")
+        problems.extend(_unresolved_references(values, ("WEBHOOK_SECRET", "ALERT_WEBHOOK_URL")))
         call_timeout = float(number("CALL_TIMEOUT_SECONDS"))
         supplier_timeout = float(number("SUPPLIER_TIMEOUT_SECONDS"))
         # httpx applies the timeout to each phase (pool, connect, write, read): a call can take about four
@@ -182,6 +190,9 @@ class Settings:
         backoff = Backoff(
             base=retry_base, cap=retry_cap, give_up_after=float(number("RETRY_FOR_SECONDS", positive=False))
         )
+
+        trace_sampling_ratio = _ratio(values["TRACE_SAMPLING_RATIO"] or "", "TRACE_SAMPLING_RATIO", problems)
+        framework_spans = _flag(values["AGENT_FRAMEWORK_SPANS"] or "", "AGENT_FRAMEWORK_SPANS", problems)
 
         if missing:
             problems.insert(0, "missing: " + ", ".join(missing))
@@ -210,7 +221,43 @@ class Settings:
             alert_webhook_url=values["ALERT_WEBHOOK_URL"],
             appinsights_connection_string=values["APPLICATIONINSIGHTS_CONNECTION_STRING"],
             backoff=backoff,
+            trace_sampling_ratio=trace_sampling_ratio,
+            agent_framework_spans=framework_spans,
         )
+
+
+def _unresolved_references(values: Mapping[str, str | None], names: tuple[str, ...]) -> list[str]:
+    """An unresolved Key Vault reference reaches the app as its literal text; used as an HMAC key it would
+    be guessable, so it is refused rather than trusted."""
+    return [
+        f"{name} is an unresolved Key Vault reference (check the app's identity and vault)"
+        for name in names
+        if (values[name] or "").startswith("@Microsoft.KeyVault(")
+    ]
+
+
+def _ratio(raw: str, name: str, problems: list[str]) -> float:
+    """A share from 0 to 1 inclusive (``0.25``: one trace in four)."""
+    try:
+        value = Decimal(raw)
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite() or not Decimal(0) <= value <= Decimal(1):
+        problems.append(f"{name} must be a number from 0 to 1 (the share of traces kept, e.g. 0.25), not {raw!r}")
+        return 1.0
+    return float(value)
+
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def _flag(raw: str, name: str, problems: list[str]) -> bool:
+    value = raw.lower()
+    if value not in _TRUE + _FALSE:
+        problems.append(f"{name} must be true or false, not {raw!r}")
+        return False
+    return value in _TRUE
 
 
 def _refused_in_azure(env: Mapping[str, str], *, store: str, queue: str) -> list[str]:

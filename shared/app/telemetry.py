@@ -3,9 +3,9 @@
 Traces: one per case event, end to end. ``webhook`` (``POST /api/events``; ``approval`` and
 ``withdrawal`` for the other two ways in) sends the message with its trace context; the worker's
 ``case_event`` span (one per queue message) continues that trace, with child spans ``workflow.run``,
-``effect <action>``, ``commit_status`` and ``reconcile.recheck``; the supplier portal's requests carry
-it on in ``traceparent``. Retries and re-checks the worker schedules carry the context of the span
-that scheduled them. Metrics (meter ``casekeeper``):
+``propose`` (the rules or the model), ``effect <action>``, ``commit_status`` and ``reconcile.recheck``;
+the supplier portal's requests carry it on in ``traceparent``. Retries and re-checks the worker
+schedules carry the context of the span that scheduled them. Metrics (meter ``casekeeper``):
 
 ====================================  ==========================================================
 ``casekeeper.effects.started``        claims of a new effect
@@ -26,22 +26,51 @@ custom dimensions when telemetry goes through ``azure-monitor-opentelemetry``.
 ``APPLICATIONINSIGHTS_CONNECTION_STRING`` is set (identity-based: the app's managed identity), OTLP
 when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, the console otherwise (``CASEKEEPER_TELEMETRY_FILE`` sends
 the console exporter's output to a file, which the local host does).
+
+What it costs, and what is kept (issue 13):
+
+- **Agent Framework's own spans are off** (``AGENT_FRAMEWORK_SPANS=false``, the default). The framework
+  instruments every workflow build and run, executor, message and edge group, and its chat client and
+  agent: 14 spans for an invoice case beside Casekeeper's 6, and most of the tracing CPU. One switch
+  covers all of them (:func:`use_framework_spans`); off, its tracer is OpenTelemetry's no-op tracer,
+  whose stand-in spans carry the current span's context, so Casekeeper's spans nest as they would
+  without the framework (``case_event`` > ``workflow.run`` > ``propose``, ``effect <action>``,
+  ``commit_status``). ``true`` turns them on for debugging, without message
+  contents (``ENABLE_SENSITIVE_DATA`` is not honoured: prompts carry invoice data).
+- **Traces are sampled per trace** (``TRACE_SAMPLING_RATIO``, 0 to 1, default 1; ``infra/`` sets 0.25):
+  in Azure through azure-monitor-opentelemetry's ``sampling_ratio`` (its ``ApplicationInsightsSampler``:
+  the decision is a hash of the trace id, so every process sampling at the same ratio keeps the same
+  traces, and each kept span carries the rate, so Application Insights' ``ItemCount`` counts what was
+  dropped); elsewhere ``ParentBased(TraceIdRatioBased)``, which follows the sender's decision carried
+  in ``traceparent``. A trace is kept or dropped whole, from the webhook to the supplier call.
+- **Never sampled**: log records (every alert's ERROR record on ``casekeeper.alerts`` included:
+  ``enable_trace_based_sampling_for_logs`` is pinned off, so records of a dropped trace are still
+  exported) and metrics (every counter above counts every event). An exception that leaves a Casekeeper
+  span of a dropped trace is logged once, at WARNING on ``casekeeper.telemetry``, with the span's name,
+  case and effect key and the traceback, where a kept trace records it on the span as an ERROR.
+- Spans, logs and metrics are exported in batches off the request path (``BatchSpanProcessor``,
+  the distro's batch log processor, a periodic metric reader).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, Status, StatusCode
 
+from shared.app.settings import Settings
 from shared.core.ledger import Effect
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.sampling import Sampler
 
 log = logging.getLogger("casekeeper.telemetry")
 
@@ -121,7 +150,38 @@ class Telemetry:
                 yield span
             except Exception as exc:
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                _log_if_dropped(span, name, clean, exc)
                 raise
+
+
+_LOGGED = "_casekeeper_logged_by_span"
+
+
+def _log_if_dropped(span: Span, name: str, attributes: Mapping[str, Any], exc: Exception) -> None:
+    """A failure in a trace the sampler dropped is still recorded, as a log record (never sampled).
+
+    Once per exception: the innermost span it leaves logs it, the spans around it see the mark. A kept
+    trace records the failure on the span; no sampler at all (an invalid span context) logs nothing.
+    """
+    context = span.get_span_context()
+    if not context.is_valid or context.trace_flags.sampled or getattr(exc, _LOGGED, False):
+        return
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(exc, _LOGGED, True)
+    log.warning(
+        "%s failed (%s: %s); its trace %032x was not sampled",
+        name,
+        type(exc).__name__,
+        exc,
+        context.trace_id,
+        exc_info=exc,
+        extra={
+            "span": name,
+            "errorType": type(exc).__name__,
+            "caseId": attributes.get("casekeeper.case_id"),
+            "effectKey": attributes.get("casekeeper.effect_key"),
+        },
+    )
 
 
 _configured = threading.Event()
@@ -144,20 +204,63 @@ def quiet_library_loggers() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def configure(connection_string: str | None, *, service_name: str = "casekeeper") -> str:
-    """Install exporters for this process, once. Returns which: ``azure_monitor``, ``otlp`` or ``console``."""
+def use_framework_spans(enabled: bool) -> None:
+    """Agent Framework's own instrumentation on or off, process-wide.
+
+    In agent-framework-core 1.23 one switch gates every span the framework makes (``workflow.build``,
+    ``workflow.run``, ``message.send``, ``executor.process``, ``edge_group.process``, and the chat and
+    agent spans of a model call): ``OBSERVABILITY_SETTINGS.ENABLED``, read when each span starts. It
+    defaults to on (``ENABLE_INSTRUMENTATION``, read once at import). ``disable_instrumentation()`` is
+    sticky, so nothing in the framework turns it back on; ``enable_instrumentation(force=True)`` lifts it.
+    """
+    from agent_framework import observability
+
+    if enabled:
+        observability.enable_instrumentation(enable_sensitive_data=False, force=True)
+    else:
+        observability.disable_instrumentation()
+
+
+def sampler(ratio: float) -> Sampler:
+    """The local (OTLP, console) sampler: a new trace is kept with probability ``ratio``; a span whose
+    parent is known (the sender's ``traceparent``, the current span) follows the parent's decision."""
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    return ParentBased(TraceIdRatioBased(ratio))
+
+
+def configure(settings: Settings | str | None, *, service_name: str = "casekeeper") -> str:
+    """Install exporters for this process, once. Returns which: ``azure_monitor``, ``otlp`` or ``console``.
+
+    ``settings``: the app's settings (``APPLICATIONINSIGHTS_CONNECTION_STRING``, ``TRACE_SAMPLING_RATIO``,
+    ``AGENT_FRAMEWORK_SPANS``); or only a connection string (``None``: none), the others at their defaults.
+    """
+    if isinstance(settings, Settings):
+        connection_string = settings.appinsights_connection_string
+        sampling_ratio, framework_spans = settings.trace_sampling_ratio, settings.agent_framework_spans
+    else:
+        connection_string, sampling_ratio, framework_spans = settings, 1.0, False
     with _lock:
         if _configured.is_set():
             return "already"
         _configured.set()
         quiet_library_loggers()
+        use_framework_spans(framework_spans)
         if connection_string:
             from azure.identity import DefaultAzureCredential
             from azure.monitor.opentelemetry import configure_azure_monitor
 
             # Application Insights with local auth disabled accepts only Entra-authenticated telemetry.
+            # sampling_ratio: the distro's ApplicationInsightsSampler. Without it, 1.8.11 falls back to a
+            # rate-limited sampler (about 5 new traces a second), whose share drifts with the load.
+            # Log records of dropped traces are exported all the same (alerts are log records): pinned,
+            # not left to the option's default.
             configure_azure_monitor(
-                connection_string=connection_string, credential=DefaultAzureCredential(), logger_name="casekeeper"
+                connection_string=connection_string,
+                credential=DefaultAzureCredential(),
+                logger_name="casekeeper",
+                sampling_ratio=sampling_ratio,
+                enable_trace_based_sampling_for_logs=False,
             )
             return "azure_monitor"
         from opentelemetry.sdk.metrics import MeterProvider
@@ -182,7 +285,7 @@ def configure(connection_string: str | None, *, service_name: str = "casekeeper"
             span_exporter = ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=None) + "\n")
             metric_exporter = ConsoleMetricExporter(out=out, formatter=lambda m: m.to_json(indent=None) + "\n")
             kind = "console"
-        tracer_provider = TracerProvider(resource=resource)
+        tracer_provider = TracerProvider(resource=resource, sampler=sampler(sampling_ratio))
         tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
         trace.set_tracer_provider(tracer_provider)
         reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=60_000)

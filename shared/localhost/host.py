@@ -121,7 +121,7 @@ class LocalHost:
         self.env = dict(env)
         settings = Settings.from_mapping(self.env)
         os.environ.setdefault("CASEKEEPER_TELEMETRY_FILE", self.env["CASEKEEPER_TELEMETRY_FILE"])
-        configure_telemetry(settings.appinsights_connection_string)
+        configure_telemetry(settings)
         self.queue = LocalSessionQueue(
             settings.local_queue_path,
             lock_duration=options.lock_duration,

@@ -102,7 +102,8 @@ class Propose(Executor):
             return
         basis = pos.to_json()
         try:
-            proposal = await proposer.propose(snap.case_id, facts, pos, rules)
+            with self._deps.telemetry.span("propose", {"casekeeper.proposer": proposer.name}):
+                proposal = await proposer.propose(snap.case_id, facts, pos, rules)
             validate(proposal, case_id=snap.case_id, status=snap.status, pos=pos, rules=rules)
         except InvalidProposal as exc:
             invalid = Proposed(snap, "invalid", None, None, "", proposer.name, invalid_reason=exc.reason, basis=basis)

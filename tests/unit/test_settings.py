@@ -96,3 +96,35 @@ def test_outside_azure_sqlite_and_the_local_queue_start() -> None:
     # An empty marker is not a marker: only a set variable means Azure.
     settings = Settings.from_mapping({**BASE, "CASEKEEPER_STORE": "sqlite", "WEBSITE_INSTANCE_ID": " "})
     assert (settings.store, settings.queue) == ("sqlite", "local")
+
+
+# -- telemetry: the trace sampling ratio and Agent Framework's spans --
+
+
+def test_tracing_defaults_keep_every_trace_and_leave_the_frameworks_spans_off() -> None:
+    s = Settings.from_mapping(BASE)
+    assert (s.trace_sampling_ratio, s.agent_framework_spans) == (1.0, False)
+
+
+@pytest.mark.parametrize(("raw", "ratio"), [("0", 0.0), ("0.25", 0.25), (" 0.1 ", 0.1), ("1", 1.0), ("1.000", 1.0)])
+def test_a_sampling_ratio_from_0_to_1_is_accepted(raw: str, ratio: float) -> None:
+    assert Settings.from_mapping({**BASE, "TRACE_SAMPLING_RATIO": raw}).trace_sampling_ratio == ratio
+
+
+@pytest.mark.parametrize("raw", ["1.5", "-0.1", "25%", "a quarter", "nan", "inf", "1e400"])
+def test_a_sampling_ratio_outside_0_to_1_is_refused_with_its_range(raw: str) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        Settings.from_mapping({**BASE, "TRACE_SAMPLING_RATIO": raw})
+    assert f"TRACE_SAMPLING_RATIO must be a number from 0 to 1 (the share of traces kept, e.g. 0.25), not {raw!r}" in (
+        str(err.value)
+    )
+
+
+@pytest.mark.parametrize(("raw", "on"), [("true", True), ("TRUE", True), ("1", True), ("false", False), ("no", False)])
+def test_agent_framework_spans_is_a_flag(raw: str, on: bool) -> None:
+    assert Settings.from_mapping({**BASE, "AGENT_FRAMEWORK_SPANS": raw}).agent_framework_spans is on
+
+
+def test_agent_framework_spans_refuses_anything_else() -> None:
+    with pytest.raises(ConfigurationError, match="AGENT_FRAMEWORK_SPANS must be true or false, not 'verbose'"):
+        Settings.from_mapping({**BASE, "AGENT_FRAMEWORK_SPANS": "verbose"})
