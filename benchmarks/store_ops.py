@@ -84,7 +84,8 @@ class OpsResult:
 
 def counted_services(settings: Any, store: DocumentStore, queue: Any) -> Any:
     """The app's services as a host builds them, on ``store`` (a counting one) and the local session
-    ``queue``, installed for the indexed functions. The benchmark's only use of the composition root."""
+    ``queue``, started and installed for the indexed functions, as ``casekeeper dev`` does. The
+    benchmark's only use of the composition root."""
     from shared.app import bootstrap
     from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 
@@ -94,6 +95,7 @@ def counted_services(settings: Any, store: DocumentStore, queue: Any) -> Any:
         sender=LocalQueueEventSender(queue, QUEUE),
         dead_letters=LocalDeadLetters(queue, QUEUE),
     )
+    bootstrap.start(services)  # what a process that runs workflows does next (checkpoint-failure capture)
     bootstrap.use(services)
     return services
 
