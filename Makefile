@@ -48,8 +48,19 @@ run: setup
 demo: setup
 	$(BIN)/casekeeper demo
 
-bench: setup
-	$(BIN)/python -m benchmarks.guarded_effect
+# What the guard costs (benchmarks/guarded_effect.py), then end to end against DBOS (benchmarks/e2e.py,
+# about 2-3 minutes). The DBOS baseline's pin (requirements-bench.txt) goes into .venv here only.
+# More: make bench E2E_ARGS="--n 50 --skip-dbos --report bench.json".
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+$(BENCH_STAMP): requirements-bench.txt $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
+	touch $@
+
+# Both run even when the first fails; either failing fails the target.
+bench: setup $(BENCH_STAMP)
+	@$(BIN)/python -m benchmarks.guarded_effect; first=$$?; echo; \
+	  $(BIN)/python -m benchmarks.e2e $(E2E_ARGS) && exit $$first
 
 # The promise under faults and kill -9, checked from outside (about 3-4 minutes). Exits non-zero on any
 # violation. More: make chaos CHAOS_ARGS="--hosts 2 --seed 42" (or --store cosmos, --report FILE).

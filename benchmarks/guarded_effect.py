@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import statistics
 import sys
@@ -52,7 +53,7 @@ import uuid
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,53 +85,64 @@ class BenchmarkError(RuntimeError):
 class CountingStore:
     """A :class:`DocumentStore` that counts every port method call (one call = one round trip).
 
-    Delegates everything to ``inner``. :meth:`take` returns the calls since the last :meth:`take` and
-    starts a new count. Thread-safe, though the benchmark itself is single-threaded.
+    Delegates everything to ``inner``. Each call is tallied by method and by container (``now()`` and
+    ``close()`` belong to none: their container is ``"-"``), with the JSON size of the bodies it read
+    (``read``, ``query``) and wrote (``create``, ``replace``, ``upsert``; ``update_if`` its fields).
+    :meth:`take` returns the calls by method since the last take and starts a new count;
+    :meth:`take_tally` does the same with the full :class:`Tally`. Thread-safe: the end-to-end
+    benchmark shares one between the case worker and the change feed.
     """
 
     def __init__(self, inner: DocumentStore) -> None:
         self.inner = inner
-        self._counts: Counter[str] = Counter()
+        self._tally = Tally()
         self._lock = threading.Lock()
 
-    def _count(self, method: str) -> None:
+    def _count(self, method: str, container: str = "-", *, read: int = 0, written: int = 0) -> None:
         with self._lock:
-            self._counts[method] += 1
+            self._tally.calls[(container, method)] += 1
+            self._tally.bytes_read[container] += read
+            self._tally.bytes_written[container] += written
 
     def take(self) -> Counter[str]:
+        return self.take_tally().by_method()
+
+    def take_tally(self) -> Tally:
         with self._lock:
-            taken, self._counts = self._counts, Counter()
+            taken, self._tally = self._tally, Tally()
         return taken
 
     def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
-        self._count("create")
+        self._count("create", container, written=_size(body))
         return self.inner.create(container, partition, doc_id, body)
 
     def read(self, container: str, partition: str, doc_id: str) -> Document | None:
-        self._count("read")
-        return self.inner.read(container, partition, doc_id)
+        doc = self.inner.read(container, partition, doc_id)
+        self._count("read", container, read=_size(doc.body) if doc is not None else 0)
+        return doc
 
     def replace(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str) -> Document:
-        self._count("replace")
+        self._count("replace", container, written=_size(body))
         return self.inner.replace(container, partition, doc_id, body, etag=etag)
 
     def update_if(
         self, container: str, partition: str, doc_id: str, *, where: Mapping[str, Any], set_fields: Mapping[str, Any]
     ) -> Document:
-        self._count("update_if")
+        self._count("update_if", container, written=_size(set_fields))
         return self.inner.update_if(container, partition, doc_id, where=where, set_fields=set_fields)
 
     def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
-        self._count("upsert")
+        self._count("upsert", container, written=_size(body))
         return self.inner.upsert(container, partition, doc_id, body)
 
     def delete(self, container: str, partition: str, doc_id: str, *, etag: str | None = None) -> bool:
-        self._count("delete")
+        self._count("delete", container)
         return self.inner.delete(container, partition, doc_id, etag=etag)
 
     def query(self, container: str, query: Query) -> list[Document]:
-        self._count("query")
-        return self.inner.query(container, query)
+        docs = self.inner.query(container, query)
+        self._count("query", container, read=sum(_size(d.body) for d in docs))
+        return docs
 
     def now(self) -> float:
         self._count("now")  # on Cosmos DB this is a write (the clock document's upsert)
@@ -138,6 +150,40 @@ class CountingStore:
 
     def close(self) -> None:
         self.inner.close()
+
+
+@dataclass
+class Tally:
+    """What a :class:`CountingStore` counted: calls by (container, method), bytes by container."""
+
+    calls: Counter[tuple[str, str]] = field(default_factory=Counter)
+    bytes_read: Counter[str] = field(default_factory=Counter)
+    bytes_written: Counter[str] = field(default_factory=Counter)
+
+    def by_method(self) -> Counter[str]:
+        methods: Counter[str] = Counter()
+        for (_, method), count in self.calls.items():
+            methods[method] += count
+        return methods
+
+    def by_container(self) -> Counter[str]:
+        containers: Counter[str] = Counter()
+        for (container, _), count in self.calls.items():
+            containers[container] += count
+        return containers
+
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    def add(self, other: Tally) -> None:
+        self.calls.update(other.calls)
+        self.bytes_read.update(other.bytes_read)
+        self.bytes_written.update(other.bytes_written)
+
+
+def _size(body: Mapping[str, Any]) -> int:
+    """A body's size as JSON text, about what goes over the wire to Cosmos DB (or into the SQLite row)."""
+    return len(json.dumps(body, separators=(",", ":"), default=str))
 
 
 # --- the variants -------------------------------------------------------------------------------
