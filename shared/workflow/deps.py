@@ -26,6 +26,8 @@ class WorkflowDeps:
     telemetry: Telemetry = field(default_factory=Telemetry)
     known_case: Case | None = None
     """For one run: the case as the event just wrote it; the run's first read of it is skipped."""
+    new_case: bool = False
+    """For one run: ``known_case`` was created by this event, so it has no effects yet (none are read)."""
 
     @property
     def finisher(self) -> CommitFinisher:

@@ -65,7 +65,8 @@ class Intake(Executor):
         if case.status not in INVESTIGABLE:
             await ctx.yield_output(_not_investigable(case))
             return
-        effects = await asyncio.to_thread(deps.ledger.for_case, case.id)
+        # A case this event created has no effects yet: its ledger is not read.
+        effects = [] if case is known and deps.new_case else await asyncio.to_thread(deps.ledger.for_case, case.id)
         stop = await settle_first(deps, case, effects)
         if stop is not None:
             await ctx.yield_output(stop)

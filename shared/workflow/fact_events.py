@@ -31,7 +31,7 @@ FACT_EVENTS = frozenset({ev.INVOICE_RECEIVED, ev.PO_UPDATED, ev.CREDIT_NOTE_ISSU
 
 class Investigate(Protocol):
     def __call__(
-        self, storage: CaseCheckpointStorage, reason: str, *, known: Case | None = None
+        self, storage: CaseCheckpointStorage, reason: str, *, known: Case | None = None, new_case: bool = False
     ) -> Awaitable[list[RunOutcome]]: ...
 
 
@@ -79,7 +79,7 @@ class FactEvents:
                     f"({known.invoice_amount} {known.currency}); this event describes another invoice",
                     case_id=event.case_id,
                 )
-        return await self._investigate(storage, "invoice received", known=case)
+        return await self._investigate(storage, "invoice received", known=case, new_case=created)
 
     async def po_updated(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         po_amount = parse_amount(event.data["poAmount"], "poAmount")

@@ -146,16 +146,17 @@ class WorkflowRunner:
         checkpoint_id: str | None = None,
         responses: dict[str, Any] | None = None,
         known: Case | None = None,
+        new_case: bool = False,
     ) -> RunOutcome:
         """One run of the workflow for ``storage``'s case: from ``message``, or resumed from
         ``checkpoint_id`` (with ``responses`` to its pending requests). Returns the run's last outcome.
 
         ``known``: the case as this event just wrote it, so the run's first step need not read it again.
         Safe because every commit is conditional on the version the run decided on: were it stale, the
-        commit would lose and the case be decided again."""
+        commit would lose and the case be decided again. ``new_case``: the event created it (no effects)."""
         case_id = storage.case_id
         saves = RunCheckpoints(storage, model_calls=getattr(self._deps.proposer, "calls_model", True))
-        deps = replace(self._deps, known_case=known) if known is not None else self._deps
+        deps = replace(self._deps, known_case=known, new_case=new_case) if known is not None else self._deps
         workflow = self._build(deps)
         attributes = {
             "casekeeper.case_id": case_id,

@@ -153,19 +153,21 @@ class CaseWorker:
         return await self._investigate(storage, reason, known=case)
 
     async def _investigate(
-        self, storage: CaseCheckpointStorage, reason: str, *, known: Case | None = None
+        self, storage: CaseCheckpointStorage, reason: str, *, known: Case | None = None, new_case: bool = False
     ) -> list[RunOutcome]:
         """Decide the case; an investigation that lost a race (``superseded``) re-reads and decides again,
         a bounded number of times. ``known``: the case as this event just read or wrote it."""
         case_id = storage.case_id
         steps: list[RunOutcome] = []
         for _ in range(MAX_REDECISIONS):
-            outcome = await self._runner.run(storage, message=Investigate(case_id, reason), known=known)
+            outcome = await self._runner.run(
+                storage, message=Investigate(case_id, reason), known=known, new_case=new_case
+            )
             steps.append(outcome)
             if outcome.outcome != "superseded":
                 return steps
             reason = f"re-decided after: {outcome.detail}"
-            known = None  # it lost a race: read the case as it is now
+            known, new_case = None, False  # it lost a race: read the case as it is now
         return steps
 
     async def _approval_answered(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
