@@ -29,7 +29,8 @@ even read again until something could have changed: another connection committed
 (``PRAGMA data_version``, which covers other threads and other processes), this thread wrote through
 this instance, or the queue's clock reached the next time a scheduled message becomes visible or a
 lock expires. Waiting receivers are woken at once by commits of this instance's other threads (a
-condition variable) and look at least every ``poll_interval`` seconds for other processes' commits.
+condition variable); for other processes' commits, one waiting thread per queue looks at least every
+``poll_interval`` seconds and wakes the rest when it takes a message.
 
 Time: every timestamp (enqueue, schedule, lock expiry, duplicate window) comes from ``clock``,
 seconds since the epoch. Processes sharing a file compare each other's timestamps, so they need one
@@ -264,9 +265,13 @@ class LocalSessionQueue:
         self._clock = clock
         self._db = SqliteConnections(self.path, busy_timeout=busy_timeout, what="queue")
         self._local = threading.local()
-        # Commits through this instance: waiting receivers wait on it, and a count to not miss one.
-        self._changed = threading.Condition()
+        # Waiting receivers, per queue, on conditions of one lock; the count of commits through this
+        # instance, so that a commit between a look and the wait is not missed.
+        self._lock = threading.Lock()
+        self._waiting: dict[str, threading.Condition] = {}
         self._commits = 0
+        self._pollers: dict[str, int] = {}
+        """Per queue, the waiting thread that looks at the file for the others (by thread id)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with translate_sqlite_errors():
             self._db.get().executescript(_SCHEMA)
@@ -287,9 +292,10 @@ class LocalSessionQueue:
         with self._db.write() as conn:
             yield conn
         self._idle().clear()
-        with self._changed:
+        with self._lock:
             self._commits += 1
-            self._changed.notify_all()
+            for waiting in self._waiting.values():
+                waiting.notify_all()
 
     def _idle(self) -> dict[str, _Idle]:
         idle: dict[str, _Idle] | None = getattr(self._local, "idle", None)
@@ -363,9 +369,10 @@ class LocalSessionQueue:
     def receive(self, queue: str, *, timeout: float = 0.0) -> ReceivedMessage | None:
         """Lock and return the oldest visible message of a session no receiver holds, or ``None``.
 
-        With ``timeout > 0`` waits up to that many real seconds for one: woken by this instance's own
-        commits, and looking again at least every ``poll_interval`` seconds (sooner when a scheduled
-        message or a lock falls due first).
+        With ``timeout > 0`` waits up to that many real seconds for one. Of the threads waiting on
+        one queue of this instance, one at a time looks at the file at least every ``poll_interval``
+        seconds (sooner when a scheduled message or a lock falls due first) and wakes the others when
+        it takes a message; every commit through this instance wakes them all.
         On the way, a message already delivered ``max_delivery_count`` times is moved to the
         dead-letter queue (reason ``MaxDeliveryCountExceeded``) instead of being delivered.
         Raises ``ValueError`` for a negative timeout.
@@ -375,21 +382,39 @@ class LocalSessionQueue:
             raise ValueError(f"timeout must be zero or more, got {timeout!r}")
         deadline = time.monotonic() + timeout
         delay = min(0.005, self.poll_interval)
-        while True:
-            with self._changed:
-                commits = self._commits
-            message = self._receive_once(queue)
-            remaining = deadline - time.monotonic()
-            if message is not None or remaining <= 0:
-                return message
-            wait = min(delay, remaining)
-            idle = self._idle().get(queue)
-            if idle is not None:  # no later than when a scheduled message or a lock falls due
-                wait = min(wait, max(0.0, idle.due - self._clock()))
-            with self._changed:
-                if self._commits == commits:  # nothing committed here since the look: wait for it
-                    self._changed.wait(wait)
-            delay = min(delay * 2, self.poll_interval)
+        me = threading.get_ident()
+        message: ReceivedMessage | None = None
+        with self._lock:
+            waiting = self._waiting.setdefault(queue, threading.Condition(self._lock))
+        try:
+            while True:
+                with self._lock:
+                    commits = self._commits
+                message = self._receive_once(queue)
+                remaining = deadline - time.monotonic()
+                if message is not None or remaining <= 0:
+                    return message
+                wait = min(delay, remaining)
+                idle = self._idle().get(queue)
+                if idle is not None:  # no later than when a scheduled message or a lock falls due
+                    wait = min(wait, max(0.0, idle.due - self._clock()))
+                with self._lock:
+                    if self._commits != commits:  # committed here since the look: look again now
+                        continue
+                    if self._pollers.setdefault(queue, me) == me:
+                        waiting.wait(wait)
+                        delay = min(delay * 2, self.poll_interval)
+                    else:  # another thread looks for us, and wakes us when it takes a message
+                        waiting.wait(remaining)
+        finally:
+            with self._lock:
+                if self._pollers.get(queue) == me:
+                    del self._pollers[queue]
+                    # Having taken one, there may be more: everyone looks. Else one takes over looking.
+                    if message is not None:
+                        waiting.notify_all()
+                    else:
+                        waiting.notify()
 
     def _receive_once(self, queue: str) -> ReceivedMessage | None:
         if not self._may_deliver(queue):

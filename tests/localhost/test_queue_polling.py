@@ -159,6 +159,38 @@ def test_a_waiting_receiver_is_woken_by_a_send_from_another_thread(path: Path) -
     q.close()
 
 
+def test_of_many_waiting_threads_one_looks_and_wakes_the_others_when_it_takes_a_message(path: Path) -> None:
+    q = LocalSessionQueue(path, poll_interval=0.05)
+    other = LocalSessionQueue(path)  # another process's sends, as far as q can tell
+    looks: list[str] = []
+    q._db._on_connect = lambda conn: conn.set_trace_callback(  # every connection q opens, traced
+        lambda sql: looks.append(sql) if sql == "PRAGMA data_version" else None
+    )
+    got: list[tuple[str, float]] = []
+
+    def wait() -> None:
+        msg = q.receive(Q, timeout=3.0)
+        if msg is not None:
+            got.append((msg.message_id, time.monotonic()))
+
+    threads = [threading.Thread(target=wait) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    idle_looks = len(looks)
+    # Six threads looking every 0.05 s would look about 120 times in a second; one looks about 20.
+    assert idle_looks < 60, idle_looks
+    sent_at = time.monotonic()
+    for n in range(3):
+        other.send(Q, b"x", session_id=f"case-{n}", message_id=f"m{n}")
+    for t in threads:
+        t.join(10)
+    assert sorted(m for m, _ in got) == ["m0", "m1", "m2"]  # the first taker woke the others
+    assert max(at for _, at in got) - sent_at < 1.0
+    other.close()
+    q.close()
+
+
 def test_a_waiting_receiver_wakes_when_a_scheduled_message_falls_due(path: Path) -> None:
     q = LocalSessionQueue(path, poll_interval=30.0)  # neither polling nor a commit wakes it
     due = time.time() + 0.5
