@@ -47,15 +47,25 @@ def layout_0_write(conn: sqlite3.Connection, container: str, partition: str, doc
     return int(seq)
 
 
-def test_a_write_changes_one_row_only(tmp_path: Path) -> None:
-    store = SqliteDocumentStore(tmp_path / "store.sqlite")
-    conn = store._db.get()  # this thread's connection: total_changes counts the rows it wrote
-    before = conn.total_changes
+def test_a_write_changes_the_document_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite"
+    store = SqliteDocumentStore(path)
+    store.create("effects", "c0", "e0", {"id": "e0", "caseId": "c0"})
+
+    def everything_but_documents() -> dict[str, list[tuple[object, ...]]]:
+        conn = sqlite3.connect(path)
+        names = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        tables = {n: conn.execute(f"SELECT * FROM {n} ORDER BY 1").fetchall() for n in names if n != "documents"}
+        conn.close()
+        return tables
+
+    before = everything_but_documents()
     doc = store.create("cases", "k1", "k1", {"id": "k1", "version": 1})
     doc = store.replace("cases", "k1", "k1", {"id": "k1", "version": 2}, etag=doc.etag)
     doc = store.update_if("cases", "k1", "k1", where={"version": 2}, set_fields={"version": 3})
     store.upsert("cases", "k1", "k1", {"id": "k1", "version": 4})
-    assert conn.total_changes - before == 4
+    store.delete("effects", "c0", "e0")  # the container's newest: the one kind of delete that records a floor
+    assert everything_but_documents() == {**before, "seq_floors": [("effects", 1)]}
     store.close()
 
 
