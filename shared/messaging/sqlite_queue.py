@@ -25,12 +25,13 @@ lets the lock expire.
 Waiting is cheap: ``receive`` takes the write lock only when a plain read has just seen a message it
 could lock, and then decides again inside the write transaction, so the read is only a hint and every
 guarantee above rests on the write alone. After a read that found nothing, the same thread does not
-even read again until something could have changed: another connection committed to the file
-(``PRAGMA data_version``, which covers other threads and other processes), this thread wrote through
-this instance, or the queue's clock reached the next time a scheduled message becomes visible or a
-lock expires. Waiting receivers are woken at once by commits of this instance's other threads (a
-condition variable); for other processes' commits, one waiting thread per queue looks at least every
-``poll_interval`` seconds and wakes the rest when it takes a message.
+even read again until something could have changed: a commit to the file by any other connection
+(``PRAGMA data_version`` on the thread's reading connection: other processes, other instances, and
+this instance's own writes, which use a writer connection of their own), or the queue's clock reached
+the next time a scheduled message becomes visible or a lock expires. Waiting receivers are woken at
+once by commits of this instance's other threads (a condition variable); for other processes'
+commits, one waiting thread per queue looks at least every ``poll_interval`` seconds and wakes the
+rest when it takes a message.
 
 Time: every timestamp (enqueue, schedule, lock expiry, duplicate window) comes from ``clock``,
 seconds since the epoch. Processes sharing a file compare each other's timestamps, so they need one
@@ -286,8 +287,7 @@ class LocalSessionQueue:
     def _write(self) -> Iterator[sqlite3.Connection]:
         """A write transaction that, once committed, wakes this instance's waiting receivers.
 
-        It also forgets what this thread last saw as idle: ``data_version`` does not move for a
-        connection's own commits.
+        It also forgets what this thread last saw as idle, without waiting for ``data_version`` to say so.
         """
         with self._db.write() as conn:
             yield conn
