@@ -17,17 +17,27 @@ timerTrigger        the NCRONTAB schedule (``schedule``)
 Settings come from the environment, falling back to ``local.settings.json``; the stores live under
 ``--data``. Everything is durable: after ``kill -9`` and a restart on the same ``--data``, nothing
 accepted is lost and a message that was being handled is redelivered when its lock expires.
+
+The case worker (the ``serviceBusTrigger`` functions) runs in ``--workers`` processes, as the Functions
+host runs ``FUNCTIONS_WORKER_PROCESS_COUNT`` language workers: :class:`CaseWorkers` starts them, each a
+``casekeeper dev`` of its own that builds the app from the same settings and receives sessions from the
+same queue file (the session locks keep one receiver per session across processes), and restarts one
+that dies. They die with this process, ``kill -9`` included. ``--workers 1`` keeps them in-process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import inspect
 import json
 import logging
 import os
 import secrets
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -68,6 +78,11 @@ class DevOptions:
     """``--as NAME``: every request carries this signed-in identity, as App Service Authentication would."""
     roles: tuple[str, ...] = ()
     """``--role``: its app roles (``approver``, ``operator`` or a full role name)."""
+    workers: int = 1
+    """``--workers``: case-worker processes; 1 runs the case worker in this process (the CLI's default is
+    the number of cores). The session threads (``sessions``) are shared out among them."""
+    case_worker_of: int | None = None
+    """Set in a case-worker process: the pid of the host that started it. Serves the queue triggers only."""
 
 
 def load_environment(options: DevOptions, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -116,6 +131,9 @@ def _host_json(app_dir: Path) -> dict[str, Any]:
 
 
 class LocalHost:
+    workers: CaseWorkers | None = None
+    """The case-worker processes, when ``--workers`` is more than 1 (started by :meth:`start`)."""
+
     def __init__(self, options: DevOptions, env: Mapping[str, str]) -> None:
         self.options = options
         self.env = dict(env)
@@ -147,7 +165,9 @@ class LocalHost:
             if options.identity is not None
             else None
         )
-        self.http = HttpFrontend(options.host, options.port, self._routes, self.loop, principal=principal)
+        self.http: HttpFrontend | None = None
+        if options.case_worker_of is None:
+            self.http = HttpFrontend(options.host, options.port, self._routes, self.loop, principal=principal)
 
     # --- discovery ----------------------------------------------------------------------------------
 
@@ -157,12 +177,25 @@ class LocalHost:
         host_json = _host_json(self.options.app_dir)
         sb_settings = host_json.get("extensions", {}).get("serviceBus", {})
         sessions = self.options.sessions or int(sb_settings.get("maxConcurrentSessions", 8))
+        in_worker = self.options.case_worker_of is not None
         for fn in function_app.create_app().get_functions():
             name = str(fn.get_function_name())
             user = fn.get_user_function()
             [trigger] = [json.loads(b) for b in fn.get_raw_bindings() if json.loads(b)["type"].endswith("Trigger")]
             kind = trigger["type"]
-            if kind == "httpTrigger":
+            if in_worker and kind != "serviceBusTrigger":
+                continue  # the host that started this process serves the rest
+            if kind == "serviceBusTrigger" and self.options.workers > 1:
+                queue_name = _resolve(trigger["queueName"], self.env)
+                if self.workers is None:  # one set of processes serves every queue trigger
+                    self.workers = CaseWorkers(self.options, self.env, sessions)
+                    self._thread("case-workers", self.workers.supervise, self._stop)
+                shares = "+".join(str(n) for n in self.workers.sessions)
+                self._plan.append(
+                    f"queue   {name:<18} {queue_name} (sessions, {sessions} at a time in "
+                    f"{len(self.workers.sessions)} worker processes: {shares})"
+                )
+            elif kind == "httpTrigger":
                 self._routes.append(Route.build(name, trigger["route"], trigger["methods"], user))
                 self._plan.append(f"http    {name:<18} {','.join(trigger['methods']):<5} /api/{trigger['route']}")
             elif kind == "serviceBusTrigger":
@@ -291,11 +324,15 @@ class LocalHost:
 
     def start(self) -> None:
         self._loop_thread.start()
-        self.http.start()
+        if self.http is not None:
+            self.http.start()
         for thread in self._threads:
             thread.start()
 
     def describe(self) -> str:
+        if self.http is None:
+            lines = [f"Casekeeper case worker of host {self.options.case_worker_of}  (pid {os.getpid()})", *self._plan]
+            return "\n".join(lines)
         lines = [f"Casekeeper local host on {self.http.url}  (data: {self.options.data})", *self._plan]
         if self.options.identity is not None:
             roles = ", ".join(role_name(r) for r in self.options.roles) or "no app roles"
@@ -306,7 +343,8 @@ class LocalHost:
     def stop(self, timeout: float = 15.0) -> None:
         """Stop taking work, let handlers in progress finish (bounded), close everything."""
         self._stop.set()
-        self.http.stop()
+        if self.http is not None:
+            self.http.stop()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -329,6 +367,145 @@ class LocalHost:
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+# --- case-worker processes ------------------------------------------------------------------------
+
+
+class CaseWorkers:
+    """The case worker's processes: started, restarted when one dies, stopped with the host.
+
+    Each is ``casekeeper dev --case-worker-of <this pid>`` with the host's settings in its environment
+    and its share of the session threads. It inherits this process's output (its log lines carry
+    ``[worker N]``) and process group, so ``kill -9`` of the group takes it too; and it dies with this
+    process however that ends: on Linux the kernel kills it (``PR_SET_PDEATHSIG``), and anywhere it
+    kills itself when the pipe this process holds open reaches end-of-file.
+    """
+
+    RESTART_MAX_DELAY = 30.0
+
+    def __init__(self, options: DevOptions, env: Mapping[str, str], sessions: int) -> None:
+        count = max(1, min(options.workers, sessions))
+        self.sessions = [sessions // count + (1 if i < sessions % count else 0) for i in range(count)]
+        self.options = options
+        self.env = dict(env)
+        # The code this host runs, first on the path: a worker runs the very same build.
+        root = str(Path(__file__).resolve().parents[2])
+        self.env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * count
+        self._alive_r, self._alive_w = os.pipe()  # never inherited: only this process holds the write end
+
+    def argv(self, index: int) -> list[str]:
+        o = self.options
+        return [
+            sys.executable,
+            "-m",
+            "shared.cli",
+            "dev",
+            "--data",
+            str(o.data.resolve()),
+            "--app-dir",
+            str(o.app_dir),
+            "--lock-duration",
+            str(o.lock_duration),
+            "--max-delivery-count",
+            str(o.max_delivery_count),
+            "--sessions",
+            str(self.sessions[index]),
+            "--workers",
+            "1",
+            "--case-worker-of",
+            str(os.getpid()),
+            "--parent-fd",
+            str(self._alive_r),
+            "--worker-index",
+            str(index + 1),
+        ]
+
+    def _spawn(self, index: int) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(self.argv(index), env=self.env, stdin=subprocess.DEVNULL, pass_fds=(self._alive_r,))
+        log.info("case worker %d started (pid %d, %d sessions)", index + 1, proc.pid, self.sessions[index])
+        return proc
+
+    def supervise(self, stop: threading.Event) -> None:
+        """Run the workers until ``stop`` is set, then stop them (SIGTERM, then SIGKILL past the grace).
+
+        The thread running this must outlive the workers: on Linux a child's parent-death signal fires
+        when the thread that started it ends.
+        """
+        failures = [0] * len(self.procs)
+        started = [0.0] * len(self.procs)
+        not_before = [0.0] * len(self.procs)
+        try:
+            while not stop.is_set():
+                for i, proc in enumerate(self.procs):
+                    if proc is not None and proc.poll() is None:
+                        continue
+                    now = time.monotonic()
+                    if proc is not None:  # it ended by itself: that is worth a line, and a restart
+                        failures[i] = 0 if now - started[i] > self.RESTART_MAX_DELAY else failures[i] + 1
+                        delay = min(self.RESTART_MAX_DELAY, 0.5 * 2 ** failures[i])
+                        log.log(
+                            logging.INFO if proc.returncode == 0 else logging.WARNING,  # 0: stopped by a signal
+                            "case worker %d exited with %s; restarting in %.1fs",
+                            i + 1,
+                            proc.returncode,
+                            delay,
+                        )
+                        not_before[i] = now + delay
+                        self.procs[i] = None
+                    if now >= not_before[i]:
+                        try:
+                            self.procs[i] = self._spawn(i)
+                        except OSError as exc:
+                            log.error("case worker %d could not be started: %s", i + 1, exc)
+                            not_before[i] = now + self.RESTART_MAX_DELAY
+                            continue
+                        started[i] = now
+                stop.wait(0.5)
+        finally:
+            self.stop()
+
+    def stop(self, grace: float = 12.0) -> None:
+        running = [p for p in self.procs if p is not None and p.poll() is None]
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in running:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("case worker pid %d did not stop in %.0fs; killing it", proc.pid, grace)
+                proc.kill()
+                proc.wait()
+        os.close(self._alive_w)
+        os.close(self._alive_r)
+
+
+def die_with_parent(parent_pid: int, parent_fd: int | None, *, death_signal: bool = True) -> None:
+    """Make this case-worker process end when the host that started it ends, however it ends.
+
+    ``death_signal=False`` leaves out ``PR_SET_PDEATHSIG``, as where it does not exist (tests).
+    """
+    if death_signal and sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # it died before the line above took effect
+        os._exit(1)
+    if parent_fd is None:
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(parent_fd, 1):
+                pass
+        # End of file: the host is gone without stopping this worker first. Go as it went, at once.
+        print(f"case worker {os.getpid()}: host {parent_pid} is gone; exiting", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def build_parser() -> Any:
@@ -358,6 +535,16 @@ def build_parser() -> Any:
         help="an app role of the --as identity: approver (Casekeeper.Approver), operator (Casekeeper.Operator); "
         "repeat for several",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="case-worker processes sharing the sessions (default: the number of cores); 1: in this process",
+    )
+    # Set by the host on the case-worker processes it starts.
+    parser.add_argument("--case-worker-of", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--parent-fd", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -365,7 +552,10 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    if args.case_worker_of is not None:
+        die_with_parent(args.case_worker_of, args.parent_fd)
+    tag = f" [worker {args.worker_index}]" if args.worker_index is not None else ""
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)-7s %(name)s{tag}: %(message)s")
     quiet_library_loggers()  # per-superstep and per-request INFO lines drown the rest
     options = DevOptions(
         host=args.host,
@@ -377,12 +567,17 @@ def main(argv: list[str] | None = None) -> int:
         app_dir=args.app_dir.resolve(),
         identity=args.identity,
         roles=tuple(args.roles),
+        workers=args.workers,
+        case_worker_of=args.case_worker_of,
     )
     if options.roles and options.identity is None:
         print("casekeeper dev: --role needs --as NAME", file=sys.stderr)
         return 2
     if options.identity is not None and not options.identity.strip():
         print("casekeeper dev: --as needs a name", file=sys.stderr)
+        return 2
+    if options.workers < 1:
+        print("casekeeper dev: --workers needs 1 or more", file=sys.stderr)
         return 2
     sys.path.insert(0, str(options.app_dir))
     try:

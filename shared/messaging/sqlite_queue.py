@@ -22,6 +22,17 @@ Durability and concurrency: one SQLite file in WAL mode, ``synchronous=FULL``, e
 file; what a call acknowledged survives ``kill -9``. A process killed while holding a lock simply
 lets the lock expire.
 
+Waiting is cheap: ``receive`` takes the write lock only when a plain read has just seen a message it
+could lock, and then decides again inside the write transaction, so the read is only a hint and every
+guarantee above rests on the write alone. After a read that found nothing, the same thread does not
+even read again until something could have changed: a commit to the file by any other connection
+(``PRAGMA data_version`` on the thread's reading connection: other processes, other instances, and
+this instance's own writes, which use a writer connection of their own), or the queue's clock reached
+the next time a scheduled message becomes visible or a lock expires. Waiting receivers are woken at
+once by commits of this instance's other threads (a condition variable); for other processes'
+commits, one waiting thread per queue looks at least every ``poll_interval`` seconds and wakes the
+rest when it takes a message.
+
 Time: every timestamp (enqueue, schedule, lock expiry, duplicate window) comes from ``clock``,
 seconds since the epoch. Processes sharing a file compare each other's timestamps, so they need one
 clock: wall time (the default, :func:`time.time`) is right for one machine's local host. Tests inject
@@ -36,9 +47,11 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -105,6 +118,41 @@ CREATE TABLE IF NOT EXISTS queue_clocks (
 """
 
 _MESSAGE_COLUMNS = "seq, queue, session_id, message_id, body, properties, enqueued_time, scheduled_time, delivery_count"
+
+# The oldest visible message over sessions with no live lock. Within a session every visible message is
+# unlocked when the session is free, so the oldest one overall is the head of its session: FIFO holds.
+_NEXT_DELIVERABLE = (
+    f"SELECT {_MESSAGE_COLUMNS} FROM queue_messages AS m "
+    "WHERE m.queue = ? AND m.enqueued_time <= ? AND NOT EXISTS ("
+    "  SELECT 1 FROM queue_messages AS h "
+    "  WHERE h.queue = m.queue AND h.session_id = m.session_id AND h.locked_until > ?"
+    ") ORDER BY m.enqueued_time, m.seq LIMIT 1"
+)
+
+# The next time, by the queue's clock, that the passing of time alone can make a message deliverable: a
+# scheduled message becomes visible, or a lock expires (its session is free again).
+_NEXT_DUE = (
+    "SELECT min(t) FROM ("
+    "  SELECT min(enqueued_time) AS t FROM queue_messages WHERE queue = ? AND enqueued_time > ?"
+    "  UNION ALL"
+    "  SELECT min(locked_until) AS t FROM queue_messages WHERE queue = ? AND locked_until > ?"
+    ")"
+)
+
+_RECHECK_AFTER = 2.0
+"""Real seconds after which a waiting receiver reads again even if nothing seems to have changed: a
+backstop, never needed for correctness (``data_version`` and the due time cover every change)."""
+
+
+@dataclass
+class _Idle:
+    """What one thread last saw of one queue when a read found nothing to deliver."""
+
+    data_version: int
+    due: float
+    """The queue's clock time at which time alone could make a message deliverable (``inf``: never)."""
+    seen_at: float
+    """``time.monotonic()`` of that read."""
 
 
 class LockLost(QueueError):
@@ -195,20 +243,36 @@ class LocalSessionQueue:
         duplicate_window: float = 600.0,
         clock: Callable[[], float] = time.time,
         busy_timeout: float = 30.0,
+        poll_interval: float = 0.05,
     ) -> None:
-        """Open (creating if absent) the queue file. Raises ``ValueError`` for a non-positive setting."""
+        """Open (creating if absent) the queue file. Raises ``ValueError`` for a non-positive setting.
+
+        ``poll_interval`` is the longest a waiting ``receive`` goes without looking at the file: how
+        late, at most, it sees a message sent by another process (or another instance).
+        """
         if not lock_duration > 0:
             raise ValueError(f"lock_duration must be positive, got {lock_duration!r}")
         if max_delivery_count < 1:
             raise ValueError(f"max_delivery_count must be at least 1, got {max_delivery_count!r}")
         if not duplicate_window >= 0:
             raise ValueError(f"duplicate_window must be zero or more, got {duplicate_window!r}")
+        if not poll_interval > 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
         self.path = Path(path)
+        self.poll_interval = float(poll_interval)
         self.lock_duration = float(lock_duration)
         self.max_delivery_count = int(max_delivery_count)
         self.duplicate_window = float(duplicate_window)
         self._clock = clock
         self._db = SqliteConnections(self.path, busy_timeout=busy_timeout, what="queue")
+        self._local = threading.local()
+        # Waiting receivers, per queue, on conditions of one lock; the count of commits through this
+        # instance, so that a commit between a look and the wait is not missed.
+        self._lock = threading.Lock()
+        self._waiting: dict[str, threading.Condition] = {}
+        self._commits = 0
+        self._pollers: dict[str, int] = {}
+        """Per queue, the waiting thread that looks at the file for the others (by thread id)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with translate_sqlite_errors():
             self._db.get().executescript(_SCHEMA)
@@ -218,6 +282,26 @@ class LocalSessionQueue:
     def close(self) -> None:
         """Close every connection this instance opened; later calls raise ``StoreError``."""
         self._db.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that, once committed, wakes this instance's waiting receivers.
+
+        It also forgets what this thread last saw as idle, without waiting for ``data_version`` to say so.
+        """
+        with self._db.write() as conn:
+            yield conn
+        self._idle().clear()
+        with self._lock:
+            self._commits += 1
+            for waiting in self._waiting.values():
+                waiting.notify_all()
+
+    def _idle(self) -> dict[str, _Idle]:
+        idle: dict[str, _Idle] | None = getattr(self._local, "idle", None)
+        if idle is None:
+            idle = self._local.idle = {}
+        return idle
 
     # --- sending --------------------------------------------------------------------------------
 
@@ -249,7 +333,7 @@ class LocalSessionQueue:
         properties = _encode_properties(application_properties or {})
         if scheduled_enqueue_time is not None and not math.isfinite(scheduled_enqueue_time):
             raise ValueError(f"scheduled_enqueue_time must be finite, got {scheduled_enqueue_time!r}")
-        with self._db.write() as conn:
+        with self._write() as conn:
             now = self._clock()
             # Forget ids older than the window first, so any row left is a duplicate.
             conn.execute(
@@ -285,7 +369,10 @@ class LocalSessionQueue:
     def receive(self, queue: str, *, timeout: float = 0.0) -> ReceivedMessage | None:
         """Lock and return the oldest visible message of a session no receiver holds, or ``None``.
 
-        With ``timeout > 0`` waits up to that many real seconds for one, polling with short sleeps.
+        With ``timeout > 0`` waits up to that many real seconds for one. Of the threads waiting on
+        one queue of this instance, one at a time looks at the file at least every ``poll_interval``
+        seconds (sooner when a scheduled message or a lock falls due first) and wakes the others when
+        it takes a message; every commit through this instance wakes them all.
         On the way, a message already delivered ``max_delivery_count`` times is moved to the
         dead-letter queue (reason ``MaxDeliveryCountExceeded``) instead of being delivered.
         Raises ``ValueError`` for a negative timeout.
@@ -294,30 +381,48 @@ class LocalSessionQueue:
         if not timeout >= 0:
             raise ValueError(f"timeout must be zero or more, got {timeout!r}")
         deadline = time.monotonic() + timeout
-        delay = 0.005
-        while True:
-            message = self._receive_once(queue)
-            remaining = deadline - time.monotonic()
-            if message is not None or remaining <= 0:
-                return message
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, 0.05)
+        delay = min(0.005, self.poll_interval)
+        me = threading.get_ident()
+        message: ReceivedMessage | None = None
+        with self._lock:
+            waiting = self._waiting.setdefault(queue, threading.Condition(self._lock))
+        try:
+            while True:
+                with self._lock:
+                    commits = self._commits
+                message = self._receive_once(queue)
+                remaining = deadline - time.monotonic()
+                if message is not None or remaining <= 0:
+                    return message
+                wait = min(delay, remaining)
+                idle = self._idle().get(queue)
+                if idle is not None:  # no later than when a scheduled message or a lock falls due
+                    wait = min(wait, max(0.0, idle.due - self._clock()))
+                with self._lock:
+                    if self._commits != commits:  # committed here since the look: look again now
+                        continue
+                    if self._pollers.setdefault(queue, me) == me:
+                        waiting.wait(wait)
+                        delay = min(delay * 2, self.poll_interval)
+                    else:  # another thread looks for us, and wakes us when it takes a message
+                        waiting.wait(remaining)
+        finally:
+            with self._lock:
+                if self._pollers.get(queue) == me:
+                    del self._pollers[queue]
+                    # Having taken one, there may be more: everyone looks. Else one takes over looking.
+                    if message is not None:
+                        waiting.notify_all()
+                    else:
+                        waiting.notify()
 
     def _receive_once(self, queue: str) -> ReceivedMessage | None:
+        if not self._may_deliver(queue):
+            return None
         with self._db.write() as conn:
             now = self._clock()
             while True:
-                # The oldest visible message over sessions with no live lock. Within a session every
-                # visible message is unlocked when the session is free, so the oldest one overall is
-                # the head of its session: FIFO holds.
-                row = conn.execute(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM queue_messages AS m "
-                    "WHERE m.queue = ? AND m.enqueued_time <= ? AND NOT EXISTS ("
-                    "  SELECT 1 FROM queue_messages AS h "
-                    "  WHERE h.queue = m.queue AND h.session_id = m.session_id AND h.locked_until > ?"
-                    ") ORDER BY m.enqueued_time, m.seq LIMIT 1",
-                    (queue, now, now),
-                ).fetchone()
+                row = conn.execute(_NEXT_DELIVERABLE, (queue, now, now)).fetchone()
                 if row is None:
                     return None
                 seq, delivery_count = int(row[0]), int(row[8])
@@ -335,11 +440,39 @@ class LocalSessionQueue:
                 base["delivery_count"] = delivery_count + 1
                 return ReceivedMessage(**base, lock_token=token, locked_until=locked_until)
 
+    def _may_deliver(self, queue: str) -> bool:
+        """Whether a write transaction could find a message to lock now; ``False`` only when it could not.
+
+        Reads only. Skips even the read while nothing that could change the answer has happened since
+        this thread last found nothing: no commit by another connection, none by this thread through
+        this instance, the clock short of the next due time, and that look younger than ``_RECHECK_AFTER``.
+        """
+        idle = self._idle()
+        with translate_sqlite_errors():
+            conn = self._db.get()
+            # Read the version before the data: a commit in between makes the next look read again.
+            (version,) = conn.execute("PRAGMA data_version").fetchone()
+            now = self._clock()
+            last = idle.get(queue)
+            if (
+                last is not None
+                and last.data_version == version
+                and now < last.due
+                and time.monotonic() - last.seen_at < _RECHECK_AFTER
+            ):
+                return False
+            if conn.execute(_NEXT_DELIVERABLE, (queue, now, now)).fetchone() is not None:
+                idle.pop(queue, None)
+                return True
+            (due,) = conn.execute(_NEXT_DUE, (queue, now, queue, now)).fetchone()
+        idle[queue] = _Idle(version, float(due) if due is not None else math.inf, time.monotonic())
+        return False
+
     # --- settling -------------------------------------------------------------------------------
 
     def complete(self, msg: ReceivedMessage) -> None:
         """Remove the message for good. Raises :class:`LockLost` when its lock is no longer held."""
-        with self._db.write() as conn:
+        with self._write() as conn:
             now = self._clock()
             cur = conn.execute(
                 "DELETE FROM queue_messages WHERE seq = ? AND lock_token = ? AND locked_until > ?",
@@ -355,7 +488,7 @@ class LocalSessionQueue:
         used up ``max_delivery_count`` goes straight to the dead-letter queue, as in Service Bus.
         Raises :class:`LockLost` when its lock is no longer held.
         """
-        with self._db.write() as conn:
+        with self._write() as conn:
             now = self._clock()
             row = conn.execute(
                 "UPDATE queue_messages SET lock_token = NULL, locked_until = NULL "
@@ -372,7 +505,7 @@ class LocalSessionQueue:
 
         Raises :class:`LockLost` when its lock is no longer held.
         """
-        with self._db.write() as conn:
+        with self._write() as conn:
             now = self._clock()
             held = conn.execute(
                 "SELECT 1 FROM queue_messages WHERE seq = ? AND lock_token = ? AND locked_until > ?",
@@ -388,7 +521,7 @@ class LocalSessionQueue:
         Raises :class:`LockLost` when the lock already expired or was taken over: renewal cannot
         revive a lock, so a handler that runs long must renew well before ``locked_until``.
         """
-        with self._db.write() as conn:
+        with self._db.write() as conn:  # makes nothing deliverable: no receiver to wake
             now = self._clock()
             row = conn.execute(
                 "UPDATE queue_messages SET locked_until = ? "
@@ -449,7 +582,7 @@ class LocalSessionQueue:
         0, visible now), in one transaction; ``False`` when no such dead letter exists. The new id keeps
         duplicate detection from dropping it: it is a new send, as a Service Bus redrive is."""
         _check_id("message_id", message_id)
-        with self._db.write() as conn:
+        with self._write() as conn:
             now = self._clock()
             row = conn.execute(
                 "SELECT session_id, body, properties FROM queue_dead_letters WHERE queue = ? AND seq = ?",

@@ -3,9 +3,15 @@
 Every write runs in ``BEGIN IMMEDIATE``, so writers serialise on the database lock and a
 conditional write (compare the ETag, then write) is atomic across threads and processes. Each
 thread gets its own connection. ``ts`` comes from the store's clock inside the write (the machine's
-wall clock, or a test's clock), never from the caller. ``seq`` is a database-wide counter bumped by
-every write: it orders the change feed that the local host replays (Cosmos DB's change feed, in commit
-order), and doubles as the ETag.
+wall clock, or a test's clock), never from the caller.
+
+``seq`` orders each container's writes: the change feed the local host replays follows it (Cosmos DB's
+change feed, in commit order), and it doubles as the ETag. A write takes the container's highest ``seq``
+plus one, read from the ``(container, seq)`` index inside its own write transaction: writers are
+serialised, so that is commit order, and it costs no row beyond the document's own. A ``seq`` is never
+given out twice in a container, so that a change-feed continuation never skips a later write and an
+old ETag never matches a recreated document: when a delete removes the container's highest ``seq``, it
+is kept in ``seq_floors`` (deletes only). The schema's version is the file's ``user_version``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from shared.core.errors import AlreadyExists, ConcurrencyConflict
+from shared.core.errors import AlreadyExists, ConcurrencyConflict, StoreError
 from shared.core.ids import check_document_id
 from shared.core.ports import CONTAINERS, Document, Query, Scalar, partition_of
 from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
@@ -27,22 +33,40 @@ _NOW = "casekeeper_now()"
 the clock a test hands in."""
 _FIELD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS documents (
-    container TEXT NOT NULL,
-    partition TEXT NOT NULL,
-    id        TEXT NOT NULL,
-    body      TEXT NOT NULL,
-    etag      TEXT NOT NULL,
-    ts        REAL NOT NULL,
-    seq       INTEGER NOT NULL,
-    PRIMARY KEY (container, partition, id)
-);
-CREATE INDEX IF NOT EXISTS documents_by_seq ON documents (container, seq);
-CREATE INDEX IF NOT EXISTS documents_by_ts ON documents (container, ts);
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-INSERT OR IGNORE INTO counters (name, value) VALUES ('seq', 0);
-"""
+SCHEMA_VERSION = 1
+"""The store file's layout (``PRAGMA user_version``). 0: the first layout, whose every write also bumped
+one database-wide counter row; it is migrated when opened. 1: per-container ``seq`` from the index."""
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS documents (
+        container TEXT NOT NULL,
+        partition TEXT NOT NULL,
+        id        TEXT NOT NULL,
+        body      TEXT NOT NULL,
+        etag      TEXT NOT NULL,
+        ts        REAL NOT NULL,
+        seq       INTEGER NOT NULL,
+        PRIMARY KEY (container, partition, id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS documents_by_seq ON documents (container, seq)",
+    "CREATE INDEX IF NOT EXISTS documents_by_ts ON documents (container, ts)",
+    # The highest seq a delete took out of a container while it was the highest there.
+    "CREATE TABLE IF NOT EXISTS seq_floors (container TEXT PRIMARY KEY, seq INTEGER NOT NULL)",
+)
+
+_RETIRED_COUNTER = (
+    # Layout 0's counter, kept so that a build of that layout refuses to write to this file (with this
+    # message) instead of counting from an old value and reusing seqs and ETags.
+    "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO counters (name, value) VALUES ('seq', 0)",
+    "CREATE TRIGGER IF NOT EXISTS counters_retired BEFORE UPDATE ON counters BEGIN "
+    "SELECT RAISE(ABORT, 'this store file has layout 1 (a newer Casekeeper upgraded it): run that build'); END",
+)
+
+_NEXT_SEQ = (
+    "SELECT max(coalesce((SELECT max(seq) FROM documents WHERE container = ?1), 0), "
+    "coalesce((SELECT seq FROM seq_floors WHERE container = ?1), 0)) + 1"
+)
 
 
 class SqliteDocumentStore:
@@ -60,21 +84,58 @@ class SqliteDocumentStore:
 
         self._db = SqliteConnections(self.path, busy_timeout=busy_timeout, what="store", on_connect=register)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with translate_sqlite_errors():
-            self._db.get().executescript(_SCHEMA)
+        self._open_schema()
 
     # --- connections ----------------------------------------------------------------------------
 
-    def _next_seq(self, conn: sqlite3.Connection) -> int:
-        row = conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'seq' RETURNING value").fetchone()
-        return int(row[0])
+    def _open_schema(self) -> None:
+        """Create the layout, or migrate a layout-0 file; refuse a file of a newer layout.
+
+        Raises :class:`~shared.core.errors.StoreError` naming both layouts for a newer file.
+        """
+        with translate_sqlite_errors():
+            (version,) = self._db.get().execute("PRAGMA user_version").fetchone()
+        if version == SCHEMA_VERSION:
+            return
+        with self._db.write() as conn:  # several processes may open a new file at once: one migrates
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version == SCHEMA_VERSION:
+                return
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: store layout {version} was written by a newer Casekeeper; "
+                    f"this build reads layout {SCHEMA_VERSION}"
+                )
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            # Layout 0 gave out seqs from one counter over every container; each container's new seqs
+            # start above it, which keeps every persisted change-feed continuation and ETag behind them.
+            old = conn.execute(
+                "SELECT value FROM counters WHERE name = 'seq'"
+                if _has_table(conn, "counters")
+                else "SELECT coalesce(max(seq), 0) FROM documents"
+            ).fetchone()
+            floor = int(old[0]) if old is not None else 0
+            if floor > 0:
+                conn.executemany(
+                    "INSERT INTO seq_floors (container, seq) VALUES (?, ?) "
+                    "ON CONFLICT (container) DO UPDATE SET seq = max(seq, excluded.seq)",
+                    [(container, floor) for container in CONTAINERS],
+                )
+            for statement in _RETIRED_COUNTER:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _next_seq(self, conn: sqlite3.Connection, container: str) -> int:
+        """The container's next ``seq``, inside the caller's write transaction (two index lookups, no write)."""
+        return int(conn.execute(_NEXT_SEQ, (container,)).fetchone()[0])
 
     # --- the port -------------------------------------------------------------------------------
 
     def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         data = _checked(container, partition, doc_id, body)
         with self._db.write() as conn:
-            seq = self._next_seq(conn)
+            seq = self._next_seq(conn, container)
             try:
                 conn.execute(
                     f"INSERT INTO documents (container, partition, id, body, etag, ts, seq) "
@@ -102,7 +163,7 @@ class SqliteDocumentStore:
     def replace(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str) -> Document:
         data = _checked(container, partition, doc_id, body)
         with self._db.write() as conn:
-            seq = self._next_seq(conn)
+            seq = self._next_seq(conn, container)
             cur = conn.execute(
                 f"UPDATE documents SET body = ?, etag = ?, ts = {_NOW}, seq = ? "
                 "WHERE container = ? AND partition = ? AND id = ? AND etag = ?",
@@ -136,7 +197,7 @@ class SqliteDocumentStore:
         values = [json.dumps(value, separators=(",", ":"), allow_nan=False) for value in set_fields.values()]
         conditions, args = _where_fields(where)
         with self._db.write() as conn:
-            seq = self._next_seq(conn)
+            seq = self._next_seq(conn, container)
             cur = conn.execute(
                 f"UPDATE documents SET body = json_set(body, {assignments}), etag = ?, ts = {_NOW}, seq = ? "
                 f"WHERE container = ? AND partition = ? AND id = ? {conditions}",
@@ -153,7 +214,7 @@ class SqliteDocumentStore:
     def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         data = _checked(container, partition, doc_id, body)
         with self._db.write() as conn:
-            seq = self._next_seq(conn)
+            seq = self._next_seq(conn, container)
             conn.execute(
                 f"INSERT INTO documents (container, partition, id, body, etag, ts, seq) "
                 f"VALUES (?, ?, ?, ?, ?, {_NOW}, ?) "
@@ -167,7 +228,7 @@ class SqliteDocumentStore:
         check_document_id(container, doc_id)
         with self._db.write() as conn:
             row = conn.execute(
-                "SELECT etag FROM documents WHERE container = ? AND partition = ? AND id = ?",
+                "SELECT etag, seq FROM documents WHERE container = ? AND partition = ? AND id = ?",
                 (container, partition, doc_id),
             ).fetchone()
             if row is None:
@@ -179,6 +240,13 @@ class SqliteDocumentStore:
             conn.execute(
                 "DELETE FROM documents WHERE container = ? AND partition = ? AND id = ?", (container, partition, doc_id)
             )
+            (highest,) = conn.execute("SELECT max(seq) FROM documents WHERE container = ?", (container,)).fetchone()
+            if highest is None or highest < row[1]:  # it held the highest seq: never give that out again
+                conn.execute(
+                    "INSERT INTO seq_floors (container, seq) VALUES (?, ?) "
+                    "ON CONFLICT (container) DO UPDATE SET seq = max(seq, excluded.seq)",
+                    (container, row[1]),
+                )
             return True
 
     def query(self, container: str, query: Query) -> list[Document]:
@@ -241,6 +309,10 @@ class SqliteDocumentStore:
             (container, partition, doc_id),
         ).fetchone()
         return _document(row)
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
 
 def _checked(container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> str:

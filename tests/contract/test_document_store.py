@@ -73,6 +73,18 @@ def test_delete_plain_and_conditional(store: DocumentStore) -> None:
     assert store.read("effects", "c1", "e1") is None
 
 
+def test_a_document_deleted_and_created_again_does_not_take_its_old_etag(store: DocumentStore) -> None:
+    store.create("effects", "c1", "e0", effect("c1", "e0"))
+    old = store.create("effects", "c1", "e1", effect("c1", "e1", v=1))  # the newest write of the container
+    assert store.delete("effects", "c1", "e1") is True
+    again = store.create("effects", "c1", "e1", effect("c1", "e1", v=2))
+    assert again.etag != old.etag
+    with pytest.raises(ConcurrencyConflict):
+        store.replace("effects", "c1", "e1", effect("c1", "e1", v=3), etag=old.etag)
+    with pytest.raises(ConcurrencyConflict):
+        store.delete("effects", "c1", "e1", etag=old.etag)
+
+
 def test_partition_must_match_the_body(store: DocumentStore) -> None:
     with pytest.raises(ValueError, match="partition"):
         store.create("effects", "c1", "e1", effect("c2", "e1"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,3 +140,47 @@ def test_document_list_items_expose_the_body_and_system_fields(store: SqliteDocu
     assert doc.to_dict()["status"] == "started"
     # The ETag is the store's own: a trigger can write back conditionally.
     store.replace("effects", "case-1", "e1", {"caseId": "case-1", "status": "succeeded"}, etag=doc["_etag"])
+
+
+def test_a_write_after_deleting_the_newest_document_is_not_skipped(store: SqliteDocumentStore) -> None:
+    feed = LocalChangeFeed(store, "effects", FEED)
+    effect(store, "e1")
+    effect(store, "e2")
+    feed.commit(feed.poll())  # the continuation is e2's position, the container's newest
+    assert store.delete("effects", "case-1", "e2") is True
+    effect(store, "e3")  # must land after the continuation, though e2's position is free again
+    batch = feed.poll()
+    assert ids(batch) == ["e3"] and batch.continuation > batch.start
+    # The same across a restart: the floor a delete leaves is stored, not kept in memory.
+    feed.commit(batch)
+    assert store.delete("effects", "case-1", "e3") is True
+    reopened = SqliteDocumentStore(store.path)
+    effect(reopened, "e4")
+    assert ids(LocalChangeFeed(reopened, "effects", FEED).poll()) == ["e4"]
+    reopened.close()
+
+
+def test_each_container_is_in_commit_order_under_concurrent_writers(store: SqliteDocumentStore) -> None:
+    feed = LocalChangeFeed(store, "effects", FEED)
+
+    def write(n: int) -> None:
+        for i in range(25):
+            effect(store, f"w{n}-{i}", case=f"case-{n}")
+            store.upsert("cases", f"case-{n}", f"case-{n}", {"id": f"case-{n}", "i": i})
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seen: list[str] = []
+    lsns: list[int] = []
+    while batch := feed.poll(max_items=7):
+        seen += ids(batch)
+        lsns += [d["_lsn"] for d in batch.documents]
+        feed.commit(batch)
+    assert sorted(seen) == sorted(f"w{n}-{i}" for n in range(4) for i in range(25))
+    assert lsns == sorted(set(lsns))  # strictly increasing: every write its own position
+    for n in range(4):  # each writer's own writes in the order it made them
+        mine = [int(doc_id.split("-")[1]) for doc_id in seen if doc_id.startswith(f"w{n}-")]
+        assert mine == sorted(mine)
