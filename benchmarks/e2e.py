@@ -58,7 +58,7 @@ from typing import Any
 import httpx
 
 from benchmarks import store_ops
-from benchmarks.guarded_effect import BACKENDS
+from benchmarks.guarded_effect import BACKENDS, backends_argument
 from benchmarks.processes import (
     ROOT,
     SECRET,
@@ -654,7 +654,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--skip-dbos", action="store_true", help="Casekeeper only (no DBOS baseline)")
     parser.add_argument(
-        "--backends", type=_backends, default=list(BACKENDS), help="store-ops backends: sqlite,cosmos (default: both)"
+        "--backends",
+        type=backends_argument,
+        default=list(BACKENDS),
+        help="store-ops backends: sqlite,cosmos (default: both)",
     )
     parser.add_argument("--report", type=Path, help="also write every number as JSON to this file")
     parser.add_argument("--keep", type=Path, help="keep the data folders and logs here (default: a temporary folder)")
@@ -814,14 +817,6 @@ def _positive_float(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError("must be a positive number")
     return value
-
-
-def _backends(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = sorted(set(names) - set(BACKENDS))
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"known backends: {', '.join(BACKENDS)}")
-    return list(dict.fromkeys(names))
 
 
 if __name__ == "__main__":

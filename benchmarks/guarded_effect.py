@@ -496,7 +496,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n", type=_positive_int, default=DEFAULT_N, help="measured effects per variant and backend")
     parser.add_argument("--warmup", type=_non_negative_int, default=DEFAULT_WARMUP, help="discarded effects first")
     parser.add_argument(
-        "--backends", type=_backends, default=list(BACKENDS), help="comma-separated: sqlite,cosmos (default: both)"
+        "--backends",
+        type=backends_argument,
+        default=list(BACKENDS),
+        help="comma-separated: sqlite,cosmos (default: both)",
     )
     return parser
 
@@ -545,7 +548,8 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _backends(text: str) -> list[str]:
+def backends_argument(text: str) -> list[str]:
+    """``--backends``: a comma-separated subset of :data:`BACKENDS` (both benchmarks take it)."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = sorted(set(names) - set(BACKENDS))
     if unknown or not names:
