@@ -58,7 +58,7 @@ from typing import Any
 import httpx
 
 from benchmarks import store_ops
-from benchmarks.guarded_effect import BACKENDS, backends_argument
+from benchmarks.guarded_effect import BACKENDS, backends_argument, non_negative_int, positive_int
 from benchmarks.processes import (
     ROOT,
     SECRET,
@@ -643,14 +643,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks.e2e",
         description="End-to-end throughput, latency and store operations per case, against DBOS.",
     )
-    parser.add_argument("--n", type=_positive_int, default=DEFAULT_N, help="cases per throughput round")
-    parser.add_argument("--threads", type=_positive_int, default=DEFAULT_THREADS, help="client threads")
-    parser.add_argument("--rounds", type=_positive_int, default=DEFAULT_ROUNDS, help="throughput rounds per system")
-    parser.add_argument("--warmup", type=_non_negative_int, default=DEFAULT_WARMUP, help="uncounted cases per round")
+    parser.add_argument("--n", type=positive_int, default=DEFAULT_N, help="cases per throughput round")
+    parser.add_argument("--threads", type=positive_int, default=DEFAULT_THREADS, help="client threads")
+    parser.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS, help="throughput rounds per system")
+    parser.add_argument("--warmup", type=non_negative_int, default=DEFAULT_WARMUP, help="uncounted cases per round")
     parser.add_argument("--rate", type=_positive_float, default=DEFAULT_RATE, help="steady load, cases/s")
     parser.add_argument("--seconds", type=_positive_float, default=DEFAULT_SECONDS, help="steady load duration")
     parser.add_argument(
-        "--ops-events", type=_positive_int, default=DEFAULT_OPS_EVENTS, help="events counted per backend"
+        "--ops-events", type=positive_int, default=DEFAULT_OPS_EVENTS, help="events counted per backend"
     )
     parser.add_argument("--skip-dbos", action="store_true", help="Casekeeper only (no DBOS baseline)")
     parser.add_argument(
@@ -796,20 +796,6 @@ def _workdir(keep: Path | None) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="casekeeper-bench-e2e-") as tmp:
         yield Path(tmp)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
 
 
 def _positive_float(text: str) -> float:

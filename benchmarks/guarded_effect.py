@@ -493,8 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks.guarded_effect",
         description="Store round trips and time per guarded effect, against an unguarded and a read-first baseline.",
     )
-    parser.add_argument("--n", type=_positive_int, default=DEFAULT_N, help="measured effects per variant and backend")
-    parser.add_argument("--warmup", type=_non_negative_int, default=DEFAULT_WARMUP, help="discarded effects first")
+    parser.add_argument("--n", type=positive_int, default=DEFAULT_N, help="measured effects per variant and backend")
+    parser.add_argument("--warmup", type=non_negative_int, default=DEFAULT_WARMUP, help="discarded effects first")
     parser.add_argument(
         "--backends",
         type=backends_argument,
@@ -534,14 +534,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if met and not failures and results else 1
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be >= 1")
     return value
 
 
-def _non_negative_int(text: str) -> int:
+def non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError("must be >= 0")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -128,6 +129,18 @@ def main(argv: list[str]) -> None:
     mode, *args = argv
     modes: dict[str, Callable[..., None]] = {"send": _send, "hold": _hold, "work": _work, "mix": _mix, "wait": _wait}
     modes[mode](*args)
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    """Start this module in a child process (``tests.localhost.queue_child ARGS``), stdout piped."""
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.localhost.queue_child", *args],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 if __name__ == "__main__":

@@ -7,10 +7,7 @@ processes (and real time, with short locks) because that is what they are about.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -27,6 +24,7 @@ from shared.messaging.sqlite_queue import (
     ReceivedMessage,
     to_service_bus_message,
 )
+from tests.localhost.queue_child import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 Q = "case-events"
@@ -350,20 +348,9 @@ def test_threads_sharing_one_instance_hold_a_session_one_at_a_time(path: Path) -
 # --- real processes -----------------------------------------------------------------------------
 
 
-def _child(*args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.localhost.queue_child", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-
-
 def test_a_sent_message_survives_the_sender_dying(path: Path) -> None:
     LocalSessionQueue(path).close()  # the schema exists before the child starts
-    child = _child("send", str(path), Q, "case-1", "survivor")
+    child = spawn("send", str(path), Q, "case-1", "survivor")
     out, _ = child.communicate(timeout=30)
     assert child.returncode == 0 and out.strip() == "sent"
     q = LocalSessionQueue(path)
@@ -376,7 +363,7 @@ def test_a_sent_message_survives_the_sender_dying(path: Path) -> None:
 def test_a_lock_held_by_a_killed_process_expires_and_the_message_is_redelivered(path: Path) -> None:
     q = LocalSessionQueue(path)
     q.send(Q, b"work", session_id="case-1", message_id="m0")
-    child = _child("hold", str(path), Q, "0.5")
+    child = spawn("hold", str(path), Q, "0.5")
     try:
         assert child.stdout is not None
         line = child.stdout.readline()
@@ -404,7 +391,7 @@ def test_four_processes_on_two_sessions(path: Path, tmp_path: Path) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
     logs = [tmp_path / f"worker{n}.log" for n in range(4)]
-    children = [_child("work", str(path), Q, str(markers), str(log)) for log in logs]
+    children = [spawn("work", str(path), Q, str(markers), str(log)) for log in logs]
     try:
         for child in children:
             child.wait(timeout=60)

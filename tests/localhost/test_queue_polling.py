@@ -8,11 +8,8 @@ session at once, deliver each session in order and settle every message exactly 
 
 from __future__ import annotations
 
-import os
 import random
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -24,6 +21,7 @@ import pytest
 
 from shared.core.errors import StoreUnavailable
 from shared.messaging.sqlite_queue import LocalSessionQueue, ReceivedMessage
+from tests.localhost.queue_child import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 Q = "case-events"
@@ -59,17 +57,6 @@ def statements(q: LocalSessionQueue) -> list[str]:
     seen: list[str] = []
     q._db.get().set_trace_callback(seen.append)
     return seen
-
-
-def _child(*args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.localhost.queue_child", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
 
 
 # --- no write lock, and no read, while idle -----------------------------------------------------
@@ -203,7 +190,7 @@ def test_a_waiting_receiver_wakes_when_a_scheduled_message_falls_due(path: Path)
 
 def test_a_waiting_receiver_sees_another_processs_send_within_its_poll_interval(path: Path) -> None:
     q = LocalSessionQueue(path)
-    child = _child("wait", str(path), Q, "20")
+    child = spawn("wait", str(path), Q, "20")
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "waiting"
@@ -245,7 +232,7 @@ def test_processes_polling_one_file_keep_every_guarantee(path: Path, tmp_path: P
     markers = tmp_path / "markers"
     markers.mkdir()
     logs = [tmp_path / f"worker{n}.log" for n in range(3)]
-    children = [_child("mix", str(path), Q, str(markers), str(log), f"{seed}-{n}") for n, log in enumerate(logs)]
+    children = [spawn("mix", str(path), Q, str(markers), str(log), f"{seed}-{n}") for n, log in enumerate(logs)]
     try:
         for child in children:
             child.wait(timeout=90)

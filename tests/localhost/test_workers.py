@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,16 +53,6 @@ def wait_until(check: object, timeout: float = 20.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"not within {timeout}s")
-
-
-@pytest.fixture
-def supplier(tmp_path: Path) -> Iterator[SupplierStub]:
-    stub = SupplierStub(port=0, log_path=tmp_path / "supplier.jsonl")
-    stub.start()
-    try:
-        yield stub
-    finally:
-        stub.stop()
 
 
 def test_the_case_worker_runs_in_worker_processes_that_die_with_the_host(
