@@ -4,8 +4,10 @@ Run it with the build about to be deployed, against the store it will run on. A 
 when its case's newest checkpoint is not of a finished run (:mod:`.runs`): it is paused for an approval
 (pending request ids) or was interrupted mid-superstep (pending messages), or that cannot be told. An
 in-flight run **cannot be resumed** when its checkpoint's graph hash is not this build's
-(``graph changed``), it does not decode under this build's allow-list (``type would not load``), or it
-vanished while being read (``missing``). Finished runs do not count: the next event starts a new run.
+(``graph changed``), a state type it holds gained a field without a plain default, lost or retyped one
+(``state type changed``, naming the type and the field: ``shared.workflow.state_schemas``), it does not
+decode under this build's allow-list (``type would not load``), or it vanished while being read
+(``missing``). Finished runs do not count: the next event starts a new run.
 
 Nothing is lost if such a run is deployed over anyway: the worker rebuilds it from the case document
 (its model calls repeat, its effects do not, R1-R2). The check says where that will happen, so a deploy
@@ -92,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common_arguments()],
         help="list the in-flight runs this build could not resume",
         description="List the in-flight runs (paused for approval, or interrupted) whose newest checkpoint "
-        "this build could not resume: graph changed, a type would not load, or missing. Exits 1 if any.",
+        "this build could not resume: graph changed, a state type changed, a type would not load, or "
+        "missing. Exits 1 if any.",
     )
     return parser
 
