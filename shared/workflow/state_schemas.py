@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Any, Final
 
 FieldSpec = dict[str, str]
-"""``{"type": annotation}``, plus ``"default"``: the repr of what an object lacking the field reads."""
+"""``{"type": annotation}``, plus ``"default"``: the repr of what an object lacking the field reads (absent:
+reading it raises), and ``"factory"``: the name of a dataclass field's ``default_factory``, if it has one."""
 TypeSchema = dict[str, FieldSpec]
 Schemas = dict[str, TypeSchema]
 """Type key (``module:QualName``) -> field name -> :data:`FieldSpec`."""
@@ -71,8 +72,12 @@ def type_key(cls: type) -> str:
 
 def schema_of(cls: type) -> TypeSchema:
     """The fields of ``cls`` (a dataclass; otherwise its annotations) and what an object lacking each reads."""
+    factories: dict[str, str] = {}
     if dataclasses.is_dataclass(cls):
         names = {f.name: f.type for f in dataclasses.fields(cls)}
+        for f in dataclasses.fields(cls):
+            if f.default_factory is not dataclasses.MISSING:
+                factories[f.name] = getattr(f.default_factory, "__qualname__", repr(f.default_factory))
     else:
         names = dict(inspect.get_annotations(cls))
     schema: TypeSchema = {}
@@ -82,6 +87,8 @@ def schema_of(cls: type) -> TypeSchema:
         missing = inspect.getattr_static(cls, name, _NOTHING)
         if missing is not _NOTHING:
             spec["default"] = repr(missing)
+        if name in factories:
+            spec["factory"] = factories[name]
         schema[name] = spec
     return schema
 
@@ -167,7 +174,7 @@ def incompatibilities(stored: Mapping[str, Any], running: Mapping[str, TypeSchem
             before = old.get(name)
             if before is None:
                 if "default" not in spec:
-                    how = "a default_factory" if _has_factory(key, name) else "no default"
+                    how = "a default_factory" if "factory" in spec else "no default"
                     found.append(
                         Incompatibility(
                             key,
@@ -182,13 +189,6 @@ def incompatibilities(stored: Mapping[str, Any], running: Mapping[str, TypeSchem
         for name in sorted(set(old) - set(new)):
             found.append(Incompatibility(key, name, "removed: a restored object still carries it"))
     return found
-
-
-def _has_factory(key: str, name: str) -> bool:
-    cls = resolve(key)
-    if cls is None or not dataclasses.is_dataclass(cls):
-        return False
-    return any(f.name == name and f.default_factory is not dataclasses.MISSING for f in dataclasses.fields(cls))
 
 
 def read_manifest(path: Path = MANIFEST) -> Schemas:
@@ -207,16 +207,21 @@ def manifest_text(schemas: Schemas) -> str:
     return json.dumps({"about": about, "schemas": schemas}, indent=2, sort_keys=True) + "\n"
 
 
-def build_schemas() -> Schemas:
-    """The running build's schemas of every type on its checkpoint allow-list."""
-    from shared.workflow.messages import CHECKPOINT_TYPES  # here: messages is the build, not a dependency
+def build_schemas(allowed_types: Iterable[str] | None = None) -> Schemas:
+    """The running build's schemas of every type on its checkpoint allow-list (``allowed_types``, by
+    default ``shared.workflow.messages.ALLOWED_CHECKPOINT_TYPES``)."""
+    if allowed_types is None:
+        from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES  # the build's list, read when asked
 
-    return {type_key(cls): schema_of(cls) for cls in sorted(CHECKPOINT_TYPES, key=type_key)}
+        allowed_types = ALLOWED_CHECKPOINT_TYPES
+    return current(allowed_types)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Compare this build's state schemas with a manifest (exit 1 when incompatible, naming the fix), or
-    write the manifest (``--write``)."""
+def main(argv: list[str] | None = None, *, allowed_types: frozenset[str] | None = None) -> int:
+    """Compare this build's state schemas with a manifest: exit 0 when equal, 1 when incompatible (naming
+    the fix) or compatible but different (the manifest must be regenerated), 2 when it cannot be read. With
+    ``--write``, write the manifest. ``allowed_types`` stands for the build's allow-list (tests pass a
+    changed one)."""
     parser = argparse.ArgumentParser(
         prog="python -m shared.workflow.state_schemas",
         description="Check the checkpointed state types against the schemas a previous build wrote (rule R8).",
@@ -224,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", type=Path, default=MANIFEST, help="the previous build's manifest")
     parser.add_argument("--write", action="store_true", help="write this build's schemas to --against")
     args = parser.parse_args(argv)
-    schemas = build_schemas()
+    schemas = build_schemas(allowed_types)
     if args.write:
         args.against.write_text(manifest_text(schemas))
         print(f"wrote {len(schemas)} type schemas to {args.against}")

@@ -200,3 +200,33 @@ def test_a_store_outage_while_resuming_is_retried_not_rebuilt(
     answer(app, PAUSED, pending)  # the redelivery, once the store is back, resumes the checkpoint
     assert_committed_once(app, supplier, PAUSED)
     assert rebuild_notes(app, PAUSED) == [] and alerts(store) == []
+
+
+def test_a_checkpoint_records_the_schemas_of_the_types_it_holds(
+    store: SqliteDocumentStore, supplier: SupplierStub
+) -> None:
+    app = make_harness(store, supplier.url)
+    pause_for_approval(app, PAUSED)
+    interrupt(store, supplier.url, IN_FLIGHT)
+
+    def newest_schemas(case_id: str) -> dict[str, Any]:
+        docs = store.query("checkpoints", Query(partition=case_id, equals={"kind": "checkpoint"}))
+        return dict(max(docs, key=lambda d: d.body["seq"]).body["stateSchemas"])
+
+    paused, in_flight = newest_schemas(PAUSED), newest_schemas(IN_FLIGHT)
+    assert "shared.workflow.messages:ApprovalRequest" in paused
+    assert paused["shared.workflow.messages:ApprovalRequest"]["basis"] == {"type": "dict[str, Any]", "factory": "dict"}
+    assert {"shared.workflow.messages:Proposed", "shared.workflow.messages:CaseSnapshot"} <= set(in_flight)
+    assert "shared.workflow.messages:ApprovalRequest" not in in_flight  # only what it holds: the rename spares it
+    assert set(paused) | set(in_flight) <= ALLOWED_CHECKPOINT_TYPES
+
+
+def test_a_checkpoint_without_schemas_from_an_older_build_still_resumes(
+    store: SqliteDocumentStore, supplier: SupplierStub
+) -> None:
+    app = make_harness(store, supplier.url)
+    pending = pause_for_approval(app, PAUSED)
+    strip_state_schemas(store, PAUSED)
+    answer(app, PAUSED, pending)
+    assert_committed_once(app, supplier, PAUSED)
+    assert rebuild_notes(app, PAUSED) == []

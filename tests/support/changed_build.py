@@ -84,6 +84,17 @@ ApprovalRequestWithApprovers.__module__ = messages.__name__
 
 
 @dataclass
+class ApprovalRequestWithOptionalApprovers(messages.ApprovalRequest):
+    """The same field with a plain default: a class attribute, which an old object reads."""
+
+    approvers: list[str] | None = None
+
+
+ApprovalRequestWithOptionalApprovers.__qualname__ = ApprovalRequestWithOptionalApprovers.__name__ = "ApprovalRequest"
+ApprovalRequestWithOptionalApprovers.__module__ = messages.__name__
+
+
+@dataclass
 class ApprovalAsk(messages.ApprovalRequest):
     """``ApprovalRequest`` renamed."""
 
