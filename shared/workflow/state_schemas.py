@@ -179,8 +179,7 @@ def incompatibilities(stored: Mapping[str, Any], running: Mapping[str, TypeSchem
                         Incompatibility(
                             key,
                             name,
-                            f"added with {how}: an object restored from a checkpoint (without __init__) "
-                            f"has no attribute {name!r}",
+                            f"added with {how}: an object restored from a checkpoint lacks it (no __init__ runs)",
                         )
                     )
             elif not isinstance(before, Mapping) or before.get("type") != spec["type"]:

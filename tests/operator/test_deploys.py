@@ -230,3 +230,17 @@ def test_a_checkpoint_without_schemas_from_an_older_build_still_resumes(
     answer(app, PAUSED, pending)
     assert_committed_once(app, supplier, PAUSED)
     assert rebuild_notes(app, PAUSED) == []
+
+
+def test_drain_check_names_the_type_and_the_field_in_its_text(
+    store: SqliteDocumentStore, supplier: SupplierStub, run: Callable[..., Ran]
+) -> None:
+    pause_for_approval(make_harness(store, supplier.url), PAUSED)
+    with CHANGES["default_factory field added"].deployed() as allowed:
+        checked = run(drain, "check", allowed_types=allowed)
+    assert checked.code == 1
+    line = checked.out.splitlines()[0]
+    assert line.endswith(
+        "state type changed: shared.workflow.messages:ApprovalRequest.approvers: added with a default_factory: "
+        "an object restored from a checkpoint lacks it (no __init__ runs)"
+    ), line

@@ -52,7 +52,7 @@ def test_a_default_factory_field_fails_naming_the_field_and_the_fix(
     assert code == 1
     assert out.startswith(
         "shared.workflow.messages:ApprovalRequest.approvers: added with a default_factory: an object restored "
-        "from a checkpoint (without __init__) has no attribute 'approvers'\n"
+        "from a checkpoint lacks it (no __init__ runs)\n"
     )
     assert "give a new field a plain default" in out and "new type name" in out and "drain" in out
 
