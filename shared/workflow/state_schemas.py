@@ -62,7 +62,7 @@ FIXES: Final = (
     "'casekeeper drain check' reach 0 before the deploy (or accept that the runs it lists are rebuilt from "
     f"the case document) and record the change with '{REGENERATE}'"
 )
-_MAX_DEPTH: Final = 12
+_MAX_DEPTH: Final = 32
 
 
 def type_key(cls: type) -> str:

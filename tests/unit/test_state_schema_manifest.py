@@ -5,8 +5,7 @@ last release wrote them, like a lock file. The first test is the guard itself: i
 types are incompatible with the manifest (checkpoints the previous release wrote would not resume), naming
 each type and field and the fix, and fails with the command to run when the change is compatible but the
 manifest was not regenerated. The others prove that it fails for the changes it must catch, through the
-same command CI can run against an older build's manifest (``python -m shared.workflow.state_schemas
---against FILE``).
+same command CI can run against an older build's manifest (``casekeeper drain schemas --against FILE``).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.operator.drain import main as drain
 from shared.workflow import messages, state_schemas
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 from shared.workflow.state_schemas import FIXES, MANIFEST, REGENERATE, build_schemas, incompatibilities, read_manifest
@@ -82,3 +82,18 @@ def test_a_plain_default_is_compatible_but_asks_for_the_manifest_to_be_regenerat
     recorded = json.loads(copy.read_text())["schemas"]["shared.workflow.messages:ApprovalRequest"]
     assert recorded["approvers"] == {"type": "list[str] | None", "default": "None"}
     assert MANIFEST.read_text() != copy.read_text()
+
+
+def test_drain_schemas_compares_with_an_older_builds_manifest_in_ci(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """CI keeps the manifest of the release in production and checks the merge candidate against it."""
+    released = tmp_path / "released.json"
+    assert drain(["schemas", "--against", str(released), "--write"]) == 0  # written by the released build
+    assert drain(["schemas", "--against", str(released)]) == 0
+
+    allowed = deploy_approvers_field(monkeypatch)  # the candidate build
+    capsys.readouterr()
+    assert drain(["schemas", "--against", str(released)], allowed_types=allowed) == 1
+    assert "ApprovalRequest.approvers: added with a default_factory" in capsys.readouterr().out
+    assert drain(["schemas", "--against", str(tmp_path / "missing.json")], allowed_types=allowed) == 2
