@@ -134,8 +134,6 @@ class CheckpointRecord:
     created_at: str
     encoded_bytes: int
     ts: float
-    state_schemas: dict[str, Any] | None = None
-    """The schemas of the state types the checkpoint holds; ``None`` when an older build wrote it."""
 
 
 class CaseCheckpointStorage:
@@ -509,7 +507,6 @@ def _record(doc: Document) -> CheckpointRecord:
         created_at=str(body.get("createdAt", "")),
         encoded_bytes=int(body.get("encodedBytes", 0)),
         ts=doc.ts,
-        state_schemas=schemas if isinstance(schemas := body.get("stateSchemas"), dict) else None,
     )
 
 
