@@ -207,7 +207,9 @@ def build_operations(
         alerts=alerts,
         dead_letters=dead_letters if dead_letters is not None else open_dead_letters(settings),
         workflow=workflow,
-        worker=CaseWorker(WorkflowRunner(workflow, store, checkpoint_max_bytes=settings.checkpoint_max_bytes)),
+        worker=CaseWorker(
+            WorkflowRunner(workflow, store, checkpoint_max_bytes=settings.checkpoint_max_bytes, alerts=alerts)
+        ),
         supplier=supplier,
     )
 

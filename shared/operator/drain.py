@@ -4,8 +4,10 @@ Run it with the build about to be deployed, against the store it will run on. A 
 when its case's newest checkpoint is not of a finished run (:mod:`.runs`): it is paused for an approval
 (pending request ids) or was interrupted mid-superstep (pending messages), or that cannot be told. An
 in-flight run **cannot be resumed** when its checkpoint's graph hash is not this build's
-(``graph changed``), it does not decode under this build's allow-list (``type would not load``), or it
-vanished while being read (``missing``). Finished runs do not count: the next event starts a new run.
+(``graph changed``), a state type it holds gained a field without a plain default, lost or retyped one
+(``state type changed``, naming the type and the field: ``shared.workflow.state_schemas``), it does not
+decode under this build's allow-list (``type would not load``), or it vanished while being read
+(``missing``). Finished runs do not count: the next event starts a new run.
 
 Nothing is lost if such a run is deployed over anyway: the worker rebuilds it from the case document
 (its model calls repeat, its effects do not, R1-R2). The check says where that will happen, so a deploy
@@ -21,6 +23,9 @@ commit). Checkpoints left by a case document that was deleted are not seen; no e
 
 Exit codes: 0 every in-flight run can be resumed, 1 some cannot, 2 usage or store selection error.
 Reads only.
+
+``casekeeper drain schemas [--against FILE]`` needs no store: it compares this build's checkpointed state
+types with the schemas another build wrote (:mod:`shared.workflow.state_schemas`), for CI before a merge.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from shared.operator.context import (
     run_with_operations,
 )
 from shared.operator.runs import Build, CheckpointView, graph_hash_of, inspect_checkpoint
+from shared.workflow import state_schemas
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.checkpoints import CaseCheckpointStorage
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
@@ -92,8 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common_arguments()],
         help="list the in-flight runs this build could not resume",
         description="List the in-flight runs (paused for approval, or interrupted) whose newest checkpoint "
-        "this build could not resume: graph changed, a type would not load, or missing. Exits 1 if any.",
+        "this build could not resume: graph changed, a state type changed, a type would not load, or "
+        "missing. Exits 1 if any.",
     )
+    schemas = commands.add_parser(
+        "schemas",
+        help="compare this build's checkpointed state types with another build's manifest (CI)",
+        description="Compare the fields of every checkpointed state type with a manifest of the schemas another "
+        "build wrote (default: the committed shared/workflow/state_schemas.json). Exits 1 when checkpoints "
+        "that build wrote could not be resumed (naming the type, the field and the fix) or the manifest is "
+        "out of date, 0 when they are the same. Reads no store.",
+    )
+    schemas.add_argument("--against", metavar="FILE", help="the other build's manifest")
+    schemas.add_argument("--write", action="store_true", help="write this build's schemas to FILE instead")
     return parser
 
 
@@ -105,6 +122,9 @@ def main(
 ) -> int:
     """``build`` and ``allowed_types`` stand for the build to check (tests pass a changed one)."""
     args = build_parser().parse_args(argv)
+    if args.command == "schemas":
+        forwarded = [*(["--against", args.against] if args.against else []), *(["--write"] if args.write else [])]
+        return state_schemas.main(forwarded, allowed_types=allowed_types)
     return run_with_operations(PROG, args, lambda ops: _report(ops, args, build, allowed_types))
 
 

@@ -7,7 +7,8 @@ The same judgement the case worker makes before resuming (``CaseWorker._finish_i
   **interrupted** when it holds pending messages (the process died mid-superstep); **finished** when it
   holds neither; **unknown** when that cannot be told (the document is gone or unreadable);
 - this build can **resume** it when the checkpoint's graph hash (metadata and decoded value) equals the
-  current build's and it decodes under the allow-list.
+  current build's, the state types it holds have not changed incompatibly (``stateSchemas``, named by
+  type and field), and it decodes under the allow-list.
 
 A checkpoint that does not decode may still be of a finished run. Its pending messages are then counted
 from the encoding's JSON structure alone (the framework keeps ``messages`` a plain object of lists, one
@@ -49,6 +50,8 @@ PROBLEM_TEXT: dict[UnusableKind, str] = {
     "graph_changed": "graph changed",
     "undecodable": "type would not load",
     "missing": "missing",
+    "schema_changed": "state type changed",
+    "resume_failed": "resume failed",
 }
 
 _PICKLE_MARKER = "__pickled__"  # the framework's envelope of a pickled value

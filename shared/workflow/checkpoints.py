@@ -19,7 +19,9 @@ Documents (all in partition ``caseId``):
 - ``kind="checkpoint"``, ``id`` = checkpoint id: ``workflowName``, ``graphHash``,
   ``previousCheckpointId``, ``iteration``, ``seq``, ``pendingRequestIds``, ``createdAt`` (the
   checkpoint's own ISO timestamp), ``encodedBytes`` and ``encoded`` (the framework's JSON-safe
-  encoding: plain JSON for dicts, lists and primitives, base64 pickles for everything else).
+  encoding: plain JSON for dicts, lists and primitives, base64 pickles for everything else), and
+  ``stateSchemas``: the fields of every allowed type the checkpoint holds (:mod:`.state_schemas`),
+  compared with the running build's before a resume (absent from checkpoints older builds wrote).
 
 **The sequence.** ``seq`` is one more than the highest ``seq`` of the case's checkpoints, as this storage
 instance last read them (the worker reads them at the start of every event to look for an interrupted run,
@@ -67,6 +69,7 @@ from agent_framework.exceptions import WorkflowCheckpointException
 from shared.core.errors import AlreadyExists, CaseError
 from shared.core.ids import id_problem
 from shared.core.ports import Document, DocumentStore, Query
+from shared.workflow import state_schemas
 
 logger = logging.getLogger("casekeeper.checkpoints")
 
@@ -84,7 +87,7 @@ _MAX_BLOCKED_TYPES_REPORTED: Final = 16
 # The restricted unpickler's refusal names the type: "... blocked for type 'mod:Name'" (or "nested type").
 _BLOCKED_TYPE: Final = re.compile(r"blocked for (?:nested )?type '([^']+)'")
 
-UnusableKind = Literal["missing", "undecodable", "graph_changed"]
+UnusableKind = Literal["missing", "undecodable", "graph_changed", "schema_changed", "resume_failed"]
 
 
 def type_key(cls: type) -> str:
@@ -97,7 +100,9 @@ class CheckpointUnusable(CaseError):
 
     ``kind`` says why: ``"missing"`` (deleted or pruned since it was listed), ``"undecodable"`` (a type it
     holds is not allowed or no longer importable, or the data is corrupt), ``"graph_changed"`` (its graph
-    hash is not the running workflow's). ``reason`` is the human-readable detail.
+    hash is not the running workflow's), ``"schema_changed"`` (a state type it holds changed incompatibly,
+    :func:`~shared.workflow.state_schemas.incompatibilities`), ``"resume_failed"`` (it passed those checks,
+    but resuming it raised). ``reason`` is the human-readable detail.
     """
 
     def __init__(self, reason: str, *, case_id: str, checkpoint_id: str, kind: UnusableKind) -> None:
@@ -239,9 +244,11 @@ class CaseCheckpointStorage:
         """Read and decode the checkpoint ``record`` describes, or explain why it cannot be resumed.
 
         Raises :class:`CheckpointUnusable` when the document is gone (``"missing"``), cannot be decoded
-        under this storage's allow-list (``"undecodable"``), or, when ``expected_graph_hash`` is given
-        (pass ``workflow.graph_signature_hash``), was written by a different graph
-        (``"graph_changed"``). Store failures propagate as ``StoreError``: retry later, do not rebuild.
+        under this storage's allow-list (``"undecodable"``), holds a state type whose fields changed
+        incompatibly since it was written (``"schema_changed"``, checked before anything is unpickled), or,
+        when ``expected_graph_hash`` is given (pass ``workflow.graph_signature_hash``), was written by a
+        different graph (``"graph_changed"``). Store failures propagate as ``StoreError``: retry later, do
+        not rebuild.
         """
         if record.case_id != self._case_id:
             raise ValueError(f"record of case {record.case_id!r} given to the storage of case {self._case_id!r}")
@@ -254,6 +261,9 @@ class CaseCheckpointStorage:
         doc = self._read_checkpoint(record.checkpoint_id)
         if doc is None:
             raise unusable("missing", "no such checkpoint document (deleted or pruned)")
+        changed = self.schema_changes(doc.body.get("stateSchemas"))
+        if changed:
+            raise unusable("schema_changed", "; ".join(problem.text() for problem in changed))
         try:
             checkpoint = self._decode(doc)
         except WorkflowCheckpointException as exc:
@@ -264,6 +274,17 @@ class CaseCheckpointStorage:
                 "graph_changed", f"graph hash {checkpoint.graph_signature_hash} != running {expected_graph_hash}"
             )
         return checkpoint
+
+    def schema_changes(self, stored: object) -> list[state_schemas.Incompatibility]:
+        """Why a checkpoint whose document stores ``stored`` (its ``stateSchemas``) cannot be resumed by this
+        build's types; empty when it can, or when the checkpoint predates stored schemas (``None``). Types
+        outside the allow-list are left to decoding, which names them as types that would not load."""
+        if stored is None:
+            return []
+        if not isinstance(stored, dict):
+            return [state_schemas.Incompatibility("stateSchemas", None, "the stored schemas are malformed")]
+        held = {key: schema for key, schema in stored.items() if key in self._allowed}
+        return state_schemas.incompatibilities(held, state_schemas.current(held))
 
     def prune(self, keep: int) -> int:
         """Delete all but the newest ``keep`` checkpoints of this case (every workflow name); return how many
@@ -286,8 +307,9 @@ class CaseCheckpointStorage:
     def _save(self, checkpoint: WorkflowCheckpoint) -> str:
         checkpoint_id = checkpoint.checkpoint_id
         self._check_id(checkpoint_id)
+        state = checkpoint.to_dict()
         try:
-            encoded = encode_checkpoint_value(checkpoint.to_dict())
+            encoded = encode_checkpoint_value(state)
         except Exception as exc:
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} of case {self._case_id} cannot be encoded ({exc!r}); refusing to save"
@@ -314,6 +336,7 @@ class CaseCheckpointStorage:
             "createdAt": checkpoint.timestamp,
             "encodedBytes": encoded_bytes,
             "encoded": encoded,
+            "stateSchemas": state_schemas.held_by(state, self._allowed),
         }
         # The metadata is small and of known shape; only the payload can be big.
         document_bytes = encoded_bytes + len(json.dumps({**body, "encoded": None}).encode("utf-8"))

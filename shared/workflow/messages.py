@@ -5,6 +5,12 @@ They are module-level dataclasses because Agent Framework pickles them into chec
 (rule R8). Renaming or moving one of these classes is a breaking change for in-flight runs: keep the
 old name importable, or let ``casekeeper drain check`` list the runs it would strand.
 
+Unpickling restores an object's fields without running ``__init__``: a field added later is read from
+the class, so only a plain default (``= None``) reaches objects pickled before it existed; a field
+without one, or with ``default_factory`` (which leaves no class attribute), is missing from them. Such
+changes are caught before a resume (``shared.workflow.state_schemas``) and before merging
+(``tests/unit/test_state_schema_manifest.py``).
+
 Amounts travel as ``Decimal`` (which checkpoint loading allows); JSON documents hold decimal strings.
 """
 
@@ -32,7 +38,8 @@ class ApprovalAnswer:
     case_version: int
     approver: str
     reason: str | None = None
-    """Why, for a rejection. A default keeps checkpoints pickled before the field existed loadable."""
+    """Why, for a rejection. A plain default, so an answer pickled before the field existed reads ``None``
+    (a ``default_factory`` would leave it missing: see the module docstring)."""
 
 
 @dataclass

@@ -4,6 +4,13 @@
 resumes a run that a crash stopped mid-superstep (its model calls are not repeated; its effects and
 commits are idempotent, so replaying the superstep is safe), and says on the case when a checkpoint
 cannot be used and the decision is rebuilt from the case document instead (rules R8, R9).
+
+A checkpoint that passed every check can still fail to resume: a state type changed in a way no check
+foresaw, the framework refuses it, a restored object breaks the new code. Whatever a resume raises is
+answered the same way, by a rebuild from the case document, with a note on the case and an alert
+(:meth:`WorkflowRunner.resume`), never by failing the event until its message is dead-lettered. Only
+Casekeeper's own errors keep their meaning (``shared.core.errors``): a store outage is retried, an effect
+in flight waits, exactly as they would in a rebuilt run.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from typing import Any
 
 from agent_framework import Workflow
 
+from shared.app.alerts import Alerter
 from shared.core.cases import Case
+from shared.core.errors import CasekeeperError
 from shared.core.ports import DocumentStore
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.checkpoints import (
@@ -48,7 +57,9 @@ class WorkflowRunner:
         checkpoints_kept: int = CHECKPOINTS_KEPT,
         allowed_checkpoint_types: frozenset[str] = ALLOWED_CHECKPOINT_TYPES,
         checkpoint_max_bytes: int = MAX_DOCUMENT_BYTES,
+        alerts: Alerter | None = None,
     ) -> None:
+        """``alerts``: where a run rebuilt because its resume failed is alerted (none: only the note)."""
         self.deps = deps
         self._deps = deps
         self._store = store
@@ -56,6 +67,7 @@ class WorkflowRunner:
         self._checkpoints_kept = checkpoints_kept
         self._allowed_types = allowed_checkpoint_types
         self._checkpoint_max_bytes = checkpoint_max_bytes
+        self._alerts = alerts
         # The running build's graph hash, compared with a checkpoint's before resuming it.
         self.graph_hash: str = build(deps).graph_signature_hash
 
@@ -74,6 +86,8 @@ class WorkflowRunner:
         case_id = storage.case_id
         record = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME)
         if record is None or request_id not in record.pending_request_ids:
+            return None
+        if await self._rebuilt_before(case_id, record.checkpoint_id):
             return None
         try:
             await asyncio.to_thread(self.check_resumable, storage, record)
@@ -100,7 +114,7 @@ class WorkflowRunner:
         except CheckpointUnusable as exc:
             await self.note_rebuilt(case_id, exc)
             return None
-        if not any(checkpoint.messages.values()):
+        if not any(checkpoint.messages.values()) or await self._rebuilt_before(case_id, record.checkpoint_id):
             return None
         if checkpoint.graph_signature_hash != self.graph_hash:
             reason = "the workflow graph changed since this checkpoint was saved"
@@ -115,10 +129,50 @@ class WorkflowRunner:
             record.checkpoint_id,
             extra={"caseId": case_id, "checkpointId": record.checkpoint_id},
         )
-        return await self.run(storage, checkpoint_id=record.checkpoint_id)
+        return await self.resume(storage, record)
+
+    async def resume(
+        self, storage: CaseCheckpointStorage, record: CheckpointRecord, *, responses: dict[str, Any] | None = None
+    ) -> RunOutcome | None:
+        """Resume the run from ``record`` (with ``responses`` to its pending requests). ``None`` when resuming
+        raised: the case is noted and an alert raised, and the caller rebuilds from the case document (rule
+        R8). Casekeeper's own errors (a store outage, an effect in flight, ...) propagate unchanged: they
+        mean the same in a rebuilt run, and a store outage is retried, not rebuilt."""
+        try:
+            return await self.run(storage, checkpoint_id=record.checkpoint_id, responses=responses)
+        except Exception as exc:
+            signal = _casekeeper_error(exc)
+            if signal is exc:
+                raise
+            if signal is not None:
+                # The framework wraps what a restore raises ("Failed to restore from checkpoint"): unwrap it,
+                # so that a store outage is settled as one (retried), not as an unknown failure.
+                raise signal from None
+            failed = CheckpointUnusable(
+                f"resuming it raised {type(exc).__name__}: {exc}",
+                case_id=storage.case_id,
+                checkpoint_id=record.checkpoint_id,
+                kind="resume_failed",
+            )
+            log.exception("case %s: resuming checkpoint %s failed", storage.case_id, record.checkpoint_id)
+            await self.note_rebuilt(storage.case_id, failed)
+            return None
+
+    async def _rebuilt_before(self, case_id: str, checkpoint_id: str) -> bool:
+        """Whether the case already says this checkpoint's run was rebuilt: it is not tried again."""
+        case = await asyncio.to_thread(self._deps.cases.get, case_id)
+        return case is not None and any(n.get("checkpointId") == checkpoint_id for n in case.notes)
 
     async def note_rebuilt(self, case_id: str, exc: CheckpointUnusable) -> None:
-        """Say on the case that its run is rebuilt from the case document (rule R8), once per checkpoint."""
+        """Say on the case that its run is rebuilt from the case document (rule R8), once per checkpoint; a
+        failed resume (``kind="resume_failed"``) is also alerted, once per checkpoint: the checks before a
+        resume missed something a developer must look at."""
+        if exc.kind == "resume_failed" and self._alerts is not None:
+            fields = {"caseId": case_id, "checkpointId": exc.checkpoint_id, "reason": exc.reason}
+            message = f"case {case_id}: resuming checkpoint {exc.checkpoint_id} failed; run rebuilt from the case"
+            await asyncio.to_thread(
+                self._alerts.raise_alert, "resume_failed", message, fields, dedupe_key=f"{case_id}:{exc.checkpoint_id}"
+            )
         log.warning(
             "case %s: checkpoint %s unusable (%s); rebuilding from the case document",
             case_id,
@@ -184,3 +238,16 @@ class WorkflowRunner:
                 f"run ended {result.get_final_state().value} without an outcome",
             )
         return outputs[-1]
+
+
+def _casekeeper_error(exc: BaseException) -> CasekeeperError | None:
+    """``exc`` or the error it was raised because of, if that is one of Casekeeper's own errors (other than a
+    checkpoint it cannot use): those are settlement signals and keep their meaning through a resume."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, CasekeeperError) and not isinstance(current, CheckpointUnusable):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None

@@ -174,11 +174,10 @@ class CaseWorker:
         d = event.data
         answer = ApprovalAnswer(d["requestId"], d["decision"], int(d["caseVersion"]), d["approver"], d.get("reason"))
         record = await self._runner.paused_on(storage, answer.request_id)
+        outcome = None
         if record is not None:
-            outcome = await self._runner.run(
-                storage, checkpoint_id=record.checkpoint_id, responses={answer.request_id: answer}
-            )
-        else:
+            outcome = await self._runner.resume(storage, record, responses={answer.request_id: answer})
+        if outcome is None:  # no usable checkpoint, or resuming it failed: rebuilt from the case (R8)
             outcome = await self._runner.run(storage, message=AnswerWithoutCheckpoint(event.case_id, answer))
         steps = [outcome]
         if outcome.outcome == "stale_answer":

@@ -9,6 +9,7 @@ from typing import Any
 
 from agent_framework import Workflow
 
+from shared.app.alerts import Alerter
 from shared.core.cases import CaseRepository
 from shared.core.clock import ManualClock
 from shared.core.ledger import Ledger
@@ -63,7 +64,7 @@ def make_harness(
         probe=probe or (lambda point: None),
     )
     install_capture(store)  # what the composition root does: checkpoint failures are recorded in this store
-    kwargs: dict[str, Any] = {"build": build}
+    kwargs: dict[str, Any] = {"build": build, "alerts": Alerter(store, ManualClock())}
     if allowed_checkpoint_types is not None:
         kwargs["allowed_checkpoint_types"] = allowed_checkpoint_types
     return Harness(store, CaseWorker(WorkflowRunner(deps, store, **kwargs)), deps)
