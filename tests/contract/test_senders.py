@@ -181,3 +181,26 @@ def test_from_the_emulators_connection_string_links_are_clients_of_the_namespace
     sender.send(event("C-1", 1), message_id="m-1")
     assert broker.namespaces == ["localhost"] and [s.message_id for s in broker.sent] == ["m-1"]
     sender.close()
+
+
+def test_the_composition_root_sends_with_the_connection_string_the_settings_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``bootstrap.open_sender`` / ``open_dead_letters`` pick the settings' form: the emulator's string here."""
+    from shared.app import bootstrap
+    from shared.app.settings import Settings
+
+    broker = Broker()
+    _patch_client_class(monkeypatch, broker)
+    settings = Settings.from_mapping(
+        {"WEBHOOK_SECRET": "s", "CASEKEEPER_QUEUE": "servicebus", "ServiceBusConnection": EMULATOR}
+    )
+    sender = bootstrap.open_sender(settings)
+    dead_letters = bootstrap.open_dead_letters(settings)
+    try:
+        sender.send(event("C-1", 1), message_id="m-1")
+        broker.dead.append(Dead("webhook:a", "C-1", 1, b"{}"))
+        assert [d.message_id for d in dead_letters.peek()] == ["webhook:a"]
+    finally:
+        sender.close()  # type: ignore[attr-defined]
+    assert broker.namespaces == ["localhost", "localhost"]
