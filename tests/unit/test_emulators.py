@@ -136,13 +136,34 @@ def test_sessions_duplicate_detection_lock_and_deliveries_match_the_bicep() -> N
     assert str(emulator["MaxDeliveryCount"]) == azure["maxDeliveryCount"] == "10"
 
 
-def test_the_emulators_duplicate_window_is_valid_and_no_longer_than_azures() -> None:
-    """Locally a shorter window (and message lifetime) than Azure's one day: nothing stays queued for long,
-    and the emulator keeps its state in SQL Edge. The window must still cover a webhook's redeliveries."""
+# The emulator's own limits on a queue's properties, from its documented configuration schema
+# (azure-service-bus-emulator-installer, ServiceBus-Emulator/Schema/Config-schema.json): it refuses a
+# config outside them. Azure's limits are wider (a window up to 7 days, lifetimes up to unlimited).
+EMULATOR_LIMITS = {
+    "DuplicateDetectionHistoryTimeWindow": (timedelta(seconds=5), timedelta(minutes=5)),
+    "DefaultMessageTimeToLive": (timedelta(minutes=5), timedelta(hours=1)),
+    "LockDuration": (timedelta(seconds=5), timedelta(minutes=5)),
+}
+
+
+def test_the_emulators_queue_stays_within_the_emulators_limits() -> None:
+    queue = queue_config()
+    for name, (low, high) in EMULATOR_LIMITS.items():
+        assert low <= isodate.parse_duration(queue[name]) <= high, f"{name}={queue[name]} outside {low}..{high}"
+    assert 1 <= queue["MaxDeliveryCount"] <= 10
+    assert queue["DeadLetteringOnMessageExpiration"] is True, "as in Azure: an expired event is kept, not dropped"
+
+
+def test_where_the_emulator_cannot_follow_the_bicep_it_goes_as_far_as_it_allows() -> None:
+    """Azure detects duplicates for a day; the emulator at most for five minutes: its maximum, never less."""
     emulator = isodate.parse_duration(queue_config()["DuplicateDetectionHistoryTimeWindow"])
     azure = isodate.parse_duration(bicep_queue()["duplicateDetectionHistoryTimeWindow"])
-    assert timedelta(seconds=20) <= emulator <= azure <= timedelta(days=7)
-    assert isodate.parse_duration(queue_config()["DefaultMessageTimeToLive"]) >= emulator
+    ceiling = EMULATOR_LIMITS["DuplicateDetectionHistoryTimeWindow"][1]
+    assert emulator == min(azure, ceiling)
+    assert (
+        isodate.parse_duration(queue_config()["DefaultMessageTimeToLive"])
+        == EMULATOR_LIMITS["DefaultMessageTimeToLive"][1]
+    )
 
 
 # -- the generated local.settings.json --
