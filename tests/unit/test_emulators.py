@@ -112,7 +112,9 @@ def test_the_ports_the_generated_settings_use_are_published() -> None:
     cosmos = urlparse(parse_cosmos(values[COSMOS_DB]).endpoint)
     assert cosmos.port in published("cosmosdb")
     # Gateway over HTTPS: the host's .NET Cosmos DB extension does not talk to the emulator over HTTP.
-    assert cosmos.scheme == "https" and service("cosmosdb")["command"] == ["--protocol", "https"]
+    assert cosmos.scheme == "https" and service("cosmosdb")["environment"]["PROTOCOL"] == "https"
+    # What the emulator advertises after the first request must be where the settings reach it.
+    assert service("cosmosdb")["environment"]["GATEWAY_PUBLIC_ENDPOINT"] == cosmos.hostname
     bus = parse_service_bus(values[SERVICE_BUS])
     assert bus.emulator and ":" not in bus.host, "UseDevelopmentEmulator=true means plain AMQP on 5672"
     assert 5672 in published("servicebus")
