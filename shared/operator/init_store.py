@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from shared.app.settings import Settings
-from shared.core.errors import CasekeeperError
+from shared.core.errors import CasekeeperError, StoreUnavailable
 from shared.core.ports import CONTAINERS
 from shared.functions import CONTAINER_LEASES
 from shared.operator.context import app_settings_values, error
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     store = cosmos_store_from_settings(settings.cosmos_endpoint, settings.cosmos_database, settings.cosmos_key)
     try:
         store.ensure_containers(lease_containers=(CONTAINER_LEASES,))
+    except StoreUnavailable as exc:
+        error(PROG, f"{exc} (is the emulator running? docker compose -f emulators/compose.yaml ps)")
+        return 2
     except CasekeeperError as exc:
         error(PROG, str(exc))
         return 2

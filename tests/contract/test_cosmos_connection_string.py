@@ -89,3 +89,20 @@ def test_the_app_store_works_from_a_connection_string(server: CosmosServer) -> N
         assert read is not None and read.body["status"] == "open" and read.etag == created.etag
     finally:
         store.close()
+
+
+def test_init_store_without_a_running_emulator_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CASEKEEPER_STORE", "cosmos")
+    monkeypatch.setenv("CASEKEEPER_QUEUE", "local")
+    monkeypatch.setenv("CosmosDBConnection", f"AccountEndpoint=https://127.0.0.1:{port}/;AccountKey=a2V5;")
+    assert init_store([]) == 2
+    err = capsys.readouterr().err
+    assert "unreachable" in err and "emulator running" in err
