@@ -84,16 +84,16 @@ def bicep_queue() -> dict[str, str]:
 # -- the compose file --
 
 
-def test_compose_runs_microsofts_three_emulators_and_sql_edge_for_service_bus() -> None:
+def test_compose_runs_microsofts_three_emulators_and_sql_server_for_service_bus() -> None:
     images = {name: svc["image"].split(":")[0] for name, svc in compose()["services"].items()}
     assert images == {
         "servicebus": "mcr.microsoft.com/azure-messaging/servicebus-emulator",
-        "sqledge": "mcr.microsoft.com/azure-sql-edge",
+        "sqlserver": "mcr.microsoft.com/mssql/server",
         "cosmosdb": "mcr.microsoft.com/cosmosdb/linux/azure-cosmos-emulator",
         "azurite": "mcr.microsoft.com/azure-storage/azurite",
     }
     bus = service("servicebus")
-    assert bus["environment"]["SQL_SERVER"] == "sqledge" and "sqledge" in bus["depends_on"]
+    assert bus["environment"]["SQL_SERVER"] == "sqlserver" and "sqlserver" in bus["depends_on"]
     # The emulator reads its entities from this one path; the file mounted there is the one tested below.
     [mount] = bus["volumes"]
     source, target = mount.split(":")[:2]
@@ -101,7 +101,7 @@ def test_compose_runs_microsofts_three_emulators_and_sql_edge_for_service_bus() 
 
 
 def test_nothing_accepts_a_license_or_sets_a_password_on_the_readers_behalf() -> None:
-    for name in ("servicebus", "sqledge"):
+    for name in ("servicebus", "sqlserver"):
         env = service(name)["environment"]
         for key in ("ACCEPT_EULA", "MSSQL_SA_PASSWORD"):
             assert re.fullmatch(r"\$\{" + key + r":\?[^}]+\}", env[key]), f"{name}.{key}: {env[key]!r}"
