@@ -119,9 +119,13 @@ class Settings:
     cosmos_endpoint: str | None
     cosmos_database: str
     cosmos_key: str | None
+    cosmos_connection_string: str | None
+    """Set when ``CosmosDBConnection`` is; ``cosmos_endpoint`` and ``cosmos_key`` then come from it."""
     queue: Literal["servicebus", "local"]
     local_queue_path: Path
     service_bus_namespace: str | None
+    service_bus_connection_string: str | None
+    """Set when ``ServiceBusConnection`` is (the emulator); else ``service_bus_namespace`` (identity)."""
     case_events_queue: str
     webhook_secrets: tuple[str, ...]
     call_timeout: float
@@ -138,10 +142,6 @@ class Settings:
     backoff: Backoff
     trace_sampling_ratio: float
     agent_framework_spans: bool
-    service_bus_connection_string: str | None = None
-    """Set when ``ServiceBusConnection`` is (the emulator); else ``service_bus_namespace`` (identity)."""
-    cosmos_connection_string: str | None = None
-    """Set when ``CosmosDBConnection`` is; ``cosmos_endpoint`` and ``cosmos_key`` then come from it."""
 
     @classmethod
     def from_mapping(cls, env: Mapping[str, str], *, receives_events: bool = True) -> Settings:
@@ -223,9 +223,11 @@ class Settings:
             cosmos_endpoint=conn.cosmos_endpoint,
             cosmos_database=values["COSMOS_DATABASE"] or "casekeeper",
             cosmos_key=conn.cosmos_key,
+            cosmos_connection_string=conn.cosmos_string,
             queue="local" if queue == "local" else "servicebus",
             local_queue_path=Path(values["CASEKEEPER_LOCAL_QUEUE_PATH"] or ""),
             service_bus_namespace=conn.namespace,
+            service_bus_connection_string=conn.bus_string,
             case_events_queue=values["CASE_EVENTS_QUEUE"] or "case-events",
             webhook_secrets=secrets,
             call_timeout=call_timeout,
@@ -242,8 +244,6 @@ class Settings:
             backoff=backoff,
             trace_sampling_ratio=trace_sampling_ratio,
             agent_framework_spans=framework_spans,
-            service_bus_connection_string=conn.bus_string,
-            cosmos_connection_string=conn.cosmos_string,
         )
 
 
