@@ -611,7 +611,8 @@ class CosmosDocumentStore:
 
 
 def cosmos_store_from_settings(endpoint: str, database: str, key: str | None) -> CosmosDocumentStore:
-    """A store for ``endpoint``/``database``: with ``key`` (a local or test server) key auth, without it
+    """A store for ``endpoint``/``database``: with ``key`` (a local or test server, or the emulator, whose
+    ``CosmosDBConnection`` string the settings split into endpoint and key) key auth, without it
     (``None`` or empty, as an unset setting reads) ``DefaultAzureCredential()`` (managed identity in
     Azure, a developer login locally), which the store then owns and closes. No network I/O happens here.
 
