@@ -67,6 +67,8 @@
 // Deliberately not set in Azure (local development and tests only):
 //   CASEKEEPER_SQLITE_PATH, CASEKEEPER_LOCAL_QUEUE_PATH, and COSMOS_KEY (keys are disabled on the
 //   account; unset, the code uses managed identity).
+//   ServiceBusConnection, CosmosDBConnection (the connection-string forms of the two connections, for the
+//   emulators; keys are disabled on both resources here, so only the identity-based forms above work).
 //   OTEL_EXPORTER_OTLP_ENDPOINT and CASEKEEPER_TELEMETRY_FILE: telemetry goes to Application Insights
 //   here (shared/app/telemetry.configure); these pick OTLP or a console file where it is not configured.
 
@@ -209,6 +211,19 @@ param authClientId string = ''
 @description('Optional resource id of the Azure OpenAI account: when given, the app identity gets Cognitive Services OpenAI User on it.')
 param azureOpenAIResourceId string = ''
 
+// -- a developer running the app locally against this environment (docs/func-start.md) --
+
+@description('Principal (object) id of a developer who runs the app on their machine (func start) against this environment: app/developer-rbac.bicep grants it the data roles. azd passes the signed-in account (AZURE_PRINCIPAL_ID). Empty: no developer access.')
+param principalId string = ''
+
+@allowed([
+  'User'
+  'ServicePrincipal'
+  'Group'
+])
+@description('What kind of principal principalId is.')
+param principalType string = 'User'
+
 // -- monitoring --
 
 @description('Application Insights accepts only Entra ID-authenticated telemetry.')
@@ -329,6 +344,18 @@ module rbac 'app/rbac.bicep' = {
   }
 }
 
+module developerRbac 'app/developer-rbac.bicep' = if (!empty(principalId)) {
+  name: 'developer-rbac'
+  params: {
+    principalId: principalId
+    principalType: principalType
+    storageAccountName: storage.outputs.name
+    serviceBusNamespaceName: serviceBus.outputs.namespaceName
+    serviceBusQueueName: serviceBus.outputs.queueName
+    cosmosAccountName: cosmos.outputs.accountName
+  }
+}
+
 module openAIRbac 'app/openai-rbac.bicep' = if (grantOpenAI) {
   name: 'openai-rbac'
   scope: resourceGroup(openAIIdParts[2], openAIIdParts[4])
@@ -432,5 +459,7 @@ output serviceBusFullyQualifiedNamespace string = serviceBus.outputs.fullyQualif
 output caseEventsQueueName string = serviceBus.outputs.queueName
 output keyVaultName string = keyVault.outputs.name
 output managedIdentityClientId string = identity.outputs.clientId
+// For `casekeeper local-settings azd --host-storage azure` (a developer's host on this storage account).
+output storageAccountName string = storage.outputs.name
 @description('Empty when no alertEmailAddress was given: the alerts then reach nobody.')
 output alertActionGroupId string = alerts.outputs.actionGroupId

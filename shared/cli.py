@@ -43,6 +43,12 @@ def _chaos(argv: list[str]) -> int:
     return main(argv)
 
 
+def _local_settings(argv: list[str]) -> int:
+    from shared.app.local_settings import main
+
+    return main(argv)
+
+
 def _operator(module: str) -> Callable[[list[str]], int]:
     def run(argv: list[str]) -> int:
         import importlib
@@ -65,6 +71,14 @@ COMMANDS: dict[str, Command] = {
     "events": ("events dead-lettered | events redrive: events the queue gave up on", _operator("events")),
     "drain": ("drain check: in-flight runs this build could not resume (exit 1 if any)", _operator("drain")),
     "alerts": ("recent alerts", _operator("alerts")),
+    "init-store": (
+        "create the Cosmos DB database and containers the settings name (the emulator)",
+        _operator("init_store"),
+    ),
+    "local-settings": (
+        "local-settings emulators | azd: write local.settings.json for func start",
+        _local_settings,
+    ),
     "demo": ("drive the failure modes against a local supplier and print what the supplier saw", _demo),
     "supplier-stub": ("serve the supplier portal API locally, logging every request", _supplier_stub),
     "chaos": ("drive events through faults and kill -9, then check the invariants from outside", _chaos),

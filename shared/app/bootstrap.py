@@ -129,10 +129,12 @@ def open_sender(settings: Settings) -> EventSender:
         from shared.messaging.sqlite_queue import LocalSessionQueue
 
         return LocalQueueEventSender(LocalSessionQueue(settings.local_queue_path), settings.case_events_queue)
-    from shared.messaging.servicebus import ServiceBusEventSender, identity_client_factory
+    from shared.messaging.servicebus import ServiceBusEventSender, client_factories
 
-    assert settings.service_bus_namespace is not None
-    return ServiceBusEventSender(settings.case_events_queue, identity_client_factory(settings.service_bus_namespace))
+    clients, _admin = client_factories(
+        namespace=settings.service_bus_namespace, connection_string=settings.service_bus_connection_string
+    )
+    return ServiceBusEventSender(settings.case_events_queue, clients)
 
 
 def open_dead_letters(settings: Settings) -> DeadLetterQueue:
@@ -142,15 +144,12 @@ def open_dead_letters(settings: Settings) -> DeadLetterQueue:
         from shared.messaging.sqlite_queue import LocalSessionQueue
 
         return LocalDeadLetters(LocalSessionQueue(settings.local_queue_path), settings.case_events_queue)
-    from shared.messaging.servicebus import ServiceBusDeadLetters, identity_admin_factory, identity_client_factory
+    from shared.messaging.servicebus import ServiceBusDeadLetters, client_factories
 
-    namespace = settings.service_bus_namespace
-    assert namespace is not None
-    return ServiceBusDeadLetters(
-        settings.case_events_queue,
-        identity_client_factory(namespace),
-        admin_factory=identity_admin_factory(namespace),
+    clients, admin = client_factories(
+        namespace=settings.service_bus_namespace, connection_string=settings.service_bus_connection_string
     )
+    return ServiceBusDeadLetters(settings.case_events_queue, clients, admin_factory=admin)
 
 
 def build_operations(

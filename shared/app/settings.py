@@ -8,11 +8,20 @@ name in :data:`SETTINGS`. :meth:`Settings.from_mapping` names every missing or i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Literal
 
+from shared.app.connections import (
+    COSMOS_DB,
+    COSMOS_DB_ENDPOINT,
+    SERVICE_BUS,
+    SERVICE_BUS_NAMESPACE,
+    ConnectionStringError,
+    parse_cosmos,
+    parse_service_bus,
+)
 from shared.core.errors import ConfigurationError
 from shared.core.ledger import DEFAULT_CALL_TIMEOUT
 from shared.core.retry import Backoff
@@ -39,6 +48,20 @@ SETTINGS: tuple[Setting, ...] = (
         "ServiceBusConnection__fullyQualifiedNamespace", None, "Service Bus namespace, e.g. x.servicebus.windows.net"
     ),
     Setting("CASE_EVENTS_QUEUE", "case-events", "the session-enabled queue of case events"),
+    # The connection-string forms of the two connections above, for the emulators (shared.app.connections);
+    # set one form of each connection, not both. Never set in Azure: keys are disabled there.
+    Setting(
+        "ServiceBusConnection",
+        None,
+        "Service Bus connection string (the emulator's), instead of ServiceBusConnection__fullyQualifiedNamespace",
+        True,
+    ),
+    Setting(
+        "CosmosDBConnection",
+        None,
+        "Cosmos DB connection string (the emulator's), instead of CosmosDBConnection__accountEndpoint",
+        True,
+    ),
     Setting("WEBHOOK_SECRET", None, "HMAC secret(s) of the event webhook; comma-separated while rotating", True),
     Setting(
         "CALL_TIMEOUT_SECONDS",
@@ -96,9 +119,13 @@ class Settings:
     cosmos_endpoint: str | None
     cosmos_database: str
     cosmos_key: str | None
+    cosmos_connection_string: str | None
+    """Set when ``CosmosDBConnection`` is; ``cosmos_endpoint`` and ``cosmos_key`` then come from it."""
     queue: Literal["servicebus", "local"]
     local_queue_path: Path
     service_bus_namespace: str | None
+    service_bus_connection_string: str | None
+    """Set when ``ServiceBusConnection`` is (the emulator); else ``service_bus_namespace`` (identity)."""
     case_events_queue: str
     webhook_secrets: tuple[str, ...]
     call_timeout: float
@@ -153,16 +180,8 @@ class Settings:
         store = choice("CASEKEEPER_STORE", ("sqlite", "cosmos"))
         queue = choice("CASEKEEPER_QUEUE", ("servicebus", "local"))
         problems.extend(_refused_in_azure(env, store=store, queue=queue))
-        cosmos_endpoint = (
-            require("CosmosDBConnection__accountEndpoint")
-            if store == "cosmos"
-            else values["CosmosDBConnection__accountEndpoint"]
-        )
-        namespace = (
-            require("ServiceBusConnection__fullyQualifiedNamespace")
-            if queue == "servicebus"
-            else values["ServiceBusConnection__fullyQualifiedNamespace"]
-        )
+        conn = _read_connections(values, cosmos=store == "cosmos", bus=queue == "servicebus", missing=missing)
+        problems.extend(conn.problems)
         secret = require("WEBHOOK_SECRET") if receives_events else values["WEBHOOK_SECRET"]
         secrets = tuple(s.strip() for s in (secret or "").split(",") if s.strip())
         problems.extend(_unresolved_references(values, ("WEBHOOK_SECRET", "ALERT_WEBHOOK_URL")))
@@ -195,18 +214,20 @@ class Settings:
         framework_spans = _flag(values["AGENT_FRAMEWORK_SPANS"] or "", "AGENT_FRAMEWORK_SPANS", problems)
 
         if missing:
-            problems.insert(0, "missing: " + ", ".join(missing))
+            problems.insert(0, "missing: " + ", ".join(_both_forms(name) for name in missing))
         if problems:
             raise ConfigurationError("invalid settings: " + "; ".join(problems), missing=tuple(missing))
         return cls(
             store="cosmos" if store == "cosmos" else "sqlite",
             sqlite_path=Path(values["CASEKEEPER_SQLITE_PATH"] or ""),
-            cosmos_endpoint=cosmos_endpoint,
+            cosmos_endpoint=conn.cosmos_endpoint,
             cosmos_database=values["COSMOS_DATABASE"] or "casekeeper",
-            cosmos_key=values["COSMOS_KEY"],
+            cosmos_key=conn.cosmos_key,
+            cosmos_connection_string=conn.cosmos_string,
             queue="local" if queue == "local" else "servicebus",
             local_queue_path=Path(values["CASEKEEPER_LOCAL_QUEUE_PATH"] or ""),
-            service_bus_namespace=namespace,
+            service_bus_namespace=conn.namespace,
+            service_bus_connection_string=conn.bus_string,
             case_events_queue=values["CASE_EVENTS_QUEUE"] or "case-events",
             webhook_secrets=secrets,
             call_timeout=call_timeout,
@@ -224,6 +245,61 @@ class Settings:
             trace_sampling_ratio=trace_sampling_ratio,
             agent_framework_spans=framework_spans,
         )
+
+
+_CONNECTIONS = {COSMOS_DB_ENDPOINT: COSMOS_DB, SERVICE_BUS_NAMESPACE: SERVICE_BUS}
+
+
+@dataclass
+class _Connections:
+    cosmos_endpoint: str | None = None
+    cosmos_key: str | None = None
+    cosmos_string: str | None = None
+    namespace: str | None = None
+    bus_string: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _read_connections(values: Mapping[str, str | None], *, cosmos: bool, bus: bool, missing: list[str]) -> _Connections:
+    """Both connections, each in whichever form is set (``shared.app.connections``). A required connection
+    with neither form set: its identity-based name is reported missing (the error names both forms). Both
+    forms set: refused, since the host and the code could read different ones."""
+    found = _Connections(cosmos_endpoint=values[COSMOS_DB_ENDPOINT], cosmos_key=values["COSMOS_KEY"])
+    for string_name, identity_name, required in (
+        (COSMOS_DB, COSMOS_DB_ENDPOINT, cosmos),
+        (SERVICE_BUS, SERVICE_BUS_NAMESPACE, bus),
+    ):
+        string, identity = values[string_name], values[identity_name]
+        if string and identity:
+            found.problems.append(
+                f"set {string_name} (a connection string) or {identity_name} (identity-based), not both"
+            )
+        elif required and not string and not identity:
+            missing.append(identity_name)
+    found.cosmos_string, found.bus_string = values[COSMOS_DB] or None, values[SERVICE_BUS] or None
+    found.namespace = values[SERVICE_BUS_NAMESPACE]
+    try:
+        if found.cosmos_string and found.cosmos_key:
+            found.problems.append(f"COSMOS_KEY goes with {COSMOS_DB_ENDPOINT}; {COSMOS_DB} carries its own AccountKey")
+        elif found.cosmos_string:
+            account = parse_cosmos(found.cosmos_string)
+            found.cosmos_endpoint, found.cosmos_key = account.endpoint, account.key
+    except ConnectionStringError as exc:
+        found.problems.append(str(exc))
+    try:
+        if found.bus_string:
+            found.namespace = parse_service_bus(found.bus_string).host
+    except ConnectionStringError as exc:
+        found.problems.append(str(exc))
+    return found
+
+
+def _both_forms(name: str) -> str:
+    """A missing setting as the error names it: both forms for a connection."""
+    string_name = _CONNECTIONS.get(name)
+    if string_name is None:
+        return name
+    return f"{name} or {string_name} (identity-based, or a connection string)"
 
 
 def _unresolved_references(values: Mapping[str, str | None], names: tuple[str, ...]) -> list[str]:

@@ -1,4 +1,5 @@
-"""Azure Service Bus adapters of the messaging ports, identity-based (``DefaultAzureCredential``).
+"""Azure Service Bus adapters of the messaging ports, identity-based (``DefaultAzureCredential``) or from a
+connection string (the Service Bus emulator; ``shared.app.connections`` says which setting holds which form).
 
 The Python Service Bus output binding cannot set a session id or a message id, so events are sent with
 ``azure-servicebus`` itself. Its clients and senders are not thread-safe (the package's README, "Thread
@@ -48,6 +49,40 @@ def identity_client_factory(namespace: str) -> ClientFactory:
 
     credential = DefaultAzureCredential()
     return lambda: ServiceBusClient(namespace, credential=credential)
+
+
+def connection_string_client_factory(connection_string: str, **client_options: Any) -> ClientFactory:
+    """Clients from a namespace connection string. With ``UseDevelopmentEmulator=true`` in it, the SDK
+    speaks plain AMQP (no TLS) to the host and port of its ``Endpoint``, as the emulator expects.
+    ``client_options`` go to ``ServiceBusClient.from_connection_string`` (e.g. ``retry_total``)."""
+
+    def make() -> ServiceBusClient:
+        from azure.servicebus import ServiceBusClient
+
+        return ServiceBusClient.from_connection_string(connection_string, **client_options)
+
+    return make
+
+
+def connection_string_admin_factory(connection_string: str) -> Callable[[], Any]:
+    """Administration clients from a connection string. The emulator serves administration on its own
+    HTTP port, not the AMQP one its connection string names, so against it these calls fail, and the
+    dead-letter counts report the queue unavailable."""
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    return lambda: ServiceBusAdministrationClient.from_connection_string(connection_string)
+
+
+def client_factories(
+    *, namespace: str | None, connection_string: str | None
+) -> tuple[ClientFactory, Callable[[], Any]]:
+    """The client and administration factories for whichever form the settings hold: the connection string
+    when given, else the namespace with the app's identity. Raises ``ValueError`` when neither is given."""
+    if connection_string:
+        return connection_string_client_factory(connection_string), connection_string_admin_factory(connection_string)
+    if namespace:
+        return identity_client_factory(namespace), identity_admin_factory(namespace)
+    raise ValueError("a Service Bus namespace or connection string is required")
 
 
 class _Link:

@@ -443,15 +443,17 @@ class CosmosDocumentStore:
 
     # -- setup (local and test use; in Azure, infra creates the containers) --
 
-    def ensure_containers(self) -> None:
+    def ensure_containers(self, *, lease_containers: tuple[str, ...] = ()) -> None:
         """Create the database and every container of :data:`~shared.core.ports.CONTAINERS` (partition key
-        ``/<field>``) when missing. Raises ``ConfigurationError`` when a container exists with another
-        partition key path."""
+        ``/<field>``) when missing, and each of ``lease_containers`` (partition key ``/id``, as the Functions
+        Cosmos DB trigger requires of its leases; the store itself never reads them). Raises
+        ``ConfigurationError`` when a container exists with another partition key path."""
+        wanted = {name: f"/{field_name}" for name, field_name in CONTAINERS.items()}
+        wanted.update(dict.fromkeys(lease_containers, "/id"))
         with _translate(None, None):
             client = self._get_client()
             database = client.create_database_if_not_exists(id=self._database_name)
-            for name, field_name in CONTAINERS.items():
-                path = f"/{field_name}"
+            for name, path in wanted.items():
                 proxy = database.create_container_if_not_exists(
                     id=name,
                     partition_key=PartitionKey(path=path),
@@ -460,8 +462,9 @@ class CosmosDocumentStore:
                 if paths != [path]:
                     expected = [path]
                     raise ConfigurationError(f"container {name!r} has partition key {paths}, not {expected}")
-                with self._lock:
-                    self._containers[name] = proxy
+                if name in CONTAINERS:
+                    with self._lock:
+                        self._containers[name] = proxy
 
     # -- the port --
 
@@ -608,7 +611,8 @@ class CosmosDocumentStore:
 
 
 def cosmos_store_from_settings(endpoint: str, database: str, key: str | None) -> CosmosDocumentStore:
-    """A store for ``endpoint``/``database``: with ``key`` (a local or test server) key auth, without it
+    """A store for ``endpoint``/``database``: with ``key`` (a local or test server, or the emulator, whose
+    ``CosmosDBConnection`` string the settings split into endpoint and key) key auth, without it
     (``None`` or empty, as an unset setting reads) ``DefaultAzureCredential()`` (managed identity in
     Azure, a developer login locally), which the store then owns and closes. No network I/O happens here.
 

@@ -2,7 +2,10 @@
 
 Backends: the local host's SQLite session queue (real), and the Service Bus adapters over a small fake
 client (``tests/support/fake_servicebus.py``: no Service Bus runs here; the fake is strict about what
-the real SDK is fragile about, a sender used by two threads at once).
+the real SDK is fragile about, a sender used by two threads at once), built two ways: by a factory the
+test hands in, and from the Service Bus emulator's connection string by the production factory
+(``client_factories``), where only ``ServiceBusClient`` itself is the fake, after the real SDK parsed the
+string.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from shared.core.errors import QueueError
 from shared.domain.events import CaseEvent
 from shared.messaging import DeadLetterQueue, EventSender, decode
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
-from shared.messaging.servicebus import ServiceBusDeadLetters, ServiceBusEventSender
+from shared.messaging.servicebus import ServiceBusDeadLetters, ServiceBusEventSender, client_factories
 from shared.messaging.sqlite_queue import LocalSessionQueue
-from tests.support.fake_servicebus import Broker, Dead, FakeAdmin, FakeClient
+from tests.support.fake_servicebus import Broker, Dead, FakeAdmin, FakeClient, FakeClientFromConnectionString
 
 QUEUE = "case-events"
+# The Service Bus emulator's connection string, as docs/func-start.md's local.settings.json carries it.
+EMULATOR = (
+    "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
+    "UseDevelopmentEmulator=true;"
+)
 
 
 @dataclass
@@ -38,8 +46,8 @@ class Messaging:
     """Close the sender's connection to the queue (the fixture's teardown closes it again)."""
 
 
-@pytest.fixture(params=["local", "servicebus"])
-def messaging(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Messaging]:
+@pytest.fixture(params=["local", "servicebus", "servicebus-connection-string"])
+def messaging(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Messaging]:
     if request.param == "local":
         queue = LocalSessionQueue(tmp_path / "queue.sqlite", max_delivery_count=1)
 
@@ -63,6 +71,10 @@ def messaging(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Messag
     def factory() -> FakeClient:
         return FakeClient(broker)
 
+    if request.param == "servicebus-connection-string":
+        _patch_client_class(monkeypatch, broker)
+        factory, _admin = client_factories(namespace=None, connection_string=EMULATOR)  # type: ignore[assignment]
+
     def bus_sent() -> list[tuple[str, str, bytes, float | None]]:
         return [(s.session_id, s.message_id, s.body, s.scheduled_at) for s in broker.sent]
 
@@ -70,6 +82,7 @@ def messaging(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Messag
         broker.dead.append(Dead(message_id, session, next(numbers), body))
 
     sender = ServiceBusEventSender(QUEUE, factory, pool_size=4)
+    # The administration client stays the fake's: the emulator serves administration on another port.
     yield Messaging(
         sender,
         ServiceBusDeadLetters(QUEUE, factory, admin_factory=lambda: FakeAdmin(broker), max_wait_time=0.1),
@@ -145,3 +158,49 @@ def test_a_send_on_a_closed_connection_raises_a_queue_error(messaging: Messaging
     messaging.close()
     with pytest.raises(QueueError):
         messaging.sender.send(event("C-1", 1), message_id="m-1")
+
+
+def _patch_client_class(monkeypatch: pytest.MonkeyPatch, broker: Broker) -> None:
+    import azure.servicebus
+
+    monkeypatch.setattr(FakeClientFromConnectionString, "real", azure.servicebus.ServiceBusClient)
+    monkeypatch.setattr(FakeClientFromConnectionString, "broker", broker)
+    monkeypatch.setattr(azure.servicebus, "ServiceBusClient", FakeClientFromConnectionString)
+
+
+def test_from_the_emulators_connection_string_links_are_clients_of_the_namespace_it_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the connection-string backend above rests on: the production factory built its clients from
+    the string (parsed by the real SDK), not from a namespace and an identity."""
+    broker = Broker()
+    _patch_client_class(monkeypatch, broker)
+    factory, _admin = client_factories(namespace="ignored.servicebus.windows.net", connection_string=EMULATOR)
+    sender = ServiceBusEventSender(QUEUE, factory, pool_size=2)
+    assert broker.namespaces == []  # nothing is built before a send
+    sender.send(event("C-1", 1), message_id="m-1")
+    assert broker.namespaces == ["localhost"] and [s.message_id for s in broker.sent] == ["m-1"]
+    sender.close()
+
+
+def test_the_composition_root_sends_with_the_connection_string_the_settings_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``bootstrap.open_sender`` / ``open_dead_letters`` pick the settings' form: the emulator's string here."""
+    from shared.app import bootstrap
+    from shared.app.settings import Settings
+
+    broker = Broker()
+    _patch_client_class(monkeypatch, broker)
+    settings = Settings.from_mapping(
+        {"WEBHOOK_SECRET": "s", "CASEKEEPER_QUEUE": "servicebus", "ServiceBusConnection": EMULATOR}
+    )
+    sender = bootstrap.open_sender(settings)
+    dead_letters = bootstrap.open_dead_letters(settings)
+    try:
+        sender.send(event("C-1", 1), message_id="m-1")
+        broker.dead.append(Dead("webhook:a", "C-1", 1, b"{}"))
+        assert [d.message_id for d in dead_letters.peek()] == ["webhook:a"]
+    finally:
+        sender.close()  # type: ignore[attr-defined]
+    assert broker.namespaces == ["localhost", "localhost"]

@@ -52,6 +52,7 @@ class Broker:
         self.lock = threading.Lock()
         self.clients = 0
         self.fail_sends = 0
+        self.namespaces: list[str] = []  # what connection strings named (FakeClientFromConnectionString)
 
 
 class FakeSender:
@@ -169,3 +170,25 @@ class FakeAdmin:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+class FakeClientFromConnectionString:
+    """Stands in for ``azure.servicebus.ServiceBusClient`` where a test patches it, so that the adapters'
+    connection-string factory (``connection_string_client_factory``) runs unchanged up to the broker.
+
+    The string is parsed by the real SDK first (``real.from_connection_string``: no I/O at construction), so
+    a string the SDK would refuse fails here too; the namespace it names is recorded on the broker."""
+
+    real: Any = None  # the SDK's ServiceBusClient, set by the test before patching it
+    broker: Broker | None = None
+
+    @classmethod
+    def from_connection_string(cls, conn_str: str, **kwargs: Any) -> FakeClient:
+        assert cls.real is not None and cls.broker is not None
+        parsed = cls.real.from_connection_string(conn_str, **kwargs)
+        try:
+            with cls.broker.lock:
+                cls.broker.namespaces.append(parsed.fully_qualified_namespace)
+        finally:
+            parsed.close()
+        return FakeClient(cls.broker)

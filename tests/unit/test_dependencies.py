@@ -30,6 +30,10 @@ LOCAL_ONLY = {
     "opentelemetry-exporter-otlp-proto-http": (
         "shared/app/telemetry.py imports it lazily when OTEL_EXPORTER_OTLP_ENDPOINT is set; infra/ never sets it"
     ),
+    "python-dotenv": (
+        "shared/app/local_settings.py imports it lazily for `casekeeper local-settings azd --from FILE`, a "
+        "developer's command; the function app never runs it"
+    ),
 }
 
 

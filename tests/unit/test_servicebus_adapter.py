@@ -3,6 +3,7 @@ links are never shared between threads, a broken link is dropped, nothing connec
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -122,3 +123,44 @@ def test_with_the_sdks_own_tracing_on_diagnostic_id_goes_on_the_wire_once_and_is
     names = [n.decode() if isinstance(n, bytes) else n for n in names]
     assert names.count(TRACE_PROPERTY) == 1
     assert _carried(traced.application_properties).span_id == span.get_span_context().span_id
+
+
+def test_from_a_connection_string_the_real_client_speaks_plain_amqp_to_the_emulators_address() -> None:
+    """The real azure-servicebus client, from an emulator connection string (``UseDevelopmentEmulator=true``)
+    pointed at a loopback listener: the first bytes it sends are AMQP's SASL protocol header, not a TLS
+    handshake, to the host and port of the string's ``Endpoint``. The listener then hangs up, as a stopped
+    emulator would, and the send is reported as the queue being unavailable. (No Service Bus emulator runs
+    here: that is as far as the wire goes without one.)"""
+    import socket
+
+    from shared.messaging.servicebus import connection_string_client_factory
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(30)
+    port = listener.getsockname()[1]
+    first_bytes: list[bytes] = []
+
+    def accept_once() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(10)
+                first_bytes.append(conn.recv(8))
+
+    server = threading.Thread(target=accept_once, daemon=True)
+    server.start()
+    conn_str = (
+        f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+    )
+    sender = ServiceBusEventSender("case-events", connection_string_client_factory(conn_str, retry_total=0))
+    try:
+        with pytest.raises(QueueUnavailable):
+            sender.send(CaseEvent("case.investigate", "C-1", {}), message_id="m-1")
+    finally:
+        sender.close()
+        server.join(timeout=30)
+        listener.close()
+    assert first_bytes == [b"AMQP\x03\x01\x00\x00"]

@@ -128,3 +128,81 @@ def test_agent_framework_spans_is_a_flag(raw: str, on: bool) -> None:
 def test_agent_framework_spans_refuses_anything_else() -> None:
     with pytest.raises(ConfigurationError, match="AGENT_FRAMEWORK_SPANS must be true or false, not 'verbose'"):
         Settings.from_mapping({**BASE, "AGENT_FRAMEWORK_SPANS": "verbose"})
+
+
+# -- each connection in either form the Functions extensions accept (shared/app/connections.py) --
+
+EMULATOR_BUS = (
+    "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
+    "UseDevelopmentEmulator=true;"
+)
+EMULATOR_COSMOS = "AccountEndpoint=https://localhost:8081/;AccountKey=a2V5a2V5a2V5a2V5==;"
+CLOUD = {"WEBHOOK_SECRET": "s", "CASEKEEPER_STORE": "cosmos", "CASEKEEPER_QUEUE": "servicebus"}
+
+
+def test_connection_strings_stand_in_for_the_identity_based_settings() -> None:
+    s = Settings.from_mapping({**CLOUD, "ServiceBusConnection": EMULATOR_BUS, "CosmosDBConnection": EMULATOR_COSMOS})
+    assert (s.service_bus_connection_string, s.service_bus_namespace) == (EMULATOR_BUS, "localhost")
+    assert s.cosmos_connection_string == EMULATOR_COSMOS
+    # The store is built from endpoint and key, as for the Cosmos test server.
+    assert (s.cosmos_endpoint, s.cosmos_key) == ("https://localhost:8081/", "a2V5a2V5a2V5a2V5==")
+
+
+def test_identity_based_settings_carry_no_connection_string() -> None:
+    s = Settings.from_mapping(AZURE_READY)
+    assert s.service_bus_connection_string is None and s.cosmos_connection_string is None
+    assert (s.service_bus_namespace, s.cosmos_key) == ("x.servicebus.windows.net", None)
+
+
+@pytest.mark.parametrize(
+    ("string_name", "identity_name"),
+    [
+        ("ServiceBusConnection", "ServiceBusConnection__fullyQualifiedNamespace"),
+        ("CosmosDBConnection", "CosmosDBConnection__accountEndpoint"),
+    ],
+)
+def test_neither_form_is_an_error_naming_both(string_name: str, identity_name: str) -> None:
+    env = {k: v for k, v in {**AZURE_READY}.items() if k != identity_name}
+    with pytest.raises(ConfigurationError) as err:
+        Settings.from_mapping(env)
+    assert err.value.missing == (identity_name,)
+    assert f"{identity_name} or {string_name}" in str(err.value)
+
+
+def test_both_forms_of_one_connection_are_refused() -> None:
+    env = {**AZURE_READY, "ServiceBusConnection": EMULATOR_BUS, "CosmosDBConnection": EMULATOR_COSMOS}
+    with pytest.raises(ConfigurationError) as err:
+        Settings.from_mapping(env)
+    text = str(err.value)
+    assert "set ServiceBusConnection (a connection string) or ServiceBusConnection__fullyQualifiedNamespace" in text
+    assert "set CosmosDBConnection (a connection string) or CosmosDBConnection__accountEndpoint" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "complaint"),
+    [
+        ("ServiceBusConnection", "Endpoint=https://x;SharedAccessKeyName=k;SharedAccessKey=SECRETKEY", "sb://"),
+        ("ServiceBusConnection", "Endpoint=sb://x;SharedAccessKeyName=k", "SharedAccessKey"),
+        ("ServiceBusConnection", EMULATOR_BUS + "EntityPath=case-events", "EntityPath"),
+        ("ServiceBusConnection", "just-a-hostname", "Key=Value"),
+        ("CosmosDBConnection", "AccountEndpoint=https://localhost:8081/", "AccountKey"),
+        ("CosmosDBConnection", "AccountEndpoint=localhost:8081;AccountKey=SECRETKEY", "http(s) URL"),
+    ],
+)
+def test_a_malformed_connection_string_is_named_and_its_key_never_echoed(name: str, value: str, complaint: str) -> None:
+    env = {**CLOUD, "ServiceBusConnection": EMULATOR_BUS, "CosmosDBConnection": EMULATOR_COSMOS, name: value}
+    with pytest.raises(ConfigurationError) as err:
+        Settings.from_mapping(env)
+    assert name in str(err.value) and complaint in str(err.value)
+    assert "SECRETKEY" not in str(err.value)
+
+
+def test_cosmos_key_goes_with_the_endpoint_not_with_a_connection_string() -> None:
+    env = {**CLOUD, "ServiceBusConnection": EMULATOR_BUS, "CosmosDBConnection": EMULATOR_COSMOS, "COSMOS_KEY": "k"}
+    with pytest.raises(ConfigurationError, match="COSMOS_KEY goes with CosmosDBConnection__accountEndpoint"):
+        Settings.from_mapping(env)
+
+
+def test_the_local_queue_and_sqlite_need_neither_connection() -> None:
+    s = Settings.from_mapping(BASE)
+    assert s.service_bus_connection_string is None and s.cosmos_connection_string is None
