@@ -35,7 +35,8 @@ param applicationInsightsName string
 ])
 param pythonVersion string = '3.13'
 
-@minValue(40)
+@description('Flex Consumption scale-out limit: the documented range is 1 to 1000.')
+@minValue(1)
 @maxValue(1000)
 param maximumInstanceCount int = 40
 
@@ -55,6 +56,16 @@ param appSettings object
 @description('Client id of the Microsoft Entra ID app registration people sign in to the pages with (App Service Authentication). Empty: no sign-in, and the pages answer 401.')
 param authClientId string = ''
 
+// A note on PYTHON_ENABLE_OPENTELEMETRY below. host.json sets "telemetryMode": "OpenTelemetry". The
+// setting lets the Python worker stream its own OpenTelemetry data, so the host stops forwarding the
+// worker's logs (no duplicates), and makes the worker attach each invocation's trace context before the
+// function runs, so the code's spans join the host's request. The code exports itself
+// (shared/app/telemetry.configure, to Application Insights with the managed identity).
+// PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY is deliberately not set: with it the worker would call
+// configure_azure_monitor() itself, without the Entra credential this component requires
+// (monitoring.bicep disables local auth), and the code's own call would configure it twice.
+// (This note stands outside the list because the offline Bicep linter's parser, pycep, cannot read a
+// comment containing a parenthesis there.)
 // Settings the Functions host and the Azure SDKs read, added to the application's own.
 var hostSettings = [
   // Host storage, identity-based: the host derives the blob/queue/table endpoints from the name.
@@ -80,13 +91,7 @@ var hostSettings = [
     name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING'
     value: 'ClientId=${identityClientId};Authorization=AAD'
   }
-  // host.json sets "telemetryMode": "OpenTelemetry". This lets the Python worker stream its own
-  // OpenTelemetry data, so the host stops forwarding the worker's logs (no duplicates), and makes the
-  // worker attach each invocation's trace context before the function runs, so the code's spans join the
-  // host's request. The code exports itself (shared/app/telemetry.configure: Application Insights with the
-  // managed identity). PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY is deliberately not set: with it the
-  // worker would call configure_azure_monitor() itself, without the Entra credential this component
-  // requires (monitoring.bicep disables local auth), and the code's own call would configure it twice.
+  // OpenTelemetry mode for the worker: see the note on PYTHON_ENABLE_OPENTELEMETRY above this list.
   {
     name: 'PYTHON_ENABLE_OPENTELEMETRY'
     value: 'true'
@@ -151,6 +156,8 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     siteConfig: {
       minTlsVersion: '1.2'
       http20Enabled: true
+      // The package is deployed from blob storage (functionAppConfig.deployment): nothing uses FTP.
+      ftpsState: 'Disabled'
       appSettings: concat(applicationSettings, hostSettings)
     }
     functionAppConfig: {
@@ -219,9 +226,11 @@ resource authSettings 'Microsoft.Web/sites/config@2024-04-01' = if (!empty(authC
         }
       }
     }
+    // No token store: the pages only need who signed in (X-MS-CLIENT-PRINCIPAL), never the person's
+    // tokens, and a token store without a configured blob container has nowhere to keep them.
     login: {
       tokenStore: {
-        enabled: true
+        enabled: false
       }
     }
   }
