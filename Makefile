@@ -33,10 +33,19 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-lint: setup
+# checkov in a virtual environment of its own (its pins conflict with pytest's): the Bicep lint.
+CHECKOV_STAMP := .venv-checkov/.installed-stamp
+
+$(CHECKOV_STAMP): requirements-checkov.txt
+	$(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	touch $@
+
+lint: setup $(CHECKOV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python scripts/lint_infra.py
 
 # pytest exits 5 when it collects nothing; that is a broken suite, so it fails here too.
 test: lint
@@ -72,4 +81,4 @@ screenshots: setup
 	CASEKEEPER_SCREENSHOTS=$(CURDIR)/docs $(BIN)/pytest -q tests/browser
 
 clean:
-	rm -rf $(VENV) .venv313 node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv313 .venv-checkov node_modules .mypy_cache .ruff_cache .pytest_cache

@@ -1,16 +1,22 @@
 """Casekeeper's Azure Functions app (Python v2 programming model).
 
 The Functions host imports this module to index the functions: it opens no connection. Everything is
-built on first use by ``shared.app.bootstrap.services()``.
+built on first use by ``shared.app.bootstrap.services()``. Before anything else, it refuses to run on
+packages compiled for another Python than the runtime's (``shared.app.runtime_check``): a build that used
+another version fails here, loudly, instead of deep inside a dependency.
 """
 
-import azure.functions as func
+from shared.app.runtime_check import require_matching_packages
 
-from shared.functions.http import bp as http_bp
-from shared.functions.pages import bp as pages_bp
-from shared.functions.reconciler import bp as reconciler_bp
-from shared.functions.timer import bp as timer_bp
-from shared.functions.worker import bp as worker_bp
+require_matching_packages()
+
+import azure.functions as func  # noqa: E402  (after the check: a mismatched build fails on it first)
+
+from shared.functions.http import bp as http_bp  # noqa: E402
+from shared.functions.pages import bp as pages_bp  # noqa: E402
+from shared.functions.reconciler import bp as reconciler_bp  # noqa: E402
+from shared.functions.timer import bp as timer_bp  # noqa: E402
+from shared.functions.worker import bp as worker_bp  # noqa: E402
 
 
 def create_app() -> func.FunctionApp:

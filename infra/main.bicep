@@ -161,6 +161,15 @@ param alertWebhookUrl string = ''
 @description('Key Vault purge protection (irreversible once on).')
 param keyVaultPurgeProtection bool = true
 
+// A deleted vault keeps its name for the soft-delete retention (90 days), and with purge protection
+// nobody can purge it sooner; a fixed name would make `azd down` then `azd up` fail for that long. azure.yaml's
+// postdown hook therefore draws a new suffix into the azd environment (AZURE_KEY_VAULT_SUFFIX) after every
+// `azd down`, so the next provision names a new vault and the old one stays recoverable, as purge protection
+// intends.
+@maxLength(8)
+@description('Appended to the Key Vault name (lowercase letters and digits); azure.yaml\'s postdown hook sets a new one after each azd down.')
+param keyVaultNameSuffix string = ''
+
 // -- application settings --
 
 @minLength(1)
@@ -247,7 +256,7 @@ var names = {
   storage: take('st${prefix}${resourceToken}', 24)
   cosmos: 'cosmos-${prefix}-${resourceToken}'
   serviceBus: 'sb-${prefix}-${resourceToken}'
-  keyVault: take('kv${prefix}${resourceToken}', 24)
+  keyVault: '${take('kv${prefix}${resourceToken}', 24 - length(keyVaultNameSuffix))}${keyVaultNameSuffix}'
   plan: 'plan-${prefix}-${resourceToken}'
   functionApp: 'func-${prefix}-${resourceToken}'
   actionGroup: 'ag-${prefix}-${resourceToken}'

@@ -25,6 +25,8 @@ param alertWebhookUrl string = ''
 param enablePurgeProtection bool = true
 
 resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
+  // checkov:skip=CKV_AZURE_110: purge protection is on by default (keyVaultPurgeProtection); a parameter so a throwaway environment can leave it off
+  // checkov:skip=CKV_AZURE_42: soft delete is always on (90 days) and purge protection on by default; the check cannot read the parameter
   name: name
   location: location
   tags: tags
@@ -45,6 +47,7 @@ resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
 
 resource webhookSecretResource 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = {
   parent: vault
+  // checkov:skip=CKV_AZURE_41: an expiry would stop the app accepting webhooks on that date; the secret is rotated on purpose ("new,old", README)
   name: 'webhook-secret'
   properties: {
     value: webhookSecret
@@ -54,6 +57,8 @@ resource webhookSecretResource 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = 
 
 resource alertWebhookUrlResource 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = if (!empty(alertWebhookUrl)) {
   parent: vault
+  // checkov:skip=CKV_AZURE_41: an expiry would silence every alert on that date; the URL changes when its owner rotates it
+  // checkov:skip=CKV_AZURE_114: contentType is set below (text/uri-list); the check does not read conditional resources
   name: 'alert-webhook-url'
   properties: {
     value: alertWebhookUrl

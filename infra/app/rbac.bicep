@@ -3,6 +3,10 @@
 // | Resource                    | Role                                    | Why                                                     |
 // | storage account             | Storage Blob Data Owner                 | AzureWebJobsStorage (host keys, timer-trigger leases)   |
 // |                             |                                         | and the Flex deployment package container               |
+// |                             | Storage Queue Data Contributor          | the host's own queues (AzureWebJobsStorage)             |
+// |                             | Storage Table Data Contributor          | the host's own tables; without these two the host logs  |
+// |                             |                                         | 403s (the roles Microsoft's Flex Consumption sample     |
+// |                             |                                         | grants its app identity)                                |
 // | Service Bus queue           | Azure Service Bus Data Owner            | receive (session trigger), send (ingress, approvals,    |
 // |   case-events               |                                         | scheduled re-checks) and read queue runtime properties, |
 // |                             |                                         | which the scale decision needs (Receiver alone cannot)  |
@@ -25,6 +29,8 @@ param applicationInsightsName string
 // Built-in role definition ids (the same in every tenant).
 var roles = {
   storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
+  storageQueueDataContributor: '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
+  storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
   serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
   keyVaultSecretsUser: '4633458b-17de-408a-b874-0445c86b69e6'
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
@@ -62,6 +68,26 @@ resource storageBlobDataOwner 'Microsoft.Authorization/roleAssignments@2022-04-0
   scope: storage
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataOwner)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource storageQueueDataContributor 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(storage.id, principalId, roles.storageQueueDataContributor)
+  scope: storage
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataContributor)
+    principalId: principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource storageTableDataContributor 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(storage.id, principalId, roles.storageTableDataContributor)
+  scope: storage
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageTableDataContributor)
     principalId: principalId
     principalType: 'ServicePrincipal'
   }

@@ -204,6 +204,34 @@ def quiet_library_loggers() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+EXPORTED_LIBRARY_LOGGERS = ("agent_framework", "azure")
+"""Libraries whose records an operator needs beside Casekeeper's own, at the levels set in code
+(:data:`QUIET_LOGGERS`: warnings and worse): Agent Framework's "Failed to create checkpoint" warning and the
+Azure SDKs' warnings (throttling, retries given up, credential failures). In Azure the exporter is attached
+to the ``casekeeper`` logger, and with ``PYTHON_ENABLE_OPENTELEMETRY`` the host no longer forwards the
+worker's other records, so without this they would reach nobody."""
+
+_NOT_EXPORTED = ("azure.monitor.opentelemetry", "opentelemetry")
+"""The exporter's own loggers: a record about a failed export, exported through the same exporter, would
+fail again and log again."""
+
+
+class _NotTheExporter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith(_NOT_EXPORTED)
+
+
+def export_library_logs(handler: logging.Handler) -> None:
+    """Send the records of :data:`EXPORTED_LIBRARY_LOGGERS` to ``handler`` too (the exporter's handler),
+    never the exporter's own. Once per handler."""
+    if not any(isinstance(f, _NotTheExporter) for f in handler.filters):
+        handler.addFilter(_NotTheExporter())
+    for name in EXPORTED_LIBRARY_LOGGERS:
+        library = logging.getLogger(name)
+        if handler not in library.handlers:
+            library.addHandler(handler)
+
+
 def use_framework_spans(enabled: bool) -> None:
     """Agent Framework's own instrumentation on or off, process-wide.
 
@@ -250,6 +278,7 @@ def configure(settings: Settings | str | None, *, service_name: str = "casekeepe
             from azure.identity import DefaultAzureCredential
             from azure.monitor.opentelemetry import configure_azure_monitor
 
+            own_handlers = list(logging.getLogger("casekeeper").handlers)
             # Application Insights with local auth disabled accepts only Entra-authenticated telemetry.
             # sampling_ratio: the distro's ApplicationInsightsSampler. Without it, 1.8.11 falls back to a
             # rate-limited sampler (about 5 new traces a second), whose share drifts with the load.
@@ -262,6 +291,11 @@ def configure(settings: Settings | str | None, *, service_name: str = "casekeepe
                 sampling_ratio=sampling_ratio,
                 enable_trace_based_sampling_for_logs=False,
             )
+            # The handler the distro attached to the casekeeper logger (its class has moved between
+            # OpenTelemetry packages, so it is found as the one that was not there before).
+            for handler in logging.getLogger("casekeeper").handlers:
+                if handler not in own_handlers:
+                    export_library_logs(handler)
             return "azure_monitor"
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
