@@ -86,8 +86,6 @@ BUILT_IN_ROLES = {
     "090c5cfd-751d-490a-894a-3ce6f1109419": "Azure Service Bus Data Owner",
     "69a216fc-b8fb-44d8-bc22-1f3c2cd27a39": "Azure Service Bus Data Sender",
     "4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0": "Azure Service Bus Data Receiver",
-    "974c5e8b-45b9-4653-ba55-5f855dd0fb88": "Storage Queue Data Contributor",
-    "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3": "Storage Table Data Contributor",
     "4633458b-17de-408a-b874-0445c86b69e6": "Key Vault Secrets User",
     "3913510d-42f4-4e42-8a64-420c390055eb": "Monitoring Metrics Publisher",
     "5e0bd9bd-7b93-4f28-af87-19fc36ad61bd": "Cognitive Services OpenAI User",
