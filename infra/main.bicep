@@ -440,7 +440,6 @@ module alerts 'app/alerts.bicep' = {
     alertNamePrefix: names.alertPrefix
     alertEmailAddress: alertEmailAddress
     logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsId
-    applicationInsightsId: monitoring.outputs.applicationInsightsId
     serviceBusNamespaceId: serviceBus.outputs.namespaceId
     caseEventsQueueName: serviceBus.outputs.queueName
   }

@@ -17,12 +17,13 @@
 // 2. Dead letters on the case-events queue (metric alert, DeadletteredMessages of the queue's entity):
 //    a message failed its last delivery (10 by default) or expired. Stateful: it notifies when the count rises above zero and resolves
 //    once the dead-letter queue is empty again.
-// 3. Function failures (metric alert, Application Insights requests/failed): a function invocation
-//    failed (an exception, or an HTTP 5xx such as 503 when the queue cannot be reached). The 4xx answers
-//    the HTTP API and the pages give on purpose (shared/handlers/ingress.py, http.py, pages.py: 400, 401, 403,
-//    404, 409, 413, 415) are excluded: they are a sender's mistake (or a person without the role, or an answer
-//    to a request that moved on), not the app's. Flex Consumption's own platform metrics count executions but have
-//    no failure dimension, so failures come from the request telemetry. Stateful, like the dead letters.
+// 3. Function failures (log search alert on the workspace, function-failures.kql): a function invocation
+//    raised, or answered 5xx (such as 503 when the queue cannot be reached). Every trigger logs one ERROR
+//    record on casekeeper.invocations when it fails (shared/functions/failures.py); log records are never
+//    sampled, whereas Application Insights' requests/failed misses every failure whose trace the sampler
+//    dropped (TRACE_SAMPLING_RATIO, 0.25 here: three in four). The 4xx answers the HTTP API and the pages give on
+//    purpose (a sender's mistake, a person without the role) log nothing. Split by function; stateful
+//    (autoMitigate): it resolves once a window passes without failures.
 
 param location string
 param tags object
@@ -36,29 +37,14 @@ param alertNamePrefix string
 @description('Email address every alert is sent to. Optional but recommended: empty creates no action group, and the alerts then reach nobody.')
 param alertEmailAddress string = ''
 
-@description('Log Analytics workspace of the Application Insights component (scope of the log search alert).')
+@description('Log Analytics workspace of the Application Insights component (scope of the log search alerts).')
 param logAnalyticsWorkspaceId string
-
-@description('Application Insights component (scope of the failed-requests alert).')
-param applicationInsightsId string
 
 @description('Service Bus namespace holding the case-events queue.')
 param serviceBusNamespaceId string
 
 @description('The case-events queue (the EntityName dimension of DeadletteredMessages).')
 param caseEventsQueueName string
-
-// Result codes the HTTP API and the pages return on purpose for a sender's mistake (shared/handlers/); not failures
-// of the app. tests/unit/test_infra.py checks the list against the code.
-var expectedClientErrorCodes = [
-  '400'
-  '401'
-  '403'
-  '404'
-  '409'
-  '413'
-  '415'
-]
 
 var notify = !empty(alertEmailAddress)
 
@@ -187,43 +173,50 @@ resource deadLetters 'Microsoft.Insights/metricAlerts@2018-03-01' = {
   }
 }
 
-resource functionFailures 'Microsoft.Insights/metricAlerts@2018-03-01' = {
+resource functionFailures 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: '${alertNamePrefix}-function-failures'
-  location: 'global'
+  location: location
   tags: tags
+  kind: 'LogAlert'
   properties: {
-    description: 'A function invocation failed (exception or HTTP 5xx); the API\'s deliberate 4xx answers are excluded. README: What to watch.'
+    displayName: 'Function failures'
+    description: 'A function invocation raised or answered 5xx (the API\'s deliberate 4xx answers are not failures). README: What to watch.'
     severity: 2
     enabled: true
     scopes: [
-      applicationInsightsId
+      logAnalyticsWorkspaceId
     ]
     evaluationFrequency: 'PT5M'
     windowSize: 'PT5M'
-    targetResourceType: 'microsoft.insights/components'
     criteria: {
-      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
       allOf: [
         {
-          criterionType: 'StaticThresholdCriterion'
-          name: 'FailedRequests'
-          metricNamespace: 'microsoft.insights/components'
-          metricName: 'requests/failed'
+          query: loadTextContent('function-failures.kql')
+          timeAggregation: 'Count'
           dimensions: [
             {
-              name: 'request/resultCode'
-              operator: 'Exclude'
-              values: expectedClientErrorCodes
+              name: 'function'
+              operator: 'Include'
+              values: [
+                '*'
+              ]
             }
           ]
           operator: 'GreaterThan'
           threshold: 0
-          timeAggregation: 'Count'
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
         }
       ]
     }
     autoMitigate: true
-    actions: metricAlertActions
+    // AppTraces exists in the workspace only once telemetry has arrived.
+    skipQueryValidation: true
+    actions: {
+      actionGroups: actionGroupIds
+    }
   }
 }
 

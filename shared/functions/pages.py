@@ -11,6 +11,7 @@ from __future__ import annotations
 import azure.functions as func
 
 from shared.app.bootstrap import services
+from shared.functions.failures import reported
 from shared.handlers import pages
 from shared.web.render import Page
 
@@ -24,6 +25,7 @@ def _reply(page: Page) -> func.HttpResponse:
 
 @bp.function_name("approvals_page")
 @bp.route(route="approvals", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+@reported
 def approvals_page(req: func.HttpRequest) -> func.HttpResponse:
     """The pending approvals, oldest first."""
     return _reply(pages.approvals_list(services().pages, req.headers))
@@ -31,6 +33,7 @@ def approvals_page(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.function_name("approval_page")
 @bp.route(route="approvals/{caseId}/{requestId}", methods=["GET", "POST"], auth_level=func.AuthLevel.ANONYMOUS)
+@reported
 def approval_page(req: func.HttpRequest) -> func.HttpResponse:
     """One approval request (GET), and its form's answer (POST)."""
     case_id, request_id = req.route_params["caseId"], req.route_params["requestId"]
@@ -43,6 +46,7 @@ def approval_page(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.function_name("ops_page")
 @bp.route(route="ops", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+@reported
 def ops_page(req: func.HttpRequest) -> func.HttpResponse:
     """What is stuck: cases by status, pending effects, escalations, alerts, dead letters, drain check."""
     return _reply(pages.ops_page(services().pages, req.headers))
@@ -50,6 +54,7 @@ def ops_page(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.function_name("ops_redrive")
 @bp.route(route="ops/redrive", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS)
+@reported
 def ops_redrive(req: func.HttpRequest) -> func.HttpResponse:
     """The ops page's redrive button."""
     return _reply(pages.ops_redrive(services().pages, req.headers, req.url, req.get_body()))
@@ -57,6 +62,7 @@ def ops_redrive(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.function_name("ops_resolve")
 @bp.route(route="ops/resolve", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS)
+@reported
 def ops_resolve(req: func.HttpRequest) -> func.HttpResponse:
     """The ops page's form that settles an escalated effect (as ``casekeeper effects resolve``)."""
     return _reply(pages.ops_resolve(services().pages, req.headers, req.url, req.get_body()))

@@ -8,6 +8,7 @@ import azure.functions as func
 
 from shared.app.bootstrap import services
 from shared.functions import CONTAINER_EFFECTS, CONTAINER_LEASES
+from shared.functions.failures import reported
 from shared.handlers.effect_changes import handle_effect_changes
 
 bp = func.Blueprint()
@@ -31,5 +32,6 @@ bp = func.Blueprint()
     # Cosmos DB extension reads a bool, and the binding carries "startFromBeginning": true.
     start_from_beginning=True,  # type: ignore[arg-type]
 )
+@reported
 def reconciler(changes: func.DocumentList) -> None:
     handle_effect_changes(services().effect_changes, [doc.to_dict() for doc in changes])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import azure.functions as func
 
 from shared.app.bootstrap import services
+from shared.functions.failures import reported
 from shared.handlers.case_events import handle_case_message
 
 bp = func.Blueprint()
@@ -20,6 +21,7 @@ bp = func.Blueprint()
 @bp.service_bus_queue_trigger(
     arg_name="msg", connection="ServiceBusConnection", queue_name="%CASE_EVENTS_QUEUE%", is_sessions_enabled=True
 )
+@reported
 async def case_worker(msg: func.ServiceBusMessage) -> None:
     await handle_case_message(
         services().case_events,

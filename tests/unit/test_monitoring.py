@@ -8,7 +8,6 @@ as an ``AppTraces`` row. Every ``Properties[...]`` field the rule's query reads 
 
 from __future__ import annotations
 
-import ast
 import logging
 import re
 from pathlib import Path
@@ -47,9 +46,14 @@ def _strings(node: tree_sitter.Node) -> list[str]:
     return [v for v in values if v is not None]
 
 
-def _one(type_prefix: str) -> tree_sitter.Node:
-    [resource] = resources_of_type(ALERTS, type_prefix)
-    return _path(_body(resource.value), "properties")
+def _log_rule(query_file: str) -> tree_sitter.Node:
+    """The properties of the log search alert whose query is ``query_file``."""
+    for resource in resources_of_type(ALERTS, "Microsoft.Insights/scheduledQueryRules@"):
+        props = _path(_body(resource.value), "properties")
+        [criterion] = _path(props, "criteria", "allOf").named_children
+        if _text(_path(criterion, "query")) == f"loadTextContent('{query_file}')":
+            return props
+    raise AssertionError(f"no log search alert reads {query_file}")
 
 
 def _metric_alert(metric: str) -> tree_sitter.Node:
@@ -67,8 +71,8 @@ def _variable(name: str) -> tree_sitter.Node:
     return value
 
 
-def _query_without_comments() -> str:
-    return "\n".join(line.split("//", 1)[0] for line in ALERT_QUERY.read_text().splitlines())
+def _query_without_comments(path: Path = ALERT_QUERY) -> str:
+    return "\n".join(line.split("//", 1)[0] for line in path.read_text().splitlines())
 
 
 # -- who is told --
@@ -89,9 +93,9 @@ def test_every_rule_notifies_the_action_group_when_an_email_address_is_given() -
     assert _text(_path(receiver, "useCommonAlertSchema")) == "true"
     assert len(_string(_path(_body(group.value), "properties", "groupShortName")) or "") <= 12
     # Each rule takes the action group: the log rule by id, the metric rules as actions.
-    assert _text(_path(_one("Microsoft.Insights/scheduledQueryRules@"), "actions", "actionGroups")) == "actionGroupIds"
-    for metric in ("DeadletteredMessages", "requests/failed"):
-        assert _text(_path(_metric_alert(metric), "actions")) == "metricAlertActions"
+    for query_file in ("alert-records.kql", "function-failures.kql"):
+        assert _text(_path(_log_rule(query_file), "actions", "actionGroups")) == "actionGroupIds"
+    assert _text(_path(_metric_alert("DeadletteredMessages"), "actions")) == "metricAlertActions"
     for name in ("actionGroupIds", "metricAlertActions"):
         assert "actionGroup.id" in _text(_variable(name)) and _text(_variable(name)).startswith("notify ?")
     # main.bicep hands the address on, and azd takes it from the environment.
@@ -105,7 +109,7 @@ def test_every_rule_notifies_the_action_group_when_an_email_address_is_given() -
 
 
 def test_the_casekeeper_alert_rule_counts_each_record_once_and_splits_by_alert_id() -> None:
-    props = _one("Microsoft.Insights/scheduledQueryRules@")
+    props = _log_rule("alert-records.kql")
     frequency, window = _string(_path(props, "evaluationFrequency")), _string(_path(props, "windowSize"))
     assert frequency == window, "windows must neither overlap (twice) nor leave gaps (never)"
     assert _text(_path(props, "autoMitigate")) == "false"
@@ -194,41 +198,68 @@ def test_dead_letters_of_the_case_events_queue_alert() -> None:
     assert _text(_path(props, "autoMitigate")) == "true"
 
 
-def _client_error_statuses() -> set[str]:
-    """Every 4xx status the HTTP API and the pages answer with: _error(4xx, ...) and Response(4xx, ...) in
-    the API's code; render(template, 4xx, ...) and status=4xx in the pages'."""
-    found: set[str] = set()
-    handlers = ROOT / "shared" / "handlers"
-    for path in (handlers / "ingress.py", handlers / "http.py", handlers / "pages.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Call):
-                continue
-            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
-            position = {"_error": 0, "Response": 0, "render": 1}.get(name)
-            values = [node.args[position]] if position is not None and len(node.args) > position else []
-            values += [k.value for k in node.keywords if k.arg == "status"]
-            for value in values:
-                if isinstance(value, ast.Constant) and isinstance(value.value, int) and 400 <= value.value < 500:
-                    found.add(str(value.value))
-    return found
+FAILURE_QUERY = APP / "function-failures.kql"
 
 
-def test_function_failures_alert_excludes_only_the_apis_deliberate_client_errors() -> None:
-    props = _metric_alert("requests/failed")
+def test_function_failures_alert_counts_the_never_sampled_failure_records() -> None:
+    props = _log_rule("function-failures.kql")
+    assert _text(_path(props, "scopes")).replace(" ", "").replace("\n", "") == "[logAnalyticsWorkspaceId]"
+    assert _string(_path(props, "evaluationFrequency")) == _string(_path(props, "windowSize"))
+    assert _text(_path(props, "autoMitigate")) == "true"
     [criterion] = _path(props, "criteria", "allOf").named_children
-    assert _string(_path(criterion, "metricNamespace")) == "microsoft.insights/components"
-    assert _text(_path(props, "scopes")).replace(" ", "").replace("\n", "") == "[applicationInsightsId]"
-    [dimension] = _path(criterion, "dimensions").named_children
-    assert _string(_path(dimension, "name")) == "request/resultCode"
-    assert _string(_path(dimension, "operator")) == "Exclude"
-    excluded = _strings(_variable(_text(_path(dimension, "values"))))
-    assert set(excluded) == _client_error_statuses() == {"400", "401", "403", "404", "409", "413", "415"}
     assert (_string(_path(criterion, "operator")), _text(_path(criterion, "threshold"))) == ("GreaterThan", "0")
+    dimensions = [_string(_path(d, "name")) for d in _path(criterion, "dimensions").named_children]
+    assert dimensions == ["function"]
+    query = _query_without_comments(FAILURE_QUERY)
+    assert query.lstrip().startswith("AppTraces") and "ago(" not in query
+    assert re.search(r"\bfunction\b", query.split("| project", 1)[1])
+    assert not resources_of_type(ALERTS, "Microsoft.Insights/metricAlerts@2018-03-01") or all(
+        "requests/failed" not in _text(r.node) for r in resources_of_type(ALERTS, "Microsoft.Insights/metricAlerts@")
+    ), "requests/failed misses the failures of unsampled traces"
+
+
+def test_the_failure_query_reads_what_a_failed_invocation_records() -> None:
+    """A trigger that raises, through the real wrapper, the real OpenTelemetry handler and the exporter's
+    conversion: the item it becomes carries every field the query reads."""
+    from azure.monitor.opentelemetry.exporter.export.logs._exporter import _convert_log_to_envelope
+    from opentelemetry.instrumentation.logging.handler import LoggingHandler
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+
+    from shared.functions.failures import reported
+
+    @reported
+    def case_worker() -> None:
+        raise TimeoutError("store did not answer")
+
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    handler = LoggingHandler(logger_provider=provider)
+    logger = logging.getLogger("casekeeper")
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(TimeoutError):
+            case_worker()
+    finally:
+        logger.removeHandler(handler)
+    [record] = exporter.get_finished_logs()
+    data = _convert_log_to_envelope(record).data
+    assert data is not None and data.base_type == "MessageData"
+    properties = dict(data.base_data.properties)
+    query = _query_without_comments(FAILURE_QUERY)
+    [(logger_field, logger_name)] = re.findall(r'Properties\["(\w+)"\]\) == "([\w.]+)"', query)
+    assert properties[logger_field] == logger_name == "casekeeper.invocations"
+    [threshold] = re.findall(r"SeverityLevel >= (\d)", query)
+    assert data.base_data.severity_level >= int(threshold)
+    read = set(re.findall(r'Properties\["(\w+)"\]', query))
+    assert read - {logger_field} <= set(properties), read - set(properties)
+    assert properties["function"] == "case_worker" and properties["errorType"] == "TimeoutError"
 
 
 @pytest.mark.parametrize(
     ("output", "module_output"),
-    [("logAnalyticsWorkspaceId", "logAnalyticsId"), ("applicationInsightsId", "applicationInsightsId")],
+    [("logAnalyticsWorkspaceId", "logAnalyticsId")],
 )
 def test_alert_scopes_are_the_monitoring_resources(output: str, module_output: str) -> None:
     [module] = [m for m in declared(MAIN, "module").values() if m.target == "app/alerts.bicep"]
