@@ -224,7 +224,7 @@ def test_the_secret_is_never_echoed(functions: dict[str, Any], svc: Services) ->
     assert SECRET not in json.dumps(body)
 
 
-BAD_IDS = ["INV/2026/0042", "back\\slash", "what?", "frag#1", " leading", "trailing ", "bell\x07", "x" * 129]
+BAD_IDS = ["INV/2026/0042", "back\\slash", "what?", "frag#1", " leading", "trailing ", "bell\x07", "x" * 129, ".", ".."]
 
 
 @pytest.mark.parametrize("bad_id", BAD_IDS)
