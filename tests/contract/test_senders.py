@@ -145,3 +145,14 @@ def test_a_send_on_a_closed_connection_raises_a_queue_error(messaging: Messaging
     messaging.close()
     with pytest.raises(QueueError):
         messaging.sender.send(event("C-1", 1), message_id="m-1")
+
+
+def test_dead_letters_page_by_sequence_number(messaging: Messaging) -> None:
+    """``after_sequence`` continues where the last page ended, so a reader can see every dead letter."""
+    for n in range(5):
+        messaging.dead_letter(f"C-{n}", f"webhook:{n}", b'{"type":"case.investigate","caseId":"C-0","data":{}}')
+    first = messaging.dead_letters.peek(limit=2)
+    second = messaging.dead_letters.peek(limit=2, after_sequence=first[-1].sequence_number)
+    third = messaging.dead_letters.peek(limit=2, after_sequence=second[-1].sequence_number)
+    assert [d.message_id for d in first + second + third] == [f"webhook:{n}" for n in range(5)]
+    assert messaging.dead_letters.peek(limit=2, after_sequence=third[-1].sequence_number) == []
