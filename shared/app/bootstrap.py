@@ -170,14 +170,22 @@ def build_operations(
     store = store if store is not None else open_store(settings)
     clock = clock or SystemClock()
     cases = CaseRepository(store, clock)
-    ledger = Ledger(store, cases, call_timeout=settings.call_timeout, observer=telemetry.observe_effect, probe=probe)
+    alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
+    ledger = Ledger(
+        store,
+        cases,
+        call_timeout=settings.call_timeout,
+        observer=telemetry.observe_effect,
+        probe=probe,
+        alert=alerts.raise_alert,
+        send_margin=send_margin(settings),
+    )
     supplier = SupplierPortal(settings.supplier_portal_url, timeout=settings.supplier_timeout)
     if proposer is None:
         if settings.azure_openai_endpoint and settings.azure_openai_deployment:
             proposer = AgentProposer.from_azure_openai(settings.azure_openai_endpoint, settings.azure_openai_deployment)
         else:
             proposer = RulesProposer()
-    alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
     workflow = WorkflowDeps(
         cases=cases,
         ledger=ledger,
@@ -186,6 +194,7 @@ def build_operations(
         rules=settings.rules,
         telemetry=telemetry,
         probe=probe or (lambda point: None),
+        alert=alerts.raise_alert,
     )
     reconciler = Reconciler(
         ledger,
@@ -197,6 +206,7 @@ def build_operations(
         ),
         # A failed lookup is retried a few times before a person is asked; pace it by the call timeout.
         lookup_backoff=max(1.0, min(60.0, settings.call_timeout / 4)),
+        raise_alert=alerts.raise_alert,
     )
     return Operations(
         store=store,
@@ -210,6 +220,13 @@ def build_operations(
         worker=CaseWorker(WorkflowRunner(workflow, store, checkpoint_max_bytes=settings.checkpoint_max_bytes)),
         supplier=supplier,
     )
+
+
+def send_margin(settings: Settings) -> float:
+    """The ledger's gate deadline margin: what sending can take (the supplier client's pool, connect and
+    write phases) plus a second for a store clock with whole-second resolution (Cosmos DB's ``_ts``).
+    At most half the call timeout, so that short test timeouts still leave time to send."""
+    return min(3 * settings.supplier_timeout + 1.0, settings.call_timeout / 2)
 
 
 def build(

@@ -270,6 +270,8 @@ async def _recheck(deps: CaseEventDeps, event: ev.CaseEvent, envelope: Envelope)
         copy_id = envelope.copy_id("recheck", envelope.retry + 1)
         await _schedule(deps, event, copy_id, at, replace(envelope, retry=envelope.retry + 1).fields())
         return Settlement("rechecked", f"{outcome.outcome}; next re-check scheduled", scheduled_at=at)
+    if outcome.retry_after is not None:
+        await asyncio.to_thread(deps.reconciler.rechecks_exhausted, outcome, envelope.retry)
     if outcome.reinvestigate:
         result = await deps.worker.handle(ev.CaseEvent(ev.CASE_INVESTIGATE, event.case_id, {}))
         return Settlement("rechecked", f"{outcome.outcome}; case decided again: {result.outcome}", result=result)
