@@ -257,7 +257,7 @@ def build(
         probe=probe,
     )
     sender = sender if sender is not None else open_sender(settings)
-    ingress = Ingress(settings.webhook_secrets, sender, ops.clock)
+    ingress = Ingress(settings.webhook_secrets, sender, ops.clock, store=ops.store)
     return Services(
         settings=settings,
         ops=ops,

@@ -15,6 +15,7 @@ from shared.core.keys import effect_key
 from shared.core.ports import Query
 from shared.domain.events import CaseEvent
 from shared.handlers.case_events import MAX_RECHECKS
+from shared.handlers.rejected import rejected_events
 from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
@@ -148,3 +149,18 @@ def test_rechecks_that_reach_their_cap_say_so_in_an_alert(
     [alert] = [a for a in svc.alerts.recent() if a.alert_kind == "rechecks_exhausted"]
     assert alert.fields["effectKey"] == effect.key and alert.fields["rechecks"] == MAX_RECHECKS
     assert "in_flight" in alert.message
+
+
+def test_an_answer_only_the_worker_can_refuse_is_set_aside_with_its_reason_on_the_case(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    """The door let it through (the request was pending then); by the time the worker takes it, the request
+    is no longer pending. It is shown in the case's ``rejectedEvents`` with the reason, not only logged."""
+    svc.cases.create("C-1", INVOICE)
+    answer = {"requestId": "apr-gone", "decision": "approve", "caseVersion": 1, "approver": "key:ana"}
+    send(svc, CaseEvent("approval.answered", "C-1", answer), "approval:gone")
+    deliver(functions, queue)
+    [rejected] = rejected_events(svc.store, "C-1")
+    assert rejected["messageId"] == "approval:gone"
+    assert rejected["reason"].startswith("approval answer not applied: approval apr-gone is not pending")
+    assert rejected["fields"] == {"requestId": "apr-gone"}
