@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shared.core.cases import CaseRepository
 from shared.core.clock import ManualClock
@@ -353,3 +356,22 @@ def test_a_late_success_over_a_closed_row_raises_an_alert_naming_the_amount(
     assert (kind, dedupe) == ("late_outcome", key)
     assert "100.00 EUR" in message and "over-requested" in message
     assert (fields["amount"], fields["currency"], fields["closedAs"]) == ("100.00", "EUR", "needs_reconciliation")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(elapsed=st.floats(0.0, 10.0), margin=st.floats(0.0, 1.99))
+def test_a_call_is_sent_exactly_while_its_deadline_leaves_the_margin(
+    store: DocumentStore, cases: CaseRepository, elapsed: float, margin: float
+) -> None:
+    case_id = f"c-{uuid.uuid4().hex[:10]}"  # the store outlives the examples
+    cases.create(case_id, {})
+    ticks = iter([50.0, 50.0 + elapsed])  # the worker's clock at the claim, then just before sending
+    ledger = Ledger(store, cases, call_timeout=2.0, send_margin=margin, monotonic=lambda: next(ticks))
+    downstream = CountingDownstream()
+    may_send = elapsed + margin <= 2.0
+    if may_send:
+        run(ledger, downstream, case_id=case_id)
+    else:
+        with pytest.raises(SendDeadlinePassed):
+            run(ledger, downstream, case_id=case_id)
+    assert downstream.total == int(may_send)
