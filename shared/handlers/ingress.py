@@ -20,7 +20,8 @@ status   when
          (``shared.handlers.door``)
 413      body over 256 KiB
 415      not JSON
-503      the queue could not be reached: nothing was enqueued, retry
+503      the queue, or the store that remembers deliveries and answers, could not be reached: nothing was
+         enqueued, retry
 =======  =================================================================
 """
 
