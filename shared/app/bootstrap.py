@@ -169,14 +169,22 @@ def build_operations(
     store = store if store is not None else open_store(settings)
     clock = clock or SystemClock()
     cases = CaseRepository(store, clock)
-    ledger = Ledger(store, cases, call_timeout=settings.call_timeout, observer=telemetry.observe_effect, probe=probe)
+    alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
+    ledger = Ledger(
+        store,
+        cases,
+        call_timeout=settings.call_timeout,
+        observer=telemetry.observe_effect,
+        probe=probe,
+        alert=alerts.raise_alert,
+        send_margin=send_margin(settings),
+    )
     supplier = SupplierPortal(settings.supplier_portal_url, timeout=settings.supplier_timeout)
     if proposer is None:
         if settings.azure_openai_endpoint and settings.azure_openai_deployment:
             proposer = AgentProposer.from_azure_openai(settings.azure_openai_endpoint, settings.azure_openai_deployment)
         else:
             proposer = RulesProposer()
-    alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
     workflow = WorkflowDeps(
         cases=cases,
         ledger=ledger,
@@ -185,6 +193,7 @@ def build_operations(
         rules=settings.rules,
         telemetry=telemetry,
         probe=probe or (lambda point: None),
+        alert=alerts.raise_alert,
     )
     reconciler = Reconciler(
         ledger,
@@ -196,6 +205,7 @@ def build_operations(
         ),
         # A failed lookup is retried a few times before a person is asked; pace it by the call timeout.
         lookup_backoff=max(1.0, min(60.0, settings.call_timeout / 4)),
+        raise_alert=alerts.raise_alert,
     )
     return Operations(
         store=store,
@@ -211,6 +221,13 @@ def build_operations(
         ),
         supplier=supplier,
     )
+
+
+def send_margin(settings: Settings) -> float:
+    """The ledger's gate deadline margin: what sending can take (the supplier client's pool, connect and
+    write phases) plus a second for a store clock with whole-second resolution (Cosmos DB's ``_ts``).
+    At most half the call timeout, so that short test timeouts still leave time to send."""
+    return min(3 * settings.supplier_timeout + 1.0, settings.call_timeout / 2)
 
 
 def build(
@@ -241,7 +258,7 @@ def build(
         probe=probe,
     )
     sender = sender if sender is not None else open_sender(settings)
-    ingress = Ingress(settings.webhook_secrets, sender, ops.clock)
+    ingress = Ingress(settings.webhook_secrets, sender, ops.clock, store=ops.store)
     return Services(
         settings=settings,
         ops=ops,

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from shared.core.cases import Case, CaseRepository
 from shared.core.errors import ConcurrencyConflict
-from shared.core.ledger import Effect, EffectStatus, Ledger
+from shared.core.ledger import AlertSink, Effect, EffectStatus, Ledger
 
 log = logging.getLogger("casekeeper.commits")
 
@@ -62,6 +62,8 @@ class CommitFinisher:
     cases: CaseRepository
     ledger: Ledger
     review_status: str = "needs_review"
+    alert: AlertSink | None = None
+    """Told when an effect is found to have happened on a version the case left (``effect_on_left_version``)."""
 
     def finish(
         self,
@@ -123,8 +125,31 @@ class CommitFinisher:
             f"effect {effect.action} ({effect.key[:12]}) happened on v{effect.case_version} "
             f"but the case moved to v{case.version} before it was committed"
         )
+        # The alert before the escalation: a repeat after a crash between the two finds the escalation's
+        # transition and stops early (``with_person``), so an alert raised after it could be lost.
+        self._alert_left_version(effect, case.version, reason)
         self.to_review(effect.case_id, reason, payload, effect_key=effect.key)
         return FinishResult("needs_review", self.cases.get(effect.case_id))
+
+    def _alert_left_version(self, effect: Effect, case_version: int, reason: str) -> None:
+        if self.alert is None:
+            return
+        amount, currency = effect.request.get("amount"), effect.request.get("currency")
+        asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
+        message = (
+            f"case {effect.case_id}: {reason}; {asked} was asked on facts the case has left and may be "
+            "over-requested: a person decides"
+        )
+        fields = {
+            "caseId": effect.case_id,
+            "effectKey": effect.key,
+            "action": effect.action,
+            "amount": amount,
+            "currency": currency,
+            "decidedOnVersion": effect.case_version,
+            "caseVersion": case_version,
+        }
+        self.alert("effect_on_left_version", message, fields, dedupe_key=effect.key)
 
     def to_review(self, case_id: str, reason: str, data: Mapping[str, Any], *, effect_key: str) -> None:
         """Hand the case to a person because of ``effect_key``, once per effect (the transition names it)."""

@@ -26,6 +26,7 @@
     └── DownstreamError                  no         raised by a callee, read by the ledger
         ├── DownstreamRejected           no         definite refusal (a 4xx): recorded as ``failed``
         └── OutcomeUnknown               yes        timeout, 5xx, reset: the row stays ``started``
+            └── SendDeadlinePassed       yes        not sent: too long since the gate (rule R4's deadline)
 
 ``retryable`` says whether trying the same thing again later can help. Context travels as attributes
 (case id, key, versions), never only in the message text.
@@ -266,3 +267,9 @@ class OutcomeUnknown(DownstreamError):
         super().__init__(reason)
         self.reason = reason
         self.status = status
+
+
+class SendDeadlinePassed(OutcomeUnknown):
+    """The call was not sent: too long had passed since its version gate (a pause, a slow host), and a
+    reconciler may already have taken its row for an unknown outcome. Nothing was asked; the row stays as
+    it was, for reconciliation to settle by key like any unknown outcome."""

@@ -8,7 +8,9 @@ queued and addressed everywhere, on SQLite as on Cosmos DB:
 - a string of 1 to :data:`MAX_ID_LENGTH` characters (Service Bus caps session and message ids at 128);
 - none of ``/ \\ ? #`` (Cosmos DB refuses them in ids; in a URL path they split or end the path);
 - no control characters (they cannot travel in a header or a log line intact);
-- no leading or trailing whitespace (two ids that look the same must be the same id).
+- no leading or trailing whitespace (two ids that look the same must be the same id);
+- not ``.`` or ``..``: as a URL path segment they mean "this" and "the parent" and are resolved away
+  before a request is routed, so the case's API URL and the approval page's links could not reach them.
 
 :func:`id_problem` says what is wrong with a value, for a 400 that names the field; stores call
 :func:`check_document_id`, which raises :class:`~shared.core.errors.InvalidDocumentId`.
@@ -24,6 +26,7 @@ from shared.core.errors import InvalidDocumentId
 MAX_ID_LENGTH = 128
 MAX_DOCUMENT_ID_LENGTH = 255
 FORBIDDEN_CHARACTERS = frozenset("/\\?#")
+DOT_SEGMENTS = frozenset({".", ".."})
 
 
 def id_problem(value: object, *, max_length: int = MAX_ID_LENGTH) -> str | None:
@@ -39,6 +42,8 @@ def id_problem(value: object, *, max_length: int = MAX_ID_LENGTH) -> str | None:
         return "must not contain control characters"
     if value != value.strip():
         return "must not begin or end with whitespace"
+    if value in DOT_SEGMENTS:
+        return "must not be . or .. (a URL path resolves them away)"
     return None
 
 

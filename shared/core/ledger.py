@@ -34,10 +34,11 @@ outcome is unknown (``NeedsReconciliation``). Nothing here ever retries a starte
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from shared.core.cases import Case, CaseRepository
 from shared.core.errors import (
@@ -48,6 +49,7 @@ from shared.core.errors import (
     EffectInFlight,
     NeedsReconciliation,
     OutcomeAlreadyRecorded,
+    SendDeadlinePassed,
     StaleDecision,
 )
 from shared.core.keys import effect_key
@@ -55,9 +57,18 @@ from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decod
 
 EFFECTS = "effects"
 DEFAULT_CALL_TIMEOUT = 120.0
+DEFAULT_SEND_MARGIN_FRACTION = 0.25
+"""Without a configured margin, a call is sent only within the first 75% of the call timeout."""
 _HISTORY_LIMIT = 50
 
 log = logging.getLogger("casekeeper.ledger")
+
+
+class AlertSink(Protocol):
+    """Raises an alert, the shape of ``Alerter.raise_alert``: recorded once per kind and ``dedupe_key``."""
+
+    def __call__(self, alert_kind: str, message: str, fields: Mapping[str, Any], *, dedupe_key: str) -> object: ...
+
 
 Call = Callable[[str], Mapping[str, Any]]
 """A guarded call: receives the effect key (to forward as ``Idempotency-Key``) and returns a JSON
@@ -164,18 +175,33 @@ class Ledger:
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
         probe: Callable[[str], None] | None = None,
         observer: Callable[[str, Effect], None] | None = None,
+        alert: AlertSink | None = None,
+        send_margin: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``probe`` is called at the named points ``F1`` (decided, before the claim is written), ``F2``
         (claimed, before the call) and ``F4`` (reply received, before it is recorded): the crash tests end
-        the process there. ``observer`` hears
-        ``started``, ``done``, ``failed`` and ``stale`` (telemetry)."""
+        the process there. ``observer`` hears ``started``, ``done``, ``failed``, ``stale`` and ``not_sent``
+        (telemetry). ``alert`` is told of a late outcome recorded over a closed row.
+
+        ``send_margin`` (seconds; default a quarter of the call timeout) is the gate's deadline: a call is
+        sent only while the time since its claim was written, by ``monotonic`` (this process's clock), leaves
+        at least that much of the call timeout. It must cover how long sending can take (the supplier
+        client's pool, connect and write timeouts), so that whatever is sent has reached the downstream
+        before anyone may take the row for an unknown outcome (rule R3)."""
         if call_timeout <= 0:
             raise ValueError("call_timeout must be positive")
+        margin = call_timeout * DEFAULT_SEND_MARGIN_FRACTION if send_margin is None else send_margin
+        if not 0 <= margin < call_timeout:
+            raise ValueError("send_margin must be at least 0 and below call_timeout")
+        self._send_margin = margin
+        self._monotonic = monotonic
         self._store = store
         self._cases = cases
         self._call_timeout = call_timeout
         self._probe = probe or (lambda point: None)
         self._observe = observer or (lambda event, effect: None)
+        self._alert = alert
 
     # --- the guarded call ---------------------------------------------------------------------
 
@@ -213,6 +239,9 @@ class Ledger:
             "history": [{"status": "started", "attempt": 1}],
         }
         self._probe("F1")
+        # Taken before the claim is written, so never later than the row's start by the store's clock: the
+        # deadline measured from it comes no later than the moment a reconciler may act on the row.
+        claimed_at = self._monotonic()
         try:
             claimed = Effect.from_document(self._store.create(EFFECTS, case_id, key, body))
         except AlreadyExists as exc:
@@ -223,7 +252,7 @@ class Ledger:
                 ) from exc
             return self._replay(existing)
         self._observe("started", claimed)
-        return self._call_claimed(claimed, call)
+        return self._call_claimed(claimed, call, claimed_at)
 
     def retry_same_key(self, effect: Effect, call: Call, *, source: str = "reconciler") -> EffectOutcome:
         """Re-attempt a ``started`` effect with the same key (reconciliation, rule R3).
@@ -231,16 +260,22 @@ class Ledger:
         Only for an action whose downstream honours idempotency keys, after a lookup by key found
         nothing. The re-attempt re-claims the row (``attempts + 1``, its start time now) and passes the
         same version gate as any call. Raises as :meth:`run`; ``OutcomeAlreadyRecorded`` or
-        ``EffectInFlight`` when someone else moved the row first.
+        ``EffectInFlight`` when someone else moved the row first, and ``EffectInFlight`` while the current
+        attempt is within its call timeout: it may still send, so its row is neither re-claimed nor, when
+        the gate refuses the retry, closed as stale (which would let the money rule stop counting it).
         """
         if effect.status is not EffectStatus.STARTED:
             raise OutcomeAlreadyRecorded(
                 key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=effect.status.value
             )
+        left = self.in_flight_for(effect)
+        if left is not None:
+            raise EffectInFlight(key=effect.key, case_id=effect.case_id, action=effect.action, retry_after=left)
         attempts = effect.attempts + 1
         reclaimed = _evolve(
             effect, attempts=attempts, history_entry={"status": "started", "attempt": attempts, "source": source}
         )
+        claimed_at = self._monotonic()
         try:
             doc = self._store.replace(EFFECTS, effect.case_id, effect.key, reclaimed.to_body(), etag=effect.etag)
         except ConcurrencyConflict:
@@ -248,9 +283,9 @@ class Ledger:
             if current is None:
                 raise
             return self._replay(current)
-        return self._call_claimed(Effect.from_document(doc), call)
+        return self._call_claimed(Effect.from_document(doc), call, claimed_at)
 
-    def _call_claimed(self, effect: Effect, call: Call) -> EffectOutcome:
+    def _call_claimed(self, effect: Effect, call: Call, claimed_at: float) -> EffectOutcome:
         # The gate is a conditional write, not a read (see CaseRepository.pass_gate): its success proves
         # the case was still at the decided version at that moment, whatever replica a read would hit.
         case = self._cases.pass_gate(effect.case_id, effect.case_version, effect_key=effect.key)
@@ -269,6 +304,7 @@ class Ledger:
                 current_version=current_version,
             )
         self._probe("F2")
+        self._check_send_deadline(effect, claimed_at)
         try:
             result = call(effect.key)
         except DownstreamRejected as exc:
@@ -284,6 +320,21 @@ class Ledger:
             return self._replay(recorded)
         self._observe("done", recorded)
         return EffectOutcome(recorded, replayed=False, case=case)
+
+    def _check_send_deadline(self, effect: Effect, claimed_at: float) -> None:
+        """The gate's deadline, checked just before sending: a worker that paused after its gate (GC, a
+        frozen VM, SIGSTOP) must not send once a reconciler may have looked the key up, found nothing, and
+        closed the row; the case may have asked again since."""
+        elapsed = self._monotonic() - claimed_at
+        if elapsed + self._send_margin <= self._call_timeout:
+            return
+        reason = (
+            f"not sent: {elapsed:.1f}s since the claim leaves less than the {self._send_margin:.1f}s margin "
+            f"of the {self._call_timeout:.0f}s call timeout"
+        )
+        log.warning("effect %s %s", effect.key, reason, extra={"caseId": effect.case_id, "effectKey": effect.key})
+        self._observe("not_sent", effect)
+        raise SendDeadlinePassed(reason)
 
     def _try_record(
         self,
@@ -338,6 +389,8 @@ class Ledger:
             current.status.value,
             extra={"caseId": current.case_id, "effectKey": current.key},
         )
+        if self._alert is not None:
+            self._alert("late_outcome", *late_outcome_alert(current), dedupe_key=current.key)
         return Effect.from_document(doc)
 
     def _replay(self, existing: Effect) -> EffectOutcome:
@@ -491,6 +544,29 @@ class Ledger:
                 key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=recorded
             ) from exc
         return Effect.from_document(doc)
+
+
+def late_outcome_alert(closed: Effect) -> tuple[str, dict[str, Any]]:
+    """The message and fields of the alert for a call that succeeded after its row was closed: whoever
+    closed it believed nothing was asked, and the case may have asked again since (money possibly
+    over-requested)."""
+    amount, currency = closed.request.get("amount"), closed.request.get("currency")
+    asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
+    message = (
+        f"effect {closed.action} ({closed.key[:12]}) of case {closed.case_id} happened after its row was closed "
+        f"as {closed.status.value}{' (stale)' if closed.stale else ''}: {asked} was asked on v{closed.case_version} "
+        "and may be over-requested if the case asked again since; a person checks the supplier's notes"
+    )
+    fields = {
+        "caseId": closed.case_id,
+        "effectKey": closed.key,
+        "action": closed.action,
+        "amount": amount,
+        "currency": currency,
+        "decidedOnVersion": closed.case_version,
+        "closedAs": closed.status.value,
+    }
+    return message, fields
 
 
 def _superseded_by_ignorance(current: Effect) -> bool:

@@ -41,7 +41,7 @@ from shared.core.errors import (
     OutcomeUnknown,
     StaleDecision,
 )
-from shared.core.ledger import Call, Effect, EffectStatus, Ledger
+from shared.core.ledger import AlertSink, Call, Effect, EffectStatus, Ledger
 from shared.core.ports import DocumentStore
 
 log = logging.getLogger("casekeeper.reconcile")
@@ -92,12 +92,14 @@ class Reconciler:
     max_lookup_failures: int = 3
     max_attempts: int = 3
     lookup_backoff: float = 30.0
+    raise_alert: AlertSink | None = None
+    """Alerts of other kinds than an escalation: an effect on a left version, re-checks given up."""
 
     # --- done effects -------------------------------------------------------------------------------
 
     @property
     def finisher(self) -> CommitFinisher:
-        return CommitFinisher(self.cases, self.ledger, self.review_status)
+        return CommitFinisher(self.cases, self.ledger, self.review_status, alert=self.raise_alert)
 
     def finish_commit(self, effect: Effect) -> str:
         """Make the case show a ``done`` effect's commit (see :class:`CommitFinisher`). Returns ``already``,
@@ -157,6 +159,25 @@ class Reconciler:
         if effect.attempts >= self.max_attempts:
             return self._escalate(effect, f"not found downstream after {effect.attempts} attempts")
         return self._retry(effect, policy.retry_call(effect))
+
+    def rechecks_exhausted(self, result: RecheckResult, rechecks: int) -> None:
+        """Re-checks of an effect stop at their cap while it still is not settled: say so, once per effect and
+        outcome, rather than go quiet. The timer's sweeps still look at it; a person should too."""
+        if self.raise_alert is None:
+            return
+        message = (
+            f"effect {result.key[:12]} of case {result.case_id} is still {result.outcome} after {rechecks} "
+            f"re-checks ({result.detail}); no more are scheduled: the timer's sweep is the backstop, a person "
+            "should look"
+        )
+        fields = {
+            "caseId": result.case_id,
+            "effectKey": result.key,
+            "outcome": result.outcome,
+            "detail": result.detail,
+            "rechecks": rechecks,
+        }
+        self.raise_alert("rechecks_exhausted", message, fields, dedupe_key=f"{result.key}:{result.outcome}")
 
     def _record_found(self, effect: Effect, found: dict[str, Any]) -> RecheckResult:
         try:

@@ -20,7 +20,8 @@ reconciliation first), and never requests more than ``remaining``. So at every r
 
     received + outstanding + this request <= invoice amount - PO amount    (at the version decided on)
 
-which is the invariant the property tests check over random event sequences.
+which is the invariant the property tests check over random event sequences. Every sum and difference
+here is exact (:mod:`shared.domain.money`): one that would round raises instead.
 
 :func:`decide` is the deterministic proposer; :func:`validate` checks any proposal, a model's included,
 against the same numbers.
@@ -35,6 +36,7 @@ from enum import StrEnum
 from typing import Any
 
 from shared.core.errors import InvalidProposal
+from shared.domain import money
 from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Rules, Status
 
 ZERO = Decimal("0")
@@ -106,17 +108,17 @@ class Position:
 
     @property
     def over_billed(self) -> Decimal:
-        return self.invoice_amount - self.po_amount
+        return money.sub(self.invoice_amount, self.po_amount)
 
     @property
     def remaining(self) -> Decimal:
         """The most a decision may request now (negative: the excess)."""
-        return self.over_billed - self.received - self.outstanding
+        return money.sub(money.sub(self.over_billed, self.received), self.outstanding)
 
     @property
     def excess(self) -> Decimal:
         """How far requested and received credit exceeds what the facts justify (zero when it does not)."""
-        return max(ZERO, -self.remaining)
+        return max(ZERO, money.neg(self.remaining))
 
     @property
     def unknown(self) -> tuple[CreditRequest, ...]:
@@ -156,7 +158,7 @@ def position(facts: InvoiceFacts, requests: Iterable[CreditRequest]) -> Position
             lines.append(RequestLine(request, RequestState.RECEIVED, received_by_id[request.credit_note_id]))
         else:
             lines.append(RequestLine(request, RequestState.OUTSTANDING if request.known else RequestState.UNKNOWN))
-            outstanding += request.amount
+            outstanding = money.add(outstanding, request.amount)
     return Position(
         currency=facts.currency,
         invoice_amount=facts.invoice_amount,
@@ -196,7 +198,7 @@ def decide(facts: InvoiceFacts, pos: Position, rules: Rules) -> Proposal:
         )
     if remaining < -rules.tolerance:
         what = "over-credited" if pos.received > 0 and pos.over_billed >= 0 else "under-billed"
-        return Proposal(Action.NEEDS_REVIEW, rationale=f"{what} by {-remaining} {currency}")
+        return Proposal(Action.NEEDS_REVIEW, rationale=f"{what} by {money.neg(remaining)} {currency}")
     if pos.outstanding > 0:
         return Proposal(
             Action.AWAIT_CREDIT,
@@ -221,7 +223,7 @@ def validate(proposal: Proposal, *, case_id: str, status: str, pos: Position, ru
         raise invalid(f"no action is allowed while the case is {status}")
     remaining = pos.remaining
     if proposal.action is Action.APPROVE:
-        if abs(remaining) > rules.tolerance or pos.outstanding > 0:
+        if money.magnitude(remaining) > rules.tolerance or pos.outstanding > 0:
             raise invalid(
                 f"approve proposed but {remaining} remains (tolerance {rules.tolerance}) "
                 f"with {pos.outstanding} outstanding"

@@ -15,6 +15,8 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any
 
+from shared.domain import money
+
 CENT = Decimal("0.01")
 
 
@@ -78,18 +80,18 @@ class InvoiceFacts:
 
     @property
     def credits_total(self) -> Decimal:
-        return sum((c.amount for c in self.credits), Decimal("0"))
+        return money.total(c.amount for c in self.credits)
 
     @property
     def over_billed(self) -> Decimal:
         """Invoice minus PO: what the facts justify asking back in all (negative when under-billed)."""
-        return self.invoice_amount - self.po_amount
+        return money.sub(self.invoice_amount, self.po_amount)
 
     @property
     def variance(self) -> Decimal:
         """Over-billing not yet credited (ignores credit notes requested and not received: see
         :mod:`shared.domain.credit` for what may still be requested)."""
-        return self.over_billed - self.credits_total
+        return money.sub(self.over_billed, self.credits_total)
 
     @classmethod
     def from_dict(cls, facts: dict[str, Any]) -> InvoiceFacts:
@@ -140,18 +142,23 @@ class Proposal:
 
 
 _AMOUNT = re.compile(r"^-?[0-9]+(\.[0-9]{1,2})?$")
+_INTEGER_PART = re.compile(r"^-?0*([0-9]+)")
 
 
 def parse_amount(value: object, name: str) -> Decimal:
     """A decimal amount from a JSON string like ``"1250.40"``: digits, an optional ``-``, at most two
-    decimals. Numbers are refused (a float is not exact), and so are exponents, signs like ``+``,
-    separators like ``_`` and surrounding spaces, which ``Decimal()`` would accept."""
+    decimals and at most fifteen digits before the point (:mod:`shared.domain.money`). Numbers are
+    refused (a float is not exact), and so are exponents, signs like ``+``, separators like ``_`` and
+    surrounding spaces, which ``Decimal()`` would accept."""
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a decimal string, got {type(value).__name__}")
     if not _AMOUNT.match(value):
         if re.match(r"^-?[0-9]+\.[0-9]{3,}$", value):
             raise ValueError(f"{name} has more than two decimal places: {value!r}")
         raise ValueError(f"{name} is not a decimal amount like '1250.40': {value!r}")
+    integer = _INTEGER_PART.match(value)
+    if integer is not None and len(integer.group(1)) > money.MAX_INTEGER_DIGITS:
+        raise ValueError(f"{name} has more than {money.MAX_INTEGER_DIGITS} digits before the decimal point")
     try:
         return Decimal(value)
     except InvalidOperation:  # unreachable after the pattern; kept so a bad edit fails loudly

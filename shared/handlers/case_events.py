@@ -120,6 +120,16 @@ async def handle_case_message(
     return settlement
 
 
+REFUSED_ANSWERS = frozenset({"ignored", "stale_answer"})
+"""Outcomes of an approval answer that committed nothing: it is set aside with the reason."""
+
+
+def _refused_answer(event: ev.CaseEvent, result: EventResult) -> str | None:
+    if event.type != ev.APPROVAL_ANSWERED or not result.steps or result.steps[0].outcome not in REFUSED_ANSWERS:
+        return None
+    return f"approval answer not applied: {result.steps[0].detail}"
+
+
 def _peek_type(body: bytes) -> str:
     try:
         raw = json.loads(body)
@@ -164,6 +174,12 @@ async def _handle(
         if event.type == ev.EFFECT_RECHECK:
             return await _recheck(deps, event, envelope)
         result = await deps.worker.handle(event)
+        refused = _refused_answer(event, result)
+        if refused is not None:
+            # What only the worker can know (the request moved on while the answer was queued) is shown on
+            # the case with its reason, never only logged.
+            await aside(event.case_id, refused, {"requestId": str(event.data.get("requestId"))})
+            return Settlement("set_aside", refused, result=result)
         return Settlement("completed", f"{result.outcome}: {result.detail}", result=result)
 
     try:
@@ -270,6 +286,8 @@ async def _recheck(deps: CaseEventDeps, event: ev.CaseEvent, envelope: Envelope)
         copy_id = envelope.copy_id("recheck", envelope.retry + 1)
         await _schedule(deps, event, copy_id, at, replace(envelope, retry=envelope.retry + 1).fields())
         return Settlement("rechecked", f"{outcome.outcome}; next re-check scheduled", scheduled_at=at)
+    if outcome.retry_after is not None:
+        await asyncio.to_thread(deps.reconciler.rechecks_exhausted, outcome, envelope.retry)
     if outcome.reinvestigate:
         result = await deps.worker.handle(ev.CaseEvent(ev.CASE_INVESTIGATE, event.case_id, {}))
         return Settlement("rechecked", f"{outcome.outcome}; case decided again: {result.outcome}", result=result)

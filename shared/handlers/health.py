@@ -20,7 +20,8 @@ the duty carries on with the rest.
 6. **Lagging runs**: a case whose last workflow commit is not covered by its checkpoints alerts once per
    version. Cases are examined once, in a window that trails now by the lag; the cursor moves on even
    past a case that could not be examined.
-7. **Dead letters**: one alert per message in the queue's dead-letter queue.
+7. **Dead letters**: one alert per message in the queue's dead-letter queue, all of them (read a page at a
+   time).
 
 The re-checks and investigations are scheduled into each case's session with a message id derived from
 the case (or effect), its version (or attempt) and the hour, so a tick repeated within the hour does not
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from shared.app.alerts import Alerter
@@ -42,7 +43,7 @@ from shared.core.reconcile import RECONCILED_SUFFIX
 from shared.domain import events as ev
 from shared.domain.invoice import Status
 from shared.handlers.case_events import schedule_recheck
-from shared.messaging import DeadLetterQueue, EventSender, derived_message_id
+from shared.messaging import DeadLetter, DeadLetterQueue, EventSender, derived_message_id
 from shared.workflow.build import WORKFLOW_NAME
 from shared.workflow.capture import failures_since, mark_alerted
 from shared.workflow.checkpoints import CaseCheckpointStorage
@@ -52,6 +53,8 @@ log = logging.getLogger("casekeeper.health")
 
 CURSOR_KIND = "cursor"
 CURSOR_ID = "checkpoint-health"
+DEAD_LETTER_PAGE = 100
+"""Dead letters read per peek; the duty pages through all of them."""
 SUPERSTEPS_BEHIND = 2
 """Failed saves since the newest checkpoint that make a run count as lagging (rule R7)."""
 
@@ -228,8 +231,20 @@ def _lag(deps: HealthDeps, case: Case, lag: float) -> str | None:
     return None
 
 
+def _dead_letters(deps: HealthDeps) -> Iterator[DeadLetter]:
+    """Every dead letter, a page at a time: an alert per letter however many there are (not only the oldest
+    page's)."""
+    after: int | None = None
+    while True:
+        page = deps.dead_letters.peek(limit=DEAD_LETTER_PAGE, after_sequence=after)
+        yield from page
+        if len(page) < DEAD_LETTER_PAGE or page[-1].sequence_number == after:
+            return
+        after = page[-1].sequence_number
+
+
 def _alert_dead_letters(deps: HealthDeps, report: HealthReport) -> None:
-    for letter in deps.dead_letters.peek(limit=100):
+    for letter in _dead_letters(deps):
         message = (
             f"event {letter.message_id} of case {letter.session_id} was dead-lettered after "
             f"{letter.delivery_count} deliveries ({letter.reason}): 'casekeeper events redrive "

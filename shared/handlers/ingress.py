@@ -15,9 +15,13 @@ status   when
 400      the JSON does not describe a valid event (each bad field named)
 401      signature missing, malformed, wrong or expired
 404      (approvals, reads) no such case
+409      a delivery id already accepted with another body; (approvals) an unknown request, a request no
+         longer pending, an answer on another version, or a request already answered otherwise
+         (``shared.handlers.door``)
 413      body over 256 KiB
 415      not JSON
-503      the queue could not be reached: nothing was enqueued, retry
+503      the queue, or the store that remembers deliveries and answers, could not be reached: nothing was
+         enqueued, retry
 =======  =================================================================
 """
 
@@ -30,10 +34,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.core.cases import CaseRepository
 from shared.core.clock import Clock
-from shared.core.errors import InvalidEvent, QueueUnavailable
+from shared.core.errors import InvalidEvent, QueueUnavailable, StoreError
 from shared.core.ids import id_problem
+from shared.core.ports import DocumentStore
 from shared.domain import events as ev
+from shared.handlers import door
 from shared.messaging import EventSender, derived_message_id
 
 SIGNATURE_HEADER = "Casekeeper-Signature"
@@ -93,10 +100,15 @@ def verify(header: str | None, body: bytes, secrets: Sequence[str], now: float) 
 
 
 class Ingress:
-    def __init__(self, secrets: Sequence[str], sender: EventSender, clock: Clock) -> None:
+    def __init__(
+        self, secrets: Sequence[str], sender: EventSender, clock: Clock, *, store: DocumentStore | None = None
+    ) -> None:
+        """``store``: where the door remembers delivery ids and approval answers (``shared.handlers.door``);
+        without one, neither is checked (tests of the signature and the queue alone)."""
         self._secrets = tuple(secrets)
         self._sender = sender
         self._clock = clock
+        self._store = store
 
     def accept_event(self, headers: Mapping[str, str], body: bytes) -> Response:
         """``POST /api/events``. ``headers`` must be case-insensitive (as the Functions host's are)."""
@@ -123,6 +135,15 @@ class Ingress:
         # Namespaced, so a sender's delivery id can never collide with the ids Casekeeper gives its own
         # messages (approval:..., recheck:...); the same delivery still maps to the same message id.
         message_id = derived_message_id("webhook", delivery)
+        if self._store is not None:
+            try:
+                reused = door.record_delivery(
+                    self._store, delivery, raw, case_id=event.case_id, event_type=event.type, at=self._clock.now()
+                )
+            except StoreError as exc:
+                return _error(503, f"could not record the delivery, nothing was accepted; retry: {exc}")
+            if reused is not None:
+                return _error(409, reused, fields={DELIVERY_HEADER: "already used with another body"})
         return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "deliveryId": delivery})
 
     def accept_approval(
@@ -195,6 +216,9 @@ class Ingress:
         except InvalidEvent as exc:
             fields = {k.removeprefix("data."): v for k, v in exc.fields.items()}
             return _error(400, "invalid approval: " + "; ".join(f"{k} {v}" for k, v in fields.items()), fields=fields)
+        refused = self._close_request(case_id, request_id, data)
+        if refused is not None:
+            return refused
         # The same answer, sent twice, is the same message: the broker drops the copy.
         message_id = derived_message_id("approval", request_id, str(data["decision"]), str(data["caseVersion"]))
         return self._enqueue(
@@ -239,6 +263,25 @@ class Ingress:
             return _error(400, "invalid withdrawal: " + "; ".join(f"{k} {v}" for k, v in fields.items()), fields=fields)
         message_id = derived_message_id("withdraw", case_id, effect_key)
         return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "effectKey": effect_key})
+
+    def _close_request(self, case_id: str, request_id: str, data: Mapping[str, Any]) -> Response | None:
+        """One answer per request: refuse (409, with the reason) what the door can already tell will not
+        count, then record this answer as the request's first, unless that one was already recorded. What
+        only the case worker can know later is set aside there, with the reason."""
+        if self._store is None:
+            return None
+        try:
+            if door.recorded_answer(self._store, request_id) is None:
+                case = CaseRepository(self._store, self._clock).get(case_id)
+                if case is None:
+                    return _error(404, f"no case {case_id!r}")
+                reason = door.answer_refusal(case, request_id, int(data["caseVersion"]))
+                if reason is not None:
+                    return _error(409, reason)
+            reason = door.claim_answer(self._store, case_id, request_id, data)
+        except StoreError as exc:
+            return _error(503, f"could not record the answer, nothing was accepted; retry: {exc}")
+        return _error(409, reason) if reason is not None else None
 
     def _enqueue(self, event: ev.CaseEvent, *, message_id: str, accepted: dict[str, Any]) -> Response:
         try:

@@ -115,8 +115,10 @@ class DeadLetter:
 
 
 class DeadLetterQueue(Protocol):
-    def peek(self, limit: int = 100) -> list[DeadLetter]:
-        """The dead letters, oldest first, without changing them. Raises ``QueueUnavailable``."""
+    def peek(self, limit: int = 100, *, after_sequence: int | None = None) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters in sequence-number order (oldest first), without changing them;
+        with ``after_sequence``, those after it: call again from the last one seen to page through them
+        all. Raises ``QueueUnavailable``."""
         ...
 
     def counts(self) -> dict[str, int]:

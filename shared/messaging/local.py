@@ -56,9 +56,11 @@ class LocalDeadLetters:
         self._queue = queue
         self._queue_name = queue_name
 
-    def peek(self, limit: int = 100) -> list[DeadLetter]:
+    def peek(self, limit: int = 100, *, after_sequence: int | None = None) -> list[DeadLetter]:
         with _queue_errors(self._queue_name):
-            letters = self._queue.dead_letters(self._queue_name)[:limit]
+            everything = sorted(self._queue.dead_letters(self._queue_name), key=lambda d: d.sequence_number)
+        after = -1 if after_sequence is None else after_sequence
+        letters = [d for d in everything if d.sequence_number > after][:limit]
         return [
             DeadLetter(
                 message_id=d.message_id,

@@ -203,12 +203,14 @@ class ServiceBusDeadLetters:
             "dead_lettered": int(props.dead_letter_message_count),
         }
 
-    def peek(self, limit: int = 100) -> list[DeadLetter]:
+    def peek(self, limit: int = 100, *, after_sequence: int | None = None) -> list[DeadLetter]:
         from azure.servicebus.exceptions import ServiceBusError
 
+        # Browsing starts at a sequence number and goes up; 0 means "from the start" to the SDK.
+        start = {} if after_sequence is None else {"sequence_number": after_sequence + 1}
         try:
             with self._factory() as client, self._receiver(client) as receiver:
-                return [_dead_letter(m) for m in receiver.peek_messages(max_message_count=limit)]
+                return [_dead_letter(m) for m in receiver.peek_messages(max_message_count=limit, **start)]
         except ServiceBusError as exc:
             raise QueueUnavailable(f"service bus dead-letter queue: {exc}", queue=self._queue_name) from exc
 

@@ -9,7 +9,7 @@ from typing import Any
 from shared.app.telemetry import Telemetry
 from shared.core.cases import Case, CaseRepository
 from shared.core.commits import CommitFinisher
-from shared.core.ledger import Ledger
+from shared.core.ledger import AlertSink, Ledger
 from shared.domain.invoice import Rules
 from shared.workflow.proposers import Proposer
 
@@ -28,7 +28,9 @@ class WorkflowDeps:
     """For one run: the case as the event just wrote it; the run's first read of it is skipped."""
     new_case: bool = False
     """For one run: ``known_case`` was created by this event, so it has no effects yet (none are read)."""
+    alert: AlertSink | None = None
+    """Raises the finisher's alerts (an effect that happened on a version the case left)."""
 
     @property
     def finisher(self) -> CommitFinisher:
-        return CommitFinisher(self.cases, self.ledger)
+        return CommitFinisher(self.cases, self.ledger, alert=self.alert)

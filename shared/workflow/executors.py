@@ -217,6 +217,14 @@ class ApprovalGate(Executor):
             detail = f"answer given on v{answer.case_version}, case is at v{case.version}: nothing committed"
             await ctx.yield_output(RunOutcome(case.id, "stale_answer", case.status, case.version, detail, extra=extra))
             return
+        # An answer never commits while an effect of the case is unsettled: an approved call whose reply was
+        # lost is still this request's answer, and a second answer (a rejection) must not commit past it.
+        # In flight: raises EffectInFlight, and the answer comes back later; unknown: waits for reconciliation.
+        effects = await asyncio.to_thread(deps.ledger.for_case, case.id)
+        stop = await settle_first(deps, case, effects)
+        if stop is not None:
+            await ctx.yield_output(stop)
+            return
         who = answer.approver
         if answer.decision != "approve":
             why = f" (reason: {answer.reason})" if answer.reason else ""
@@ -228,7 +236,6 @@ class ApprovalGate(Executor):
         # The money rule once more, on the case as it is now: the approver saw these facts, but a request
         # must never exceed what may still be requested at the version it is made on.
         facts = InvoiceFacts.from_dict(case.facts)
-        effects = await asyncio.to_thread(deps.ledger.for_case, case.id)
         # This answer's own request, if a run of it already claimed it (a crash after the claim, then this
         # answer redelivered), is not an earlier request to subtract: it is this one, and the ledger replays
         # it (in flight, reconciled, or done) when the order reaches it. Counting it would send an approved,

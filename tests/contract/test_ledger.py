@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shared.core.cases import CaseRepository
 from shared.core.clock import ManualClock
@@ -16,6 +19,7 @@ from shared.core.errors import (
     NeedsReconciliation,
     OutcomeAlreadyRecorded,
     OutcomeUnknown,
+    SendDeadlinePassed,
     StaleDecision,
 )
 from shared.core.keys import effect_key
@@ -215,9 +219,20 @@ def test_escalation_and_resolution_by_a_person(ledger: Ledger) -> None:
     assert ledger.find(key) is not None and ledger.find(key).status is EffectStatus.DONE  # type: ignore[union-attr]
 
 
-def test_retry_with_the_same_key_re_claims_and_calls_once(ledger: Ledger) -> None:
+def past_its_call_timeout(store: DocumentStore, cases: CaseRepository) -> Ledger:
+    """A ledger whose ``started`` rows count as unknown after a second, and a row left that way past it: a
+    retry is for an attempt that can no longer send."""
+    ledger = Ledger(store, cases, call_timeout=1.0, send_margin=0.0)
     with pytest.raises(OutcomeUnknown):
         run(ledger, CountingDownstream(fail_with=lambda: OutcomeUnknown("503")))
+    time.sleep(2.1)  # past the call timeout by the store's clock (Cosmos _ts: whole seconds)
+    return ledger
+
+
+def test_retry_with_the_same_key_re_claims_and_calls_once(
+    ledger: Ledger, store: DocumentStore, cases: CaseRepository
+) -> None:
+    ledger = past_its_call_timeout(store, cases)
     key = effect_key("c1", ACTION, 1)
     downstream = CountingDownstream()
     outcome = ledger.retry_same_key(ledger.get("c1", key), downstream)  # type: ignore[arg-type]
@@ -229,9 +244,10 @@ def test_retry_with_the_same_key_re_claims_and_calls_once(ledger: Ledger) -> Non
     assert downstream.total == 1
 
 
-def test_a_retry_after_the_case_moved_on_is_closed_as_stale(ledger: Ledger, cases: CaseRepository) -> None:
-    with pytest.raises(OutcomeUnknown):
-        run(ledger, CountingDownstream(fail_with=lambda: OutcomeUnknown("503")))
+def test_a_retry_after_the_case_moved_on_is_closed_as_stale(
+    ledger: Ledger, store: DocumentStore, cases: CaseRepository
+) -> None:
+    ledger = past_its_call_timeout(store, cases)
     key = effect_key("c1", ACTION, 1)
     assert cases.update_facts("c1", 1, {"poAmount": "1.00"}, reason="po edited")
     downstream = CountingDownstream()
@@ -255,3 +271,107 @@ def test_a_late_success_is_recorded_over_an_escalation_that_could_not_know_it(le
     assert outcome.result["creditNoteId"] == "CN-0001"  # the outcome is known: it is kept
     stored = ledger.get("c1", key)
     assert stored is not None and stored.status is EffectStatus.DONE and "late outcome" in (stored.reason or "")
+
+
+def test_a_worker_that_pauses_after_its_gate_does_not_send_once_the_row_may_be_taken_for_lost(
+    store: DocumentStore, cases: CaseRepository
+) -> None:
+    """The issue's paused worker: it passes the gate, then stops (GC, SIGSTOP) past the call timeout. Meanwhile
+    the PO changes, a reconciler finds nothing under the key, its same-key retry is refused by the gate and
+    the row is closed stale, so the case may ask again. The worker wakes: it must not send the old request."""
+    cases.create("c1", {"amount": "10.00"})
+    worker = Ledger(store, cases, call_timeout=2.0)
+    reconciler = Ledger(store, cases, call_timeout=2.0)
+    downstream = CountingDownstream()
+    key = effect_key("c1", ACTION, 1)
+
+    def pause_after_the_gate(point: str) -> None:
+        if point != "F2":
+            return
+        time.sleep(3.1)  # the pause: past the call timeout, by the store's clock too (Cosmos _ts: whole seconds)
+        assert cases.update_facts("c1", 1, {"poAmount": "1.00"}, reason="po edited") is not None
+        with pytest.raises(StaleDecision):
+            reconciler.retry_same_key(reconciler.get("c1", key), downstream)  # type: ignore[arg-type]
+
+    worker._probe = pause_after_the_gate  # the ledger's failure-point hook, here a pause instead of a crash
+    with pytest.raises(SendDeadlinePassed, match="not sent"):
+        run(worker, downstream)
+    assert downstream.total == 0  # neither the woken worker nor the refused retry asked the supplier
+    closed = worker.get("c1", key)
+    assert closed is not None and closed.status is EffectStatus.FAILED and closed.stale
+
+
+def test_a_call_within_its_deadline_is_sent(store: DocumentStore, cases: CaseRepository) -> None:
+    cases.create("c1", {})
+    ticks = iter([100.0, 100.0 + 1.49])  # the claim, then the check just before sending
+    ledger = Ledger(store, cases, call_timeout=2.0, send_margin=0.5, monotonic=lambda: next(ticks))
+    assert run(ledger, CountingDownstream()).result["creditNoteId"] == "CN-0001"
+    late = iter([100.0, 100.0 + 1.51])
+    ledger = Ledger(store, cases, call_timeout=2.0, send_margin=0.5, monotonic=lambda: next(late))
+    cases.create("c2", {})
+    downstream = CountingDownstream()
+    with pytest.raises(SendDeadlinePassed):
+        run(ledger, downstream, case_id="c2")
+    assert downstream.total == 0
+    left = ledger.get("c2", effect_key("c2", ACTION, 1))
+    assert left is not None and left.status is EffectStatus.STARTED  # reconciliation settles it by key
+
+
+def test_a_retry_is_refused_while_the_current_attempt_may_still_send(ledger: Ledger, cases: CaseRepository) -> None:
+    """A retry of a row still within its call timeout would re-claim it under an attempt that may yet send;
+    refused by the gate, it would close the row as stale and the money rule would stop counting a request
+    that can still reach the supplier."""
+    with pytest.raises(OutcomeUnknown):
+        run(ledger, CountingDownstream(fail_with=lambda: OutcomeUnknown("503")))
+    key = effect_key("c1", ACTION, 1)
+    assert cases.update_facts("c1", 1, {"poAmount": "1.00"}, reason="po edited") is not None
+    downstream = CountingDownstream()
+    with pytest.raises(EffectInFlight):
+        ledger.retry_same_key(ledger.get("c1", key), downstream)  # type: ignore[arg-type]
+    still = ledger.get("c1", key)
+    assert still is not None and still.status is EffectStatus.STARTED and still.attempts == 1
+    assert downstream.total == 0
+
+
+def test_a_late_success_over_a_closed_row_raises_an_alert_naming_the_amount(
+    store: DocumentStore, cases: CaseRepository
+) -> None:
+    cases.create("c1", {})
+    alerts: list[tuple[str, str, dict[str, Any], str]] = []
+    ledger = Ledger(
+        store, cases, call_timeout=120, alert=lambda k, m, f, *, dedupe_key: alerts.append((k, m, dict(f), dedupe_key))
+    )
+    key = effect_key("c1", ACTION, 1)
+    downstream = CountingDownstream()
+    downstream.during_call = lambda _: ledger.mark_needs_reconciliation(ledger.get("c1", key), "not found")  # type: ignore[arg-type]
+    outcome = ledger.run(
+        case_id="c1",
+        action=ACTION,
+        decided_on_version=1,
+        call=downstream,
+        request={"amount": "100.00", "currency": "EUR"},
+    )
+    assert outcome.effect.status is EffectStatus.DONE
+    [(kind, message, fields, dedupe)] = alerts
+    assert (kind, dedupe) == ("late_outcome", key)
+    assert "100.00 EUR" in message and "over-requested" in message
+    assert (fields["amount"], fields["currency"], fields["closedAs"]) == ("100.00", "EUR", "needs_reconciliation")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(elapsed=st.floats(0.0, 10.0), margin=st.floats(0.0, 1.99))
+def test_a_call_is_sent_exactly_while_its_deadline_leaves_the_margin(
+    store: DocumentStore, cases: CaseRepository, elapsed: float, margin: float
+) -> None:
+    case_id = f"c-{uuid.uuid4().hex[:10]}"  # the store outlives the examples
+    cases.create(case_id, {})
+    ticks = iter([50.0, 50.0 + elapsed])  # the worker's clock at the claim, then just before sending
+    ledger = Ledger(store, cases, call_timeout=2.0, send_margin=margin, monotonic=lambda: next(ticks))
+    downstream = CountingDownstream()
+    may_send = elapsed + margin <= 2.0
+    if may_send:
+        run(ledger, downstream, case_id=case_id)
+    else:
+        with pytest.raises(SendDeadlinePassed):
+            run(ledger, downstream, case_id=case_id)
+    assert downstream.total == int(may_send)

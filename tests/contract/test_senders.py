@@ -204,3 +204,14 @@ def test_the_composition_root_sends_with_the_connection_string_the_settings_hold
     finally:
         sender.close()  # type: ignore[attr-defined]
     assert broker.namespaces == ["localhost", "localhost"]
+
+
+def test_dead_letters_page_by_sequence_number(messaging: Messaging) -> None:
+    """``after_sequence`` continues where the last page ended, so a reader can see every dead letter."""
+    for n in range(5):
+        messaging.dead_letter(f"C-{n}", f"webhook:{n}", b'{"type":"case.investigate","caseId":"C-0","data":{}}')
+    first = messaging.dead_letters.peek(limit=2)
+    second = messaging.dead_letters.peek(limit=2, after_sequence=first[-1].sequence_number)
+    third = messaging.dead_letters.peek(limit=2, after_sequence=second[-1].sequence_number)
+    assert [d.message_id for d in first + second + third] == [f"webhook:{n}" for n in range(5)]
+    assert messaging.dead_letters.peek(limit=2, after_sequence=third[-1].sequence_number) == []

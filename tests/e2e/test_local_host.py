@@ -92,7 +92,9 @@ def test_a_stale_approval_commits_nothing(host: DevHost, supplier: SupplierStub)
     assert (view["case"]["status"], old["caseVersion"], old["amount"]) == ("awaiting_approval", 2, "1500.00")
     host.post_event("po.updated", "INV-4", {"poAmount": "900.00"})
     view = host.wait_for("INV-4", lambda v: (v["pendingApproval"] or {}).get("caseVersion") == 4)
-    assert host.approve("INV-4", old["requestId"], "approve", old["caseVersion"]).status_code == 202
+    stale = host.approve("INV-4", old["requestId"], "approve", old["caseVersion"])
+    # Refused at the door with the reason, as the approval page refuses it; nothing is enqueued.
+    assert stale.status_code == 409 and "no longer pending" in stale.json()["error"]
     time.sleep(1.5)
     after = host.case("INV-4")
     assert after is not None and after["case"]["status"] == "awaiting_approval" and after["case"]["version"] == 4

@@ -271,6 +271,7 @@ class CaseMachine(RuleBasedStateMachine):
         self.sent: list[Sent] = []
         self.step = 0
         self.answers: list[dict[str, Any]] = []  # approval requests seen, oldest first
+        self.answered: dict[str, str] = {}  # request id -> the decision the door accepted first
 
     # --- what the outside world does -----------------------------------------------------------
 
@@ -381,6 +382,19 @@ class CaseMachine(RuleBasedStateMachine):
         if not self.answers:
             return
         asked = self.answers[0] if oldest else self.answers[-1]
+        # The door refuses (409) what it can tell will not count: a request no longer pending at the version
+        # asked, or one already answered otherwise. The model: the case as the API shows it, and the answers
+        # this test had accepted (the queue is not delivered between the read and the answer).
+        request_id = str(asked["requestId"])
+        current = (view or {}).get("pendingApproval") or {}
+        case = (view or {}).get("case") or {}
+        still_pending = (
+            current.get("requestId") == request_id
+            and case.get("status") == "awaiting_approval"
+            and case.get("version") == asked["caseVersion"]
+        )
+        first = self.answered.get(request_id)
+        refused = first != decision if first is not None else not still_pending
         self.step += 1
         data = {"decision": decision, "caseVersion": asked["caseVersion"], "approver": "ana"}
         req = func.HttpRequest(
@@ -390,7 +404,13 @@ class CaseMachine(RuleBasedStateMachine):
             body=json.dumps(data).encode(),
             route_params={"caseId": self.case_id, "requestId": asked["requestId"]},
         )
-        self._record("approval", "approval.answered", data, asked["requestId"], function("approvals")(req))
+        response = function("approvals")(req)
+        if refused:
+            assert response.status_code == 409, (data, response.status_code, response.get_body())
+            self.sent.append(Sent(self.step, "approval", self.case_id, "approval.answered", data, request_id, 409))
+        else:
+            self._record("approval", "approval.answered", data, request_id, response)
+            self.answered.setdefault(request_id, decision)
         self.deliver(then)
 
     @rule(pick=st.integers(0, 5), then=DELIVER)

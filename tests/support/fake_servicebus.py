@@ -100,9 +100,13 @@ class FakeDeadLetterReceiver:
         self._broker = broker
         self._locked: list[Dead] = []
 
-    def peek_messages(self, max_message_count: int = 1) -> list[Dead]:
+    def peek_messages(self, max_message_count: int = 1, sequence_number: int = 0) -> list[Dead]:
+        """As the SDK's: browse in sequence-number order, from ``sequence_number`` (0: the start)."""
         with self._broker.lock:
-            return list(self._broker.dead[:max_message_count])
+            browsed = sorted(
+                (d for d in self._broker.dead if d.sequence_number >= sequence_number), key=lambda d: d.sequence_number
+            )
+            return browsed[:max_message_count]
 
     def receive_messages(self, max_message_count: int = 1, max_wait_time: float | None = None) -> list[Dead]:
         with self._broker.lock:

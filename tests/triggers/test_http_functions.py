@@ -143,10 +143,19 @@ def approval(
     )
 
 
+def awaiting(svc: Services, case_id: str, request_id: str = "apr-1") -> int:
+    """A case waiting for an answer to ``request_id``; returns the version it waits on (2)."""
+    svc.cases.create(case_id, {"x": 1})
+    pending = {"requestId": request_id, "caseVersion": 2}
+    asked = svc.cases.commit_status(case_id, 1, "awaiting_approval", reason="asked", data={"pendingApproval": pending})
+    assert asked is not None
+    return asked.version
+
+
 def test_a_function_key_callers_approval_is_enqueued_under_the_name_it_gives(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:
-    svc.cases.create("INV-1001", {"x": 1})
+    awaiting(svc, "INV-1001")
     answer = {"decision": "approve", "caseVersion": 2, "approver": "ana"}
     status, body = call(functions, "approvals", approval("INV-1001", "apr-1", answer))
     # No signed-in identity: a key holder, recorded as such, never as the person it names.
@@ -160,7 +169,7 @@ def test_a_function_key_callers_approval_is_enqueued_under_the_name_it_gives(
 def test_a_signed_in_approvers_answer_is_recorded_as_that_identity(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:
-    svc.cases.create("INV-1001", {"x": 1})
+    awaiting(svc, "INV-1001")
     signed_in = {PRINCIPAL_HEADER: encode_principal("ana@example.com", [APPROVER_ROLE], auth_type="aad")}
     answer = {"decision": "reject", "caseVersion": 2, "reason": "wrong supplier"}
     status, body = call(functions, "approvals", approval("INV-1001", "apr-1", answer, signed_in))
@@ -224,7 +233,7 @@ def test_the_secret_is_never_echoed(functions: dict[str, Any], svc: Services) ->
     assert SECRET not in json.dumps(body)
 
 
-BAD_IDS = ["INV/2026/0042", "back\\slash", "what?", "frag#1", " leading", "trailing ", "bell\x07", "x" * 129]
+BAD_IDS = ["INV/2026/0042", "back\\slash", "what?", "frag#1", " leading", "trailing ", "bell\x07", "x" * 129, ".", ".."]
 
 
 @pytest.mark.parametrize("bad_id", BAD_IDS)
@@ -299,3 +308,42 @@ def test_the_case_view_shows_how_much_may_still_be_requested_and_the_excess(
     assert (request["amount"], request["state"], request["decidedOnVersion"]) == ("300.00", "outstanding", 1)
     assert body["history"][1]["changes"] == {"poAmount": "1200.00"}
     assert "by 200.00 EUR" in body["history"][-1]["reason"]
+
+
+def test_an_answer_the_door_can_tell_will_not_count_is_refused_with_409_and_the_reason(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    """As the approval page refuses them: an unknown request, an answer on another version, and a second,
+    different answer to a request the first answer closed. Nothing is enqueued for any of them."""
+    awaiting(svc, "INV-1001")
+    ana = {"decision": "approve", "caseVersion": 2, "approver": "ana"}
+    status, body = call(functions, "approvals", approval("INV-1001", "apr-nope", ana))
+    assert status == 409 and body["error"].startswith("unknown request")
+    status, body = call(functions, "approvals", approval("INV-1001", "apr-1", {**ana, "caseVersion": 1}))
+    assert status == 409 and body["error"].startswith("stale: answered on v1")
+    assert queue.peek(QUEUE) == []
+    assert call(functions, "approvals", approval("INV-1001", "apr-1", ana))[0] == 202
+    bob = {"decision": "reject", "caseVersion": 2, "approver": "bob", "reason": "wrong supplier"}
+    status, body = call(functions, "approvals", approval("INV-1001", "apr-1", bob))
+    assert (status, body["error"]) == (
+        409,
+        "already answered: approve by key:ana on v2; the first answer closes the request",
+    )
+    assert call(functions, "approvals", approval("INV-1001", "apr-1", ana))[0] == 202  # the same answer: idempotent
+    assert [json.loads(m.body)["data"]["decision"] for m in queue.peek(QUEUE)] == ["approve"]
+
+
+def test_a_delivery_id_reused_with_another_body_is_refused_with_409(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    """A delivery id is an idempotency key: the same body again is the same event (202, one message; key
+    order and whitespace do not matter), another body under it is refused instead of dropped unseen."""
+    first = event()
+    assert call(functions, "events", signed_request(first, delivery="dlv-7"))[0] == 202
+    reordered = json.dumps(json.loads(first), indent=2, sort_keys=True).encode()
+    assert call(functions, "events", signed_request(reordered, delivery="dlv-7"))[0] == 202
+    other = event(type="po.updated", data={"poAmount": "900.00"})
+    status, body = call(functions, "events", signed_request(other, delivery="dlv-7"))
+    assert status == 409 and "already accepted with another body" in body["error"]
+    assert body["fields"] == {"Casekeeper-Delivery": "already used with another body"}
+    assert [m.message_id for m in queue.peek(QUEUE)] == ["webhook:dlv-7"]

@@ -218,6 +218,24 @@ def test_approving_enqueues_one_answer_recorded_as_the_signed_in_approver(
     assert (data["approver"], data["decision"], data["caseVersion"]) == ("ana@example.com", "approve", 2)
 
 
+def test_a_second_approver_with_another_answer_is_told_the_request_was_already_answered(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    """Two approvers on the same form: the first answer closes the request; the second, different one is
+    refused (409) naming it, although the worker has not taken the first yet and the page still shows the form."""
+    request_id = pending_case(svc)
+    bob = who("bob@example.com", APPROVER_ROLE)
+    ana_token = form_token(open_request(functions, "INV-7", request_id, ANA))
+    bob_token = form_token(open_request(functions, "INV-7", request_id, bob))
+    first = {"csrf": ana_token, "caseVersion": "2", "decision": "approve", "reason": ""}
+    assert post_answer(functions, "INV-7", request_id, first, ANA).status_code == 303
+    second = {"csrf": bob_token, "caseVersion": "2", "decision": "reject", "reason": "wrong supplier"}
+    response = post_answer(functions, "INV-7", request_id, second, bob)
+    assert response.status_code == 409
+    assert "already answered: approve by ana@example.com on v2" in text(response)
+    assert [json.loads(m.body)["data"]["decision"] for m in queue.peek(QUEUE)] == ["approve"]
+
+
 def test_rejecting_needs_a_reason_and_keeps_it(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:

@@ -169,7 +169,7 @@ def test_each_duty_runs_on_its_own_and_a_malformed_document_is_skipped_and_recor
     svc.cases.create("C-9", INVOICE)
     clock.advance(121)
 
-    def unreachable(limit: int = 100) -> list[Any]:
+    def unreachable(limit: int = 100, **paging: Any) -> list[Any]:
         raise ConnectionError("the dead-letter queue cannot be reached")
 
     monkeypatch.setattr(svc.dead_letters, "peek", unreachable)
@@ -195,6 +195,26 @@ def test_each_dead_lettered_event_alerts_once(functions: dict[str, Any], timed: 
     [alert] = svc.alerts.recent()
     assert alert.alert_kind == "dead_lettered" and alert.fields["messageId"] == "webhook:x"
     assert "casekeeper events redrive webhook:x" in alert.message
+
+
+def test_every_dead_letter_is_alerted_once_however_many_there_are(
+    functions: dict[str, Any], timed: tuple[Services, ReadCounter]
+) -> None:
+    """105 dead letters: the duty pages past the first 100 (it used to peek only those), and a second tick
+    alerts none of them again."""
+    svc, _ = timed
+    queue = LocalSessionQueue(svc.settings.local_queue_path, max_delivery_count=1)
+    for n in range(105):
+        body = json.dumps({"type": "case.investigate", "caseId": f"C-{n}", "data": {}}).encode()
+        queue.send(QUEUE, body, session_id=f"C-{n}", message_id=f"webhook:d-{n}")
+        msg = queue.receive(QUEUE)
+        assert msg is not None
+        queue.abandon(msg)
+    queue.close()
+    tick(functions)
+    tick(functions)
+    alerted = [a.fields["messageId"] for a in svc.alerts.recent(limit=1000) if a.alert_kind == "dead_lettered"]
+    assert sorted(alerted) == sorted(f"webhook:d-{n}" for n in range(105))
 
 
 def test_the_lagging_runs_check_moves_its_cursor_past_a_case_it_cannot_examine(

@@ -14,6 +14,8 @@ from shared.app.bootstrap import Services
 from shared.core.keys import effect_key
 from shared.core.ports import Query
 from shared.domain.events import CaseEvent
+from shared.handlers.case_events import MAX_RECHECKS
+from shared.handlers.rejected import rejected_events
 from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
@@ -131,3 +133,34 @@ def test_the_timer_alerts_each_checkpoint_failure_once(functions: dict[str, Any]
     assert alert.alert_kind == "checkpoint_failure"
     assert alert.fields["caseId"] == "C-1" and alert.fields["iteration"] == 3
     assert "refusing to save" in alert.message
+
+
+def test_rechecks_that_reach_their_cap_say_so_in_an_alert(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    """The last re-check the cap allows (``MAX_RECHECKS``) finds the effect still unsettled: no copy is
+    scheduled, and instead of going quiet the worker raises one alert naming the effect."""
+    svc.cases.create("C-1", INVOICE)
+    effect = leave_started(svc.ledger, "C-1")  # in flight: a re-check would ask for another
+    envelope = {"retry": MAX_RECHECKS, "rootMessageId": "recheck:root"}
+    send(svc, CaseEvent("effect.recheck", "C-1", {"key": effect.key}, envelope=envelope), "recheck:last")
+    deliver(functions, queue)
+    assert queue.peek(QUEUE) == []  # no further re-check
+    [alert] = [a for a in svc.alerts.recent() if a.alert_kind == "rechecks_exhausted"]
+    assert alert.fields["effectKey"] == effect.key and alert.fields["rechecks"] == MAX_RECHECKS
+    assert "in_flight" in alert.message
+
+
+def test_an_answer_only_the_worker_can_refuse_is_set_aside_with_its_reason_on_the_case(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    """The door let it through (the request was pending then); by the time the worker takes it, the request
+    is no longer pending. It is shown in the case's ``rejectedEvents`` with the reason, not only logged."""
+    svc.cases.create("C-1", INVOICE)
+    answer = {"requestId": "apr-gone", "decision": "approve", "caseVersion": 1, "approver": "key:ana"}
+    send(svc, CaseEvent("approval.answered", "C-1", answer), "approval:gone")
+    deliver(functions, queue)
+    [rejected] = rejected_events(svc.store, "C-1")
+    assert rejected["messageId"] == "approval:gone"
+    assert rejected["reason"].startswith("approval answer not applied: approval apr-gone is not pending")
+    assert rejected["fields"] == {"requestId": "apr-gone"}

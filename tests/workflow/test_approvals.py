@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+from shared.core.errors import EffectInFlight, OutcomeUnknown
 from shared.core.keys import approval_request_id, effect_key
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import SupplierStub
+from shared.localhost.supplier_stub import Faults, SupplierStub
 from tests.support.app import Harness, invoice
 from tests.workflow.conftest import posts
 
@@ -86,4 +89,19 @@ def test_an_answer_with_no_checkpoint_is_rebuilt_from_the_case_document(app: Har
         app.store.delete("checkpoints", "C-1", doc.id)
     result = answer(app, pending)
     assert result.status == "credit_requested"
+    assert len(posts(supplier)) == 1
+
+
+def test_a_rejection_never_commits_while_the_approved_call_is_in_flight(app: Harness, supplier: SupplierStub) -> None:
+    """The issue's race: the approval's call reached the supplier and its reply was lost (outcome unknown,
+    in flight); a rejection of the same request on the same version arrives next. It must not commit v3
+    ``needs_review`` past the approved request: it waits for the effect, as an investigation would."""
+    pending = ask(app)
+    supplier.set_faults(Faults(drop_after_create=1))
+    with pytest.raises(OutcomeUnknown):
+        answer(app, pending)
+    with pytest.raises(EffectInFlight):
+        answer(app, pending, decision="reject")
+    case = app.cases.require("C-1")
+    assert (case.status, case.version) == ("awaiting_approval", 2)
     assert len(posts(supplier)) == 1
