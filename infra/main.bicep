@@ -152,6 +152,9 @@ param queueMaxDeliveryCount int = 10
 @description('HMAC secret of the event webhook (WEBHOOK_SECRET), at least 32 characters; "new,old" while rotating. Stored as a Key Vault secret.')
 param webhookSecret string
 
+@description('Until this UTC time (ISO 8601), webhooks signed the old v1 way, without the delivery id, are still accepted (WEBHOOK_SIGNATURE_V1_UNTIL). Empty: v2 only.')
+param webhookSignatureV1Until string = ''
+
 @secure()
 @description('Optional URL every alert is POSTed to (ALERT_WEBHOOK_URL). Chat webhook URLs embed a token, so it is stored in Key Vault too.')
 param alertWebhookUrl string = ''
@@ -351,6 +354,9 @@ var appSettings = {
   ServiceBusConnection__clientId: identity.outputs.clientId
   CASE_EVENTS_QUEUE: serviceBus.outputs.queueName
   WEBHOOK_SECRET: '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.webhookSecretUri})'
+  WEBHOOK_SIGNATURE_V1_UNTIL: webhookSignatureV1Until
+  // Only where App Service Authentication is configured is X-MS-CLIENT-PRINCIPAL the platform's.
+  EASY_AUTH_ENABLED: string(!empty(authClientId))
   CALL_TIMEOUT_SECONDS: string(callTimeoutSeconds)
   SUPPLIER_PORTAL_URL: supplierPortalUrl
   SUPPLIER_TIMEOUT_SECONDS: string(supplierTimeoutSeconds)

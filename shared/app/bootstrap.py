@@ -240,7 +240,7 @@ def build(
         probe=probe,
     )
     sender = sender if sender is not None else open_sender(settings)
-    ingress = Ingress(settings.webhook_secrets, sender, ops.clock)
+    ingress = Ingress(settings.webhook_secrets, sender, ops.clock, v1_signatures_until=settings.signature_v1_until)
     return Services(
         settings=settings,
         ops=ops,

@@ -13,7 +13,7 @@ from shared.core.ports import Query
 from shared.handlers.ingress import Ingress, Response
 from shared.handlers.rejected import rejected_events
 from shared.operator.cases import case_document
-from shared.web.identity import APPROVER_ROLE, PrincipalError, principal_from_headers
+from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, Principal, PrincipalError, principal_from_headers
 
 
 @dataclass(frozen=True)
@@ -48,32 +48,56 @@ def post_approval(
     return response
 
 
-def _answer(deps: ApiDeps, case_id: str, request_id: str, body: bytes, headers: Mapping[str, str] | None) -> Response:
+def _caller(headers: Mapping[str, str], role: str, doing: str) -> Principal | Response | None:
+    """Who sends a JSON state change: the signed-in principal holding ``role``, ``None`` for a function-key
+    caller without one, or the refusal. A body that is not declared JSON is refused first (415): a web page
+    can send ``text/plain`` to another site without asking, never ``application/json``."""
+    content_type = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        return Response(415, {"error": "Content-Type must be application/json"})
     try:
-        principal = principal_from_headers(headers or {})
+        principal = principal_from_headers(headers)
     except PrincipalError as exc:
         return Response(401, {"error": str(exc)})
-    if principal is not None and not principal.has(APPROVER_ROLE):
+    if principal is not None and not principal.has(role):
         held = ", ".join(sorted(principal.roles)) or "no app roles"
-        return Response(
-            403,
-            {"error": f"{principal.name} may not answer approvals: that needs the app role {APPROVER_ROLE} ({held})"},
-        )
+        return Response(403, {"error": f"{principal.name} may not {doing}: that needs the app role {role} ({held})"})
+    return principal
+
+
+def _answer(deps: ApiDeps, case_id: str, request_id: str, body: bytes, headers: Mapping[str, str] | None) -> Response:
+    principal = _caller(headers or {}, APPROVER_ROLE, "answer approvals")
+    if isinstance(principal, Response):
+        return principal
     return deps.ingress.accept_approval(
         case_id,
         request_id,
         body,
         case_exists=lambda valid_id: deps.ops.cases.get(valid_id) is not None,
-        principal=principal.name if principal is not None else None,
+        principal=principal.recorded if principal is not None else None,
+        principal_name=principal.name if principal is not None else None,
     )
 
 
-def post_withdrawal(deps: ApiDeps, case_id: str, effect_key: str, body: bytes) -> Response:
+def post_withdrawal(
+    deps: ApiDeps, case_id: str, effect_key: str, body: bytes, headers: Mapping[str, str] | None = None
+) -> Response:
+    """A withdrawal: with a signed-in principal, it must hold the operator role and is recorded as ``by``;
+    without one, the function-key caller names itself (``key:<name>``), as for approvals."""
     attributes = {"casekeeper.case_id": case_id, "casekeeper.effect_key": effect_key}
     with deps.telemetry.span("withdrawal", attributes) as span:
-        response = deps.ingress.accept_withdrawal(
-            case_id, effect_key, body, case_exists=lambda valid_id: deps.ops.cases.get(valid_id) is not None
-        )
+        principal = _caller(headers or {}, OPERATOR_ROLE, "withdraw requests")
+        if isinstance(principal, Response):
+            response = principal
+        else:
+            response = deps.ingress.accept_withdrawal(
+                case_id,
+                effect_key,
+                body,
+                case_exists=lambda valid_id: deps.ops.cases.get(valid_id) is not None,
+                principal=principal.recorded if principal is not None else None,
+                principal_name=principal.name if principal is not None else None,
+            )
         span.set_attribute("http.response.status_code", response.status)
     return response
 

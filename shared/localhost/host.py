@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import ctypes
 import inspect
+import ipaddress
 import json
 import logging
 import os
@@ -85,6 +86,16 @@ class DevOptions:
     """Set in a case-worker process: the pid of the host that started it. Serves the queue triggers only."""
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a ``--host`` value) is reachable from this machine only."""
+    if host.strip().lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def load_environment(options: DevOptions, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Settings for the local host: ``local.settings.json`` (``Values``), overridden by the environment.
 
@@ -97,7 +108,9 @@ def load_environment(options: DevOptions, base: Mapping[str, str] | None = None)
         values.update({k: str(v) for k, v in json.loads(local.read_text()).get("Values", {}).items()})
     values.update(base if base is not None else os.environ)
     data = options.data.resolve()
-    data.mkdir(parents=True, exist_ok=True)
+    # The folder holds the cases, the queue, telemetry and the webhook secret: this user's only.
+    data.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data.chmod(0o700)
     values["CASEKEEPER_QUEUE"] = "local"
     values["CASEKEEPER_LOCAL_QUEUE_PATH"] = str(data / "queue.sqlite")
     if values.get("CASEKEEPER_STORE", "sqlite").lower() != "cosmos":
@@ -107,8 +120,14 @@ def load_environment(options: DevOptions, base: Mapping[str, str] | None = None)
     if not values.get("WEBHOOK_SECRET"):
         secret_file = data / SECRET_FILE
         if not secret_file.exists():
-            secret_file.write_text(secrets.token_hex(32) + "\n")
-            secret_file.chmod(0o600)
+            # Created 0600 in one step: a file written first and restricted after is readable in between.
+            try:
+                fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass  # another process created it meanwhile: read theirs
+            else:
+                with os.fdopen(fd, "w") as out:
+                    out.write(secrets.token_hex(32) + "\n")
         values["WEBHOOK_SECRET"] = secret_file.read_text().strip()
     return values
 
@@ -576,6 +595,14 @@ def main(argv: list[str] | None = None) -> int:
     if options.identity is not None and not options.identity.strip():
         print("casekeeper dev: --as needs a name", file=sys.stderr)
         return 2
+    if options.identity is not None and not is_loopback(options.host):
+        print(
+            f"casekeeper dev: --as signs in everyone who reaches --host {options.host} as {options.identity}; "
+            "it is refused on any address but loopback (127.0.0.1, ::1, localhost)",
+            file=sys.stderr,
+        )
+        return 2
+    os.umask(0o077)  # SQLite files, telemetry and the secret under --data: this user's only
     if options.workers < 1:
         print("casekeeper dev: --workers needs 1 or more", file=sys.stderr)
         return 2
