@@ -361,7 +361,7 @@ def test_the_ops_page_shows_cases_by_status_and_the_exact_resolve_command(
     assert re.search(r'data-status="awaiting_approval">.*?<td class="num">1</td><td>INV-A</td>', page)
     # This store is not a local host's data folder, so the command reads the app's settings.
     assert (
-        f'casekeeper effects resolve {key} --done \'{{"creditNoteId": "CN-..."}}\' --by \'{OLGA_RECORDED}\' '
+        f"casekeeper effects resolve {key} --done '{{\"creditNoteId\": \"CN-...\"}}' --by '{OLGA_RECORDED}' "
         "--why 'confirmed with the supplier' --from-settings"
     ) in page
     failed = f"casekeeper effects resolve {key} --failed 'the supplier has no such request' --by '{OLGA_RECORDED}'"
