@@ -53,7 +53,7 @@ from shared.app.telemetry import configure as configure_telemetry
 from shared.app.telemetry import quiet_library_loggers
 from shared.core.errors import StoreError
 from shared.localhost.changefeed import LocalChangeFeed, to_document_list
-from shared.localhost.http_server import HttpFrontend, Route
+from shared.localhost.http_server import SOCKET_TIMEOUT_SECONDS, HttpFrontend, Route
 from shared.localhost.schedule import NcrontabSchedule, timer_request
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
@@ -84,6 +84,8 @@ class DevOptions:
     the number of cores). The session threads (``sessions``) are shared out among them."""
     case_worker_of: int | None = None
     """Set in a case-worker process: the pid of the host that started it. Serves the queue triggers only."""
+    client_timeout: float = SOCKET_TIMEOUT_SECONDS
+    """``--client-timeout``: an HTTP client silent this long is disconnected."""
 
 
 def is_loopback(host: str) -> bool:
@@ -186,7 +188,14 @@ class LocalHost:
         )
         self.http: HttpFrontend | None = None
         if options.case_worker_of is None:
-            self.http = HttpFrontend(options.host, options.port, self._routes, self.loop, principal=principal)
+            self.http = HttpFrontend(
+                options.host,
+                options.port,
+                self._routes,
+                self.loop,
+                principal=principal,
+                client_timeout=options.client_timeout,
+            )
 
     # --- discovery ----------------------------------------------------------------------------------
 
@@ -535,6 +544,12 @@ def build_parser() -> Any:
     parser.add_argument("--port", type=int, default=7071)
     parser.add_argument("--data", type=Path, default=Path(".casekeeper/dev"), help="where the stores live")
     parser.add_argument("--lock-duration", type=float, default=30.0, help="queue message lock, seconds")
+    parser.add_argument(
+        "--client-timeout",
+        type=float,
+        default=SOCKET_TIMEOUT_SECONDS,
+        help="seconds an HTTP client may stay silent (a half-sent request) before it is disconnected",
+    )
     parser.add_argument("--max-delivery-count", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=None, help="sessions handled at once (host.json)")
     parser.add_argument("--app-dir", type=Path, default=Path.cwd(), help="where function_app.py and host.json are")
@@ -581,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         data=args.data,
         lock_duration=args.lock_duration,
+        client_timeout=args.client_timeout,
         max_delivery_count=args.max_delivery_count,
         sessions=args.sessions,
         app_dir=args.app_dir.resolve(),

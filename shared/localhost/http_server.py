@@ -71,6 +71,7 @@ class Route:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # the listen backlog: a burst of connections is accepted, then judged by slots
 
     def __init__(
         self,
@@ -78,7 +79,9 @@ class _Server(ThreadingHTTPServer):
         routes: list[Route],
         runner: Callable[[Any], Any],
         principal: str | None = None,
+        client_timeout: float = SOCKET_TIMEOUT_SECONDS,
     ) -> None:
+        self.client_timeout = client_timeout
         super().__init__(address, _Handler)
         self.routes = routes
         self.runner = runner
@@ -141,6 +144,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
     timeout = SOCKET_TIMEOUT_SECONDS  # StreamRequestHandler sets it on the socket: every read is bounded
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.client_timeout)
 
     def do_GET(self) -> None:
         self._dispatch()
@@ -255,10 +262,11 @@ class HttpFrontend:
         loop: asyncio.AbstractEventLoop,
         *,
         principal: str | None = None,
+        client_timeout: float = SOCKET_TIMEOUT_SECONDS,
     ) -> None:
         """``principal``: an encoded ``X-MS-CLIENT-PRINCIPAL`` to send with every request (``--as``)."""
         self._loop = loop
-        self._server = _Server((host, port), routes, self._run, principal)
+        self._server = _Server((host, port), routes, self._run, principal, client_timeout)
         self._thread = threading.Thread(target=self._server.serve_forever, name="dev-http", daemon=True)
 
     @property
