@@ -32,6 +32,7 @@ from shared.handlers.ingress import Ingress
 from shared.handlers.pages import PageDeps
 from shared.messaging import DeadLetterQueue, EventSender
 from shared.supplier.portal import SupplierPortal
+from shared.workflow import checkpoint_decoding
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import install as install_capture
 from shared.workflow.deps import WorkflowDeps
@@ -178,6 +179,16 @@ def build_operations(
         else:
             proposer = RulesProposer()
     alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
+    # A checkpoint holding a type outside the allow-list was tampered with, or names a type this build
+    # forgot to list: either way a person must know (shared.workflow.checkpoint_decoding).
+    checkpoint_decoding.on_refused(
+        lambda types, digest: alerts.raise_alert(
+            "checkpoint_type_refused",
+            f"a stored checkpoint holds {', '.join(types)}, outside the allow-list; it was not loaded",
+            {"types": types, "digest": digest},
+            dedupe_key=digest,
+        )
+    )
     workflow = WorkflowDeps(
         cases=cases,
         ledger=ledger,
