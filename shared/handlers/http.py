@@ -2,18 +2,47 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.app.operations import Operations
 from shared.app.telemetry import Telemetry
 from shared.core.ids import id_problem
-from shared.core.ports import Query
+from shared.core.ports import DocumentStore, Query
 from shared.handlers.ingress import Ingress, Response
 from shared.handlers.rejected import rejected_events
 from shared.operator.cases import case_document
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, Principal, PrincipalError, principal_from_headers
+
+HEALTH_STORE_CHECK_SECONDS = 5.0
+"""``/api/health`` is anonymous: it asks the store at most once per this many seconds, whoever calls."""
+
+
+class HealthProbe:
+    """The store round trip behind ``/api/health``, shared by every caller within
+    :data:`HEALTH_STORE_CHECK_SECONDS`: a flood of anonymous requests costs the store one query per
+    interval, not one each. A failure is remembered for the interval too."""
+
+    def __init__(self, interval: float = HEALTH_STORE_CHECK_SECONDS) -> None:
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._checked_at: float | None = None
+        self._failure: Exception | None = None
+
+    def check(self, store: DocumentStore, now: float) -> None:
+        """Raises what the store raised, now or at the last check within the interval."""
+        with self._lock:
+            if self._checked_at is None or not 0 <= now - self._checked_at < self._interval:
+                self._checked_at = now
+                try:
+                    store.query("health", Query(partition="alert", limit=1))
+                    self._failure = None
+                except Exception as exc:
+                    self._failure = exc
+            if self._failure is not None:
+                raise self._failure
 
 
 @dataclass(frozen=True)
@@ -25,6 +54,7 @@ class ApiDeps:
     telemetry: Telemetry
     backends: Mapping[str, str]
     """What ``/api/health`` reports: the configured store and queue."""
+    health_probe: HealthProbe = field(default_factory=HealthProbe)
 
 
 def post_event(deps: ApiDeps, headers: Mapping[str, str], body: bytes) -> Response:
@@ -117,6 +147,7 @@ def get_case(deps: ApiDeps, case_id: str) -> Response:
 
 
 def health(deps: ApiDeps) -> Response:
-    """Liveness plus one store round trip: the store answers and has a clock."""
-    deps.ops.store.query("health", Query(partition="alert", limit=1))
+    """Liveness plus a store round trip (at most one per :data:`HEALTH_STORE_CHECK_SECONDS`): the store
+    answers."""
+    deps.health_probe.check(deps.ops.store, deps.ops.clock.now())
     return Response(200, {"status": "ok", **deps.backends})

@@ -277,6 +277,18 @@ def test_health(functions: dict[str, Any], svc: Services) -> None:
     assert call(functions, "health", req) == (200, {"status": "ok", "store": "sqlite", "queue": "local"})
 
 
+def test_anonymous_health_checks_cost_the_store_one_query_per_interval(
+    functions: dict[str, Any], svc: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queries: list[str] = []
+    real = svc.ops.store.query
+    monkeypatch.setattr(svc.ops.store, "query", lambda container, q: queries.append(container) or real(container, q))
+    req = func.HttpRequest(method="GET", url="http://localhost/api/health", body=b"")
+    for _ in range(50):
+        assert call(functions, "health", req)[0] == 200
+    assert queries.count("health") == 1  # not one per request
+
+
 def test_the_secret_is_never_echoed(functions: dict[str, Any], svc: Services) -> None:
     _, body = call(functions, "events", signed_request(event(), secret="wrong"))
     assert SECRET not in json.dumps(body)

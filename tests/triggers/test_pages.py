@@ -425,3 +425,34 @@ def test_an_escalation_is_settled_from_the_ops_page_as_the_signed_in_operator(
     assert effect.resolution is not None and effect.resolution["by"] == OLGA_RECORDED
     again = post_ops(functions, "ops_resolve", "/api/ops/resolve", {**form, "why": "confirmed by phone"}, OLGA)
     assert again.status_code == 409 and "already has outcome done" in text(again)
+
+
+def test_a_redrive_token_covers_one_dead_letter(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    for case_id, message_id in (("C-1", "webhook:a"), ("C-2", "webhook:b")):
+        body = f'{{"type":"case.investigate","caseId":"{case_id}","data":{{}}}}'.encode()
+        queue.send(QUEUE, body, session_id=case_id, message_id=message_id)
+        msg = queue.receive(QUEUE)
+        assert msg is not None
+        queue.dead_letter(msg, "Seeded", "for the redrive test")
+    page = text(get(functions, "ops_page", "/api/ops", OLGA))
+    tokens = {
+        m: t
+        for t, m in re.findall(
+            r'name="csrf" value="([^"]+)"><input type="hidden" name="messageId" value="([^"]+)"', page
+        )
+    }
+    assert set(tokens) == {"webhook:a", "webhook:b", "all"}
+    assert len(set(tokens.values())) == 3
+    # The form of one dead letter, with its message id changed, redrives nothing.
+    forged = post_ops(
+        functions, "ops_redrive", "/api/ops/redrive", {"csrf": tokens["webhook:a"], "messageId": "webhook:b"}, OLGA
+    )
+    assert forged.status_code == 403
+    assert len(queue.dead_letters(QUEUE)) == 2
+    done = post_ops(
+        functions, "ops_redrive", "/api/ops/redrive", {"csrf": tokens["webhook:a"], "messageId": "webhook:a"}, OLGA
+    )
+    assert done.status_code == 200 and "webhook:a" in text(done)
+    assert [d.message_id for d in queue.dead_letters(QUEUE)] == ["webhook:b"]
