@@ -22,6 +22,9 @@
 //   WEBHOOK_SECRET                       = Key Vault reference to the webhook-secret secret. shared/handlers/ingress
 //                                          verifies webhook HMAC signatures with it (comma-separated
 //                                          values while rotating).
+//   WEBHOOK_SIGNATURE_V1_UNTIL           = until this UTC time the old v1 signature (no delivery id) is accepted.
+//   EASY_AUTH_ENABLED                    = true when authClientId configures App Service Authentication; only
+//                                          then does shared/web/identity trust X-MS-CLIENT-PRINCIPAL.
 //   CALL_TIMEOUT_SECONDS                 = how long a started effect is presumed in flight (reconciler).
 //   SUPPLIER_PORTAL_URL                  = base URL of the supplier portal (shared/supplier/portal.py).
 //   SUPPLIER_TIMEOUT_SECONDS             = per-phase HTTP timeout of a supplier call (4x below CALL_TIMEOUT_SECONDS).
@@ -212,6 +215,40 @@ param authClientId string = ''
 @description('Optional resource id of the Azure OpenAI account: when given, the app identity gets Cognitive Services OpenAI User on it.')
 param azureOpenAIResourceId string = ''
 
+// -- network --
+// Public network access stays on by default: this template creates no virtual network or private
+// endpoints, and the Flex Consumption app reaches the services over their public endpoints (with local
+// auth off, Entra ID identities only). A production deployment that adds VNet integration and private
+// endpoints sets these to Disabled (docs/design.md#threats).
+
+@description('Cosmos DB public network access: Disabled with a private endpoint.')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param cosmosPublicNetworkAccess string = 'Enabled'
+
+@description('Service Bus public network access: Disabled needs the Premium tier and a private endpoint.')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param serviceBusPublicNetworkAccess string = 'Enabled'
+
+@description('Key Vault public network access: Disabled with a private endpoint; Key Vault references then resolve over the VNet.')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param keyVaultPublicNetworkAccess string = 'Enabled'
+
+@description('Storage public network access: Disabled with private endpoints (blob, queue, table); azd deploy then needs a runner inside the network.')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param storagePublicNetworkAccess string = 'Enabled'
+
 // -- monitoring --
 
 @description('Application Insights accepts only Entra ID-authenticated telemetry.')
@@ -279,6 +316,7 @@ module storage 'app/storage.bicep' = {
     tags: allTags
     name: names.storage
     deploymentContainerName: deploymentContainerName
+    publicNetworkAccess: storagePublicNetworkAccess
   }
 }
 
@@ -291,6 +329,7 @@ module cosmos 'app/cosmos.bicep' = {
     databaseName: cosmosDatabaseName
     serverless: cosmosServerless
     autoscaleMaxThroughput: cosmosAutoscaleMaxThroughput
+    publicNetworkAccess: cosmosPublicNetworkAccess
   }
 }
 
@@ -304,6 +343,7 @@ module serviceBus 'app/servicebus.bicep' = {
     duplicateDetectionWindow: duplicateDetectionWindow
     lockDuration: queueLockDuration
     maxDeliveryCount: queueMaxDeliveryCount
+    publicNetworkAccess: serviceBusPublicNetworkAccess
   }
 }
 
@@ -316,6 +356,7 @@ module keyVault 'app/keyvault.bicep' = {
     webhookSecret: webhookSecret
     alertWebhookUrl: alertWebhookUrl
     enablePurgeProtection: keyVaultPurgeProtection
+    publicNetworkAccess: keyVaultPublicNetworkAccess
   }
 }
 

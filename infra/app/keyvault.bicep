@@ -24,6 +24,13 @@ param alertWebhookUrl string = ''
 @description('Purge protection cannot be turned off once on; it keeps a deleted vault recoverable for the retention period.')
 param enablePurgeProtection bool = true
 
+@description('Public network access to Key Vault: Disabled once the app reaches it over a private endpoint (see docs/design.md#threats).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param publicNetworkAccess string = 'Enabled'
+
 resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
   name: name
   location: location
@@ -39,7 +46,7 @@ resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
     softDeleteRetentionInDays: 90
     // The API refuses false once it is true, so "off" is expressed by leaving the property out.
     enablePurgeProtection: enablePurgeProtection ? true : null
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
   }
 }
 
