@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from shared.localhost.http_server import MAX_CONNECTIONS
+from shared.localhost.send import main as send_main
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.e2e.conftest import ROOT, DevHost, invoice
@@ -209,3 +210,12 @@ def test_a_signed_in_identity_is_not_served_to_the_network(tmp_path: Path) -> No
     )
     assert started.returncode == 2
     assert "refused on any address but loopback" in started.stderr
+
+
+def test_casekeeper_send_signs_what_the_host_accepts(
+    signed_in_host: DevHost, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("WEBHOOK_SECRET", raising=False)  # the host's generated secret, from its data folder
+    argv = ["case.investigate", "C-SEND", "--url", signed_in_host.url, "--data", str(signed_in_host.data)]
+    assert send_main([*argv, "--delivery", "send-1"]) == 0
+    assert capsys.readouterr().out.startswith("202 ")
