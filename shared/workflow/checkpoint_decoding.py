@@ -24,6 +24,7 @@ import base64
 import hashlib
 import logging
 import pickle
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -48,6 +49,7 @@ RefusalHandler = Callable[[list[str], str], object]
 """Called with the refused ``module:QualName`` keys and the SHA-256 of the refused pickle (hex)."""
 
 _handler: RefusalHandler | None = None
+_REFUSED: Final = re.compile(r"blocked for (?:nested )?type '([^']+)'")
 
 
 def on_refused(handler: RefusalHandler | None) -> None:
@@ -99,7 +101,7 @@ def _unpickle(encoded: str, allowed: frozenset[str]) -> Any:
         pickled = base64.b64decode(encoded.encode("ascii"), validate=True)
         return _ExactUnpickler(pickled, allowed).load()
     except pickle.UnpicklingError as exc:
-        refused = [word.split("'")[1] for word in [str(exc)] if "blocked for" in word and "'" in word]
+        refused = _REFUSED.findall(str(exc))
         if refused:
             _report(refused, hashlib.sha256(encoded.encode("ascii", "replace")).hexdigest())
         raise WorkflowCheckpointException(f"Failed to decode pickled checkpoint data: {exc}") from exc
