@@ -106,10 +106,13 @@ def verify(
         elif name == "v1":
             v1.append(value)
     # ASCII digits only: str.isdigit() also admits "²", which int() then refuses.
-    well_formed = timestamp is not None and timestamp.isascii() and timestamp.isdigit()
-    if not well_formed or len(timestamp or "") > _MAX_TIMESTAMP_DIGITS or not (v2 or v1):
+    if (
+        timestamp is None
+        or not (timestamp.isascii() and timestamp.isdigit())
+        or len(timestamp) > _MAX_TIMESTAMP_DIGITS
+        or not (v2 or v1)
+    ):
         raise SignatureError(f"malformed {SIGNATURE_HEADER} header: expected t=<unix seconds>,v2=<hex>")
-    assert timestamp is not None
     if abs(now - int(timestamp)) > TOLERANCE_SECONDS:
         raise SignatureError(f"signature timestamp is more than {TOLERANCE_SECONDS}s from now (replayed or clock skew)")
     v1_open = v1_until is not None and now < v1_until
