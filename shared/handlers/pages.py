@@ -25,6 +25,7 @@ nothing either. The same answer sent twice is one message (the ingress's message
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,8 @@ from shared.web.render import Page, redirect, render
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, money_position
 from shared.workflow.build import build_workflow
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
+
+log = logging.getLogger("casekeeper.pages")
 
 MAX_FORM_BYTES = 16 * 1024
 LOGIN_PATH = "/.auth/login/aad"
@@ -457,6 +460,13 @@ def ops_redrive(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page
     if not moved:
         return ops_page(deps, headers, notice=f"Nothing redriven: {message_id} is not dead-lettered.", status=404)
     names = ", ".join(m.message_id for m in moved)
+    # The redrive leaves no record on a case; the log keeps who did it (as the resolve keeps it on the effect).
+    log.info(
+        "dead letters redriven by %s: %s",
+        who.recorded,
+        names,
+        extra={"redrivenBy": who.id, "messageIds": [m.message_id for m in moved]},
+    )
     return ops_page(deps, headers, notice=f"Put back into their case's session by {who.recorded}: {names}.")
 
 

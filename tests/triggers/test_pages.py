@@ -428,8 +428,9 @@ def test_an_escalation_is_settled_from_the_ops_page_as_the_signed_in_operator(
 
 
 def test_a_redrive_token_covers_one_dead_letter(
-    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level("INFO", logger="casekeeper.pages")
     for case_id, message_id in (("C-1", "webhook:a"), ("C-2", "webhook:b")):
         body = f'{{"type":"case.investigate","caseId":"{case_id}","data":{{}}}}'.encode()
         queue.send(QUEUE, body, session_id=case_id, message_id=message_id)
@@ -455,4 +456,6 @@ def test_a_redrive_token_covers_one_dead_letter(
         functions, "ops_redrive", "/api/ops/redrive", {"csrf": tokens["webhook:a"], "messageId": "webhook:a"}, OLGA
     )
     assert done.status_code == 200 and "webhook:a" in text(done)
+    [logged] = [r for r in caplog.records if r.name == "casekeeper.pages"]
+    assert logged.__dict__["redrivenBy"] == "oid:oid-olga" and OLGA_RECORDED in logged.getMessage()
     assert [d.message_id for d in queue.dead_letters(QUEUE)] == ["webhook:b"]
