@@ -129,12 +129,19 @@ def test_a_rebound_dns_name_reaches_nothing(signed_in_host: DevHost) -> None:
         assert page.status_code == 200 and "ana" in page.text
 
 
-def test_the_stand_in_identity_is_recorded_with_its_id_and_a_forged_stand_in_marker_is_dropped(
-    signed_in_host: DevHost,
-) -> None:
+def test_the_stand_in_answers_as_its_id_and_a_client_sent_marker_is_replaced(signed_in_host: DevHost) -> None:
     host = signed_in_host
     page = httpx.get(host.url + "/api/ops", headers={"X-Casekeeper-Dev-Stand-In": "0" * 32}, timeout=10)
     assert page.status_code == 200 and "local identity" in page.text  # the host's own marker replaced it
+    # The JSON route, called the way a script on this machine would: recorded as the stand-in's id.
+    secret = (host.data / "webhook-secret").read_text().strip()
+    event = json.dumps({"type": "invoice.received", "caseId": "INV-S", "data": invoice("1100.00")}).encode()
+    assert host.post_raw(event, delivery="d-stand-in", secret=secret).status_code == 202
+    host.wait_for("INV-S", lambda v: v["case"]["version"] >= 1)
+    answer = httpx.post(
+        f"{host.url}/api/cases/INV-S/approvals/apr-1", json={"decision": "approve", "caseVersion": 2}, timeout=10
+    )
+    assert answer.status_code == 202 and answer.json()["approver"] == "ana <dev:ana>"
 
 
 def test_hostile_framing_and_bodies_get_4xx_never_500(signed_in_host: DevHost) -> None:
