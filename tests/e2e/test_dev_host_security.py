@@ -135,11 +135,13 @@ def test_the_stand_in_answers_as_its_id_and_a_client_sent_marker_is_replaced(sig
     assert page.status_code == 200 and "local identity" in page.text  # the host's own marker replaced it
     # The JSON route, called the way a script on this machine would: recorded as the stand-in's id.
     secret = (host.data / "webhook-secret").read_text().strip()
-    event = json.dumps({"type": "invoice.received", "caseId": "INV-S", "data": invoice("1100.00")}).encode()
+    event = json.dumps({"type": "invoice.received", "caseId": "INV-S", "data": invoice("2500.00")}).encode()
     assert host.post_raw(event, delivery="d-stand-in", secret=secret).status_code == 202
-    host.wait_for("INV-S", lambda v: v["case"]["version"] >= 1)
+    pending = host.wait_for("INV-S", lambda v: v.get("pendingApproval") is not None)["pendingApproval"]
     answer = httpx.post(
-        f"{host.url}/api/cases/INV-S/approvals/apr-1", json={"decision": "approve", "caseVersion": 2}, timeout=10
+        f"{host.url}/api/cases/INV-S/approvals/{pending['requestId']}",
+        json={"decision": "approve", "caseVersion": pending["caseVersion"]},
+        timeout=10,
     )
     assert answer.status_code == 202 and answer.json()["approver"] == "ana <dev:ana>"
 
