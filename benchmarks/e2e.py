@@ -126,7 +126,7 @@ class _Webhooks:
         body = json.dumps(store_ops.invoice_event(case_id)).encode()
         headers = {
             "Content-Type": "application/json",
-            self._sig_header: self._sign(SECRET, body, int(time.time())),
+            self._sig_header: self._sign(SECRET, body, int(time.time()), f"bench-{case_id}"),
             self._delivery_header: f"bench-{case_id}",
         }
         for attempt in (1, 2):  # a kept-alive connection the server closed meanwhile is reopened once

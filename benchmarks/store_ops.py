@@ -179,7 +179,7 @@ def measure(backend: str, supplier: Supplier, *, events: int, warmup: int = 2) -
             body = json.dumps(invoice_event(case_id)).encode()
             headers = {
                 "Content-Type": "application/json",
-                SIGNATURE_HEADER: sign(SECRET, body, int(time.time())),
+                SIGNATURE_HEADER: sign(SECRET, body, int(time.time()), f"ops-{case_id}"),
                 DELIVERY_HEADER: f"ops-{case_id}",
             }
             request = func.HttpRequest(method="POST", url="http://localhost/api/events", headers=headers, body=body)

@@ -161,7 +161,7 @@ def one_round(app: App, cases: int) -> tuple[list[str], float]:
         body = json.dumps({"type": "invoice.received", "caseId": case_id, "data": _invoice(case_id)}).encode()
         headers = {
             "Content-Type": "application/json",
-            SIGNATURE_HEADER: sign(app.secret, body, int(time.time())),
+            SIGNATURE_HEADER: sign(app.secret, body, int(time.time()), f"d-{case_id}"),
             DELIVERY_HEADER: f"d-{case_id}",
         }
         request = func.HttpRequest(method="POST", url="http://localhost/api/events", headers=headers, body=body)

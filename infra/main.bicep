@@ -22,6 +22,9 @@
 //   WEBHOOK_SECRET                       = Key Vault reference to the webhook-secret secret. shared/handlers/ingress
 //                                          verifies webhook HMAC signatures with it (comma-separated
 //                                          values while rotating).
+//   WEBHOOK_SIGNATURE_V1_UNTIL           = until this UTC time the old v1 signature (no delivery id) is accepted.
+//   EASY_AUTH_ENABLED                    = true when authClientId configures App Service Authentication; only
+//                                          then does shared/web/identity trust X-MS-CLIENT-PRINCIPAL.
 //   CALL_TIMEOUT_SECONDS                 = how long a started effect is presumed in flight (reconciler).
 //   SUPPLIER_PORTAL_URL                  = base URL of the supplier portal (shared/supplier/portal.py).
 //   SUPPLIER_TIMEOUT_SECONDS             = per-phase HTTP timeout of a supplier call (4x below CALL_TIMEOUT_SECONDS).
@@ -154,6 +157,9 @@ param queueMaxDeliveryCount int = 10
 @description('HMAC secret of the event webhook (WEBHOOK_SECRET), at least 32 characters; "new,old" while rotating. Stored as a Key Vault secret.')
 param webhookSecret string
 
+@description('Until this UTC time (ISO 8601), webhooks signed the old v1 way, without the delivery id, are still accepted (WEBHOOK_SIGNATURE_V1_UNTIL). Empty: v2 only.')
+param webhookSignatureV1Until string = ''
+
 @secure()
 @description('Optional URL every alert is POSTed to (ALERT_WEBHOOK_URL). Chat webhook URLs embed a token, so it is stored in Key Vault too.')
 param alertWebhookUrl string = ''
@@ -233,6 +239,40 @@ param principalId string = ''
 @description('What kind of principal principalId is.')
 param principalType string = 'User'
 
+// -- network --
+// Public network access stays on by default: this template creates no virtual network or private
+// endpoints, and the Flex Consumption app reaches the services over their public endpoints (with local
+// auth off, Entra ID identities only). A production deployment that adds VNet integration and private
+// endpoints sets these to Disabled (docs/design.md#threats).
+
+@description('Cosmos DB public network access: Disabled with a private endpoint.')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param cosmosPublicNetworkAccess string = 'Enabled'
+
+@description('Service Bus public network access: Disabled needs the Premium tier and a private endpoint.')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param serviceBusPublicNetworkAccess string = 'Enabled'
+
+@description('Key Vault public network access: Disabled with a private endpoint; Key Vault references then resolve over the VNet.')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param keyVaultPublicNetworkAccess string = 'Enabled'
+
+@description('Storage public network access: Disabled with private endpoints (blob, queue, table); azd deploy then needs a runner inside the network.')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param storagePublicNetworkAccess string = 'Enabled'
+
 // -- monitoring --
 
 @description('Application Insights accepts only Entra ID-authenticated telemetry.')
@@ -300,6 +340,7 @@ module storage 'app/storage.bicep' = {
     tags: allTags
     name: names.storage
     deploymentContainerName: deploymentContainerName
+    publicNetworkAccess: storagePublicNetworkAccess
   }
 }
 
@@ -312,6 +353,7 @@ module cosmos 'app/cosmos.bicep' = {
     databaseName: cosmosDatabaseName
     serverless: cosmosServerless
     autoscaleMaxThroughput: cosmosAutoscaleMaxThroughput
+    publicNetworkAccess: cosmosPublicNetworkAccess
   }
 }
 
@@ -325,6 +367,7 @@ module serviceBus 'app/servicebus.bicep' = {
     duplicateDetectionWindow: duplicateDetectionWindow
     lockDuration: queueLockDuration
     maxDeliveryCount: queueMaxDeliveryCount
+    publicNetworkAccess: serviceBusPublicNetworkAccess
   }
 }
 
@@ -337,6 +380,7 @@ module keyVault 'app/keyvault.bicep' = {
     webhookSecret: webhookSecret
     alertWebhookUrl: alertWebhookUrl
     enablePurgeProtection: keyVaultPurgeProtection
+    publicNetworkAccess: keyVaultPublicNetworkAccess
   }
 }
 
@@ -387,6 +431,9 @@ var appSettings = {
   ServiceBusConnection__clientId: identity.outputs.clientId
   CASE_EVENTS_QUEUE: serviceBus.outputs.queueName
   WEBHOOK_SECRET: '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.webhookSecretUri})'
+  WEBHOOK_SIGNATURE_V1_UNTIL: webhookSignatureV1Until
+  // Only where App Service Authentication is configured is X-MS-CLIENT-PRINCIPAL the platform's.
+  EASY_AUTH_ENABLED: string(!empty(authClientId))
   CALL_TIMEOUT_SECONDS: string(callTimeoutSeconds)
   SUPPLIER_PORTAL_URL: supplierPortalUrl
   SUPPLIER_TIMEOUT_SECONDS: string(supplierTimeoutSeconds)

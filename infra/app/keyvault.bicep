@@ -24,6 +24,13 @@ param alertWebhookUrl string = ''
 @description('Purge protection cannot be turned off once on; it keeps a deleted vault recoverable for the retention period.')
 param enablePurgeProtection bool = true
 
+@description('Public network access to Key Vault: Disabled once the app reaches it over a private endpoint (see docs/design.md#threats).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param publicNetworkAccess string = 'Enabled'
+
 resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
   // checkov:skip=CKV_AZURE_110: purge protection is on by default (keyVaultPurgeProtection); a parameter so a throwaway environment can leave it off
   // checkov:skip=CKV_AZURE_42: soft delete is always on (90 days) and purge protection on by default; the check cannot read the parameter
@@ -41,7 +48,7 @@ resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
     softDeleteRetentionInDays: 90
     // The API refuses false once it is true, so "off" is expressed by leaving the property out.
     enablePurgeProtection: enablePurgeProtection ? true : null
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
   }
 }
 

@@ -29,6 +29,13 @@ param lockDuration string = 'PT5M'
 @minValue(1)
 param maxDeliveryCount int = 10
 
+@description('Public network access to Service Bus: Disabled once the app reaches it over a private endpoint (see docs/design.md#threats).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param publicNetworkAccess string = 'Enabled'
+
 resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
   name: namespaceName
   location: location
@@ -40,7 +47,7 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
   properties: {
     disableLocalAuth: true
     minimumTlsVersion: '1.2'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
   }
 }
 

@@ -12,6 +12,13 @@ param name string
 @description('Blob container holding the deployment package (functionAppConfig.deployment.storage).')
 param deploymentContainerName string
 
+@description('Public network access to the storage account: Disabled once the app reaches it over a private endpoint (see docs/design.md#threats).')
+@allowed([
+  'Enabled'
+  'Disabled'
+])
+param publicNetworkAccess string = 'Enabled'
+
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   // checkov:skip=CKV_AZURE_206: host storage holds only what a deploy recreates (host keys, leases, the package); the cases live in Cosmos DB
   name: name
@@ -29,10 +36,10 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     dnsEndpointType: 'Standard'
     minimumTlsVersion: 'TLS1_2'
     supportsHttpsTrafficOnly: true
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
     networkAcls: {
       bypass: 'AzureServices'
-      defaultAction: 'Allow'
+      defaultAction: publicNetworkAccess == 'Enabled' ? 'Allow' : 'Deny'
     }
   }
 

@@ -32,6 +32,7 @@ from shared.handlers.ingress import Ingress
 from shared.handlers.pages import PageDeps
 from shared.messaging import DeadLetterQueue, EventSender
 from shared.supplier.portal import SupplierPortal
+from shared.workflow import checkpoint_decoding
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import install as install_capture
 from shared.workflow.deps import WorkflowDeps
@@ -185,6 +186,16 @@ def build_operations(
             proposer = AgentProposer.from_azure_openai(settings.azure_openai_endpoint, settings.azure_openai_deployment)
         else:
             proposer = RulesProposer()
+    # A checkpoint holding a type outside the allow-list was tampered with, or names a type this build
+    # forgot to list: either way a person must know (shared.workflow.checkpoint_decoding).
+    checkpoint_decoding.on_refused(
+        lambda types, digest: alerts.raise_alert(
+            "checkpoint_type_refused",
+            f"a stored checkpoint holds {', '.join(types)}, outside the allow-list; it was not loaded",
+            {"types": types, "digest": digest},
+            dedupe_key=digest,
+        )
+    )
     workflow = WorkflowDeps(
         cases=cases,
         ledger=ledger,
@@ -258,7 +269,13 @@ def build(
         probe=probe,
     )
     sender = sender if sender is not None else open_sender(settings)
-    ingress = Ingress(settings.webhook_secrets, sender, ops.clock, store=ops.store)
+    ingress = Ingress(
+        settings.webhook_secrets,
+        sender,
+        ops.clock,
+        store=ops.store,
+        v1_signatures_until=settings.signature_v1_until,
+    )
     return Services(
         settings=settings,
         ops=ops,

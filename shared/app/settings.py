@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Literal
@@ -63,6 +64,18 @@ SETTINGS: tuple[Setting, ...] = (
         True,
     ),
     Setting("WEBHOOK_SECRET", None, "HMAC secret(s) of the event webhook; comma-separated while rotating", True),
+    Setting(
+        "WEBHOOK_SIGNATURE_V1_UNTIL",
+        None,
+        "until this UTC time (ISO 8601, e.g. 2027-01-31T00:00:00Z) webhooks signed the old v1 way, without the "
+        "delivery id, are still accepted; unset: v2 only",
+    ),
+    Setting(
+        "EASY_AUTH_ENABLED",
+        "false",
+        "true where App Service Authentication is in front (infra sets it); only then is X-MS-CLIENT-PRINCIPAL "
+        "trusted, and only with the platform's own WEBSITE_AUTH_ENABLED",
+    ),
     Setting(
         "CALL_TIMEOUT_SECONDS",
         f"{DEFAULT_CALL_TIMEOUT:g}",
@@ -128,6 +141,8 @@ class Settings:
     """Set when ``ServiceBusConnection`` is (the emulator); else ``service_bus_namespace`` (identity)."""
     case_events_queue: str
     webhook_secrets: tuple[str, ...]
+    signature_v1_until: float | None
+    """Unix seconds until which ``v1=`` webhook signatures are accepted (``WEBHOOK_SIGNATURE_V1_UNTIL``)."""
     call_timeout: float
     supplier_portal_url: str
     supplier_timeout: float
@@ -184,7 +199,7 @@ class Settings:
         problems.extend(conn.problems)
         secret = require("WEBHOOK_SECRET") if receives_events else values["WEBHOOK_SECRET"]
         secrets = tuple(s.strip() for s in (secret or "").split(",") if s.strip())
-        problems.extend(_unresolved_references(values, ("WEBHOOK_SECRET", "ALERT_WEBHOOK_URL")))
+        v1_until = _who_may_call(values, problems)
         call_timeout = float(number("CALL_TIMEOUT_SECONDS"))
         supplier_timeout = float(number("SUPPLIER_TIMEOUT_SECONDS"))
         # httpx applies the timeout to each phase (pool, connect, write, read): a call can take about four
@@ -230,6 +245,7 @@ class Settings:
             service_bus_connection_string=conn.bus_string,
             case_events_queue=values["CASE_EVENTS_QUEUE"] or "case-events",
             webhook_secrets=secrets,
+            signature_v1_until=v1_until,
             call_timeout=call_timeout,
             supplier_portal_url=(values["SUPPLIER_PORTAL_URL"] or "").rstrip("/"),
             supplier_timeout=supplier_timeout,
@@ -322,6 +338,29 @@ def _ratio(raw: str, name: str, problems: list[str]) -> float:
         problems.append(f"{name} must be a number from 0 to 1 (the share of traces kept, e.g. 0.25), not {raw!r}")
         return 1.0
     return float(value)
+
+
+def _who_may_call(values: Mapping[str, str | None], problems: list[str]) -> float | None:
+    """The settings that decide whom a request is taken from: the secrets must be resolved, the Easy Auth flag
+    well-formed (``shared.web.identity`` reads it where each request is served), and the time until which
+    ``v1=`` signatures count is returned."""
+    problems.extend(_unresolved_references(values, ("WEBHOOK_SECRET", "ALERT_WEBHOOK_URL")))
+    _flag(values["EASY_AUTH_ENABLED"] or "", "EASY_AUTH_ENABLED", problems)
+    return _instant(values["WEBHOOK_SIGNATURE_V1_UNTIL"] or "", "WEBHOOK_SIGNATURE_V1_UNTIL", problems)
+
+
+def _instant(raw: str, name: str, problems: list[str]) -> float | None:
+    """An ISO 8601 time with its zone (``Z`` or an offset), as unix seconds; empty: ``None``."""
+    if not raw:
+        return None
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        problems.append(f"{name} must be an ISO 8601 time with its zone, e.g. 2027-01-31T00:00:00Z, not {raw!r}")
+        return None
+    return when.timestamp()
 
 
 _TRUE = ("true", "1", "yes", "on")

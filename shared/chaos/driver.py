@@ -167,7 +167,7 @@ class Driver:
                 time.sleep(0.1)
                 continue
             if signed:  # signed per attempt: a retry minutes later must not carry a stale timestamp
-                headers[SIGNATURE_HEADER] = sign(SECRET, body, int(time.time()))
+                headers[SIGNATURE_HEADER] = sign(SECRET, body, int(time.time()), headers[DELIVERY_HEADER])
             status = self._attempt(step, host, "POST", path, content=body, headers=headers)
             record.status, record.host = status, host
             if status == 202:

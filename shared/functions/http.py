@@ -40,7 +40,7 @@ def approvals(req: func.HttpRequest) -> func.HttpResponse:
 def withdraw_request(req: func.HttpRequest) -> func.HttpResponse:
     """A person takes an outstanding credit-note request off the books (with who and why)."""
     case_id, effect_key = req.route_params["caseId"], req.route_params["effectKey"]
-    return _reply(handlers.post_withdrawal(services().api, case_id, effect_key, req.get_body()))
+    return _reply(handlers.post_withdrawal(services().api, case_id, effect_key, req.get_body(), req.headers))
 
 
 @bp.function_name("get_case")

@@ -1,9 +1,16 @@
 """HTTP ingress: verify, validate, enqueue. It does no work on the case.
 
-Webhook signature, as Stripe's: header ``Casekeeper-Signature: t=<unix seconds>,v1=<hex>`` where the
-hex is HMAC-SHA256 of ``"<t>.<raw body>"`` with the secret. Several secrets may be configured at once
-(rotation); any may match; several ``v1=`` values may be sent. A timestamp more than
-:data:`TOLERANCE_SECONDS` away from now is refused (replay). Comparison is constant-time.
+Webhook signature, after Stripe's: header ``Casekeeper-Signature: t=<unix seconds>,v2=<hex>`` where the
+hex is HMAC-SHA256 of ``"<t>.<delivery id>\n<raw body>"`` with the secret (the delivery id is the
+``Casekeeper-Delivery`` header; ids never hold a line break, so the message reads one way only). Several
+secrets may be configured at once (rotation); any may match; several ``v2=`` values may be sent. A
+timestamp more than :data:`TOLERANCE_SECONDS` away from now is refused. Comparison is constant-time.
+
+Because the delivery id is signed, a captured delivery cannot be replayed under another id (the broker's
+duplicate detection drops a replay under its own id, for longer than the tolerance), and nobody without
+the secret can take a delivery id the sender will use later. The older ``v1=`` form (HMAC of
+``"<t>.<raw body>"``, no delivery id) is accepted only until the time ``WEBHOOK_SIGNATURE_V1_UNTIL`` names,
+for senders to move over (docs/design.md#signed-delivery).
 
 Every request is accepted whole or refused whole with the reason; nothing is enqueued unless the
 answer is 202.
@@ -60,12 +67,17 @@ class Response:
         return json.dumps(self.body, separators=(",", ":"))
 
 
-def sign(secret: str, body: bytes, timestamp: int) -> str:
-    """The ``Casekeeper-Signature`` header value for ``body`` at ``timestamp``."""
-    return f"t={timestamp},v1={_mac(secret, timestamp, body)}"
+def sign(secret: str, body: bytes, timestamp: int, delivery_id: str) -> str:
+    """The ``Casekeeper-Signature`` header value for ``body``, delivered as ``delivery_id``, at ``timestamp``."""
+    return f"t={timestamp},v2={_mac_v2(secret, timestamp, delivery_id, body)}"
 
 
-def _mac(secret: str, timestamp: int | str, body: bytes) -> str:
+def _mac_v2(secret: str, timestamp: int | str, delivery_id: str, body: bytes) -> str:
+    message = f"{timestamp}.{delivery_id}\n".encode() + body
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def _mac_v1(secret: str, timestamp: int | str, body: bytes) -> str:
     return hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
 
 
@@ -73,42 +85,79 @@ class SignatureError(Exception):
     """Why a signature was refused (the 401's reason)."""
 
 
-def verify(header: str | None, body: bytes, secrets: Sequence[str], now: float) -> None:
-    """Raises ``SignatureError`` unless ``header`` signs ``body`` with one of ``secrets``, recently."""
+_MAX_TIMESTAMP_DIGITS = 12
+
+
+def verify(
+    header: str | None,
+    body: bytes,
+    secrets: Sequence[str],
+    now: float,
+    *,
+    delivery_id: str,
+    v1_until: float | None = None,
+) -> None:
+    """Raises ``SignatureError`` unless ``header`` signs ``body`` as ``delivery_id`` with one of ``secrets``,
+    recently. A ``v1=`` signature (no delivery id) counts only while ``now`` is before ``v1_until``."""
     if not header:
         raise SignatureError(f"missing {SIGNATURE_HEADER} header")
     timestamp: str | None = None
-    signatures: list[str] = []
+    v2: list[str] = []
+    v1: list[str] = []
     for part in header.split(","):
         name, _, value = part.strip().partition("=")
         if name == "t":
             timestamp = value
+        elif name == "v2":
+            v2.append(value)
         elif name == "v1":
-            signatures.append(value)
-    if timestamp is None or not timestamp.isdigit() or not signatures:
-        raise SignatureError(f"malformed {SIGNATURE_HEADER} header: expected t=<unix seconds>,v1=<hex>")
+            v1.append(value)
+    # ASCII digits only: str.isdigit() also admits "²", which int() then refuses.
+    if (
+        timestamp is None
+        or not (timestamp.isascii() and timestamp.isdigit())
+        or len(timestamp) > _MAX_TIMESTAMP_DIGITS
+        or not (v2 or v1)
+    ):
+        raise SignatureError(f"malformed {SIGNATURE_HEADER} header: expected t=<unix seconds>,v2=<hex>")
     if abs(now - int(timestamp)) > TOLERANCE_SECONDS:
         raise SignatureError(f"signature timestamp is more than {TOLERANCE_SECONDS}s from now (replayed or clock skew)")
-    expected = [_mac(secret, timestamp, body) for secret in secrets]
+    v1_open = v1_until is not None and now < v1_until
+    if not v2 and not v1_open:
+        raise SignatureError(
+            "v1 signatures (without the delivery id) are no longer accepted: sign with v2, "
+            "HMAC-SHA256 of '<t>.<delivery id>\\n<body>'"
+        )
+    pairs = [(given, _mac_v2(secret, timestamp, delivery_id, body)) for given in v2 for secret in secrets]
+    if v1_open:
+        pairs += [(given, _mac_v1(secret, timestamp, body)) for given in v1 for secret in secrets]
     # Compare every pair, without short-circuiting on the first match, in constant time.
     matched = False
-    for candidate in signatures:
-        for mac in expected:
-            matched |= hmac.compare_digest(candidate.encode(), mac.encode())
+    for candidate, mac in pairs:
+        matched |= hmac.compare_digest(candidate.encode(), mac.encode())
     if not matched:
         raise SignatureError("signature does not match")
 
 
 class Ingress:
     def __init__(
-        self, secrets: Sequence[str], sender: EventSender, clock: Clock, *, store: DocumentStore | None = None
+        self,
+        secrets: Sequence[str],
+        sender: EventSender,
+        clock: Clock,
+        *,
+        store: DocumentStore | None = None,
+        v1_signatures_until: float | None = None,
     ) -> None:
         """``store``: where the door remembers delivery ids and approval answers (``shared.handlers.door``);
-        without one, neither is checked (tests of the signature and the queue alone)."""
+        without one, neither is checked (tests of the signature and the queue alone).
+        ``v1_signatures_until``: until this time (unix seconds) the older signature form without the
+        delivery id is still accepted (``WEBHOOK_SIGNATURE_V1_UNTIL``); ``None``: never."""
         self._secrets = tuple(secrets)
         self._sender = sender
         self._clock = clock
         self._store = store
+        self._v1_until = v1_signatures_until
 
     def accept_event(self, headers: Mapping[str, str], body: bytes) -> Response:
         """``POST /api/events``. ``headers`` must be case-insensitive (as the Functions host's are)."""
@@ -117,11 +166,18 @@ class Ingress:
         content_type = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if content_type != "application/json":
             return _error(415, "Content-Type must be application/json")
+        delivery = headers.get(DELIVERY_HEADER) or ""
         try:
-            verify(headers.get(SIGNATURE_HEADER), body, self._secrets, self._clock.now())
+            verify(
+                headers.get(SIGNATURE_HEADER),
+                body,
+                self._secrets,
+                self._clock.now(),
+                delivery_id=delivery,
+                v1_until=self._v1_until,
+            )
         except SignatureError as exc:
             return _error(401, str(exc))
-        delivery = headers.get(DELIVERY_HEADER) or ""
         if (problem := id_problem(delivery)) is not None:
             what = "is required" if not delivery else problem
             return _error(400, f"{DELIVERY_HEADER} header {what}", fields={DELIVERY_HEADER: what})
@@ -154,15 +210,16 @@ class Ingress:
         *,
         case_exists: Callable[[str], bool],
         principal: str | None = None,
+        principal_name: str | None = None,
     ) -> Response:
         """``POST /api/cases/{caseId}/approvals/{requestId}``: queued into the case's session like any event;
         the case worker decides whether it still applies (rule R6).
 
-        Who answered is never simply what the body says. ``principal`` is the authenticated identity (App
-        Service Authentication's ``X-MS-CLIENT-PRINCIPAL``, checked for the approver role by the caller):
-        it is recorded, and an ``approver`` in the body must be absent or the same name. Without a principal
-        the caller came in with a function key: it must name itself in ``approver`` and is recorded as
-        ``key:<name>``, so a key holder can never pass for a person."""
+        Who answered is never simply what the body says. ``principal`` is the authenticated identity as it
+        is recorded (``Principal.recorded``: display name and object id; checked for the approver role by
+        the caller), and an ``approver`` in the body must be absent, that, or ``principal_name`` (the
+        display name). Without a principal the caller came in with a function key: it must name itself in
+        ``approver`` and is recorded as ``key:<name>``, so a key holder can never pass for a person."""
         bad_ids = {
             name: problem
             for name, value in (("caseId", case_id), ("requestId", request_id))
@@ -179,10 +236,16 @@ class Ingress:
             return raw
         if not isinstance(raw, Mapping):
             return _error(400, "the body must be a JSON object")
-        return self.enqueue_approval(case_id, request_id, raw, principal=principal)
+        return self.enqueue_approval(case_id, request_id, raw, principal=principal, principal_name=principal_name)
 
     def enqueue_approval(
-        self, case_id: str, request_id: str, raw: Mapping[str, Any], *, principal: str | None
+        self,
+        case_id: str,
+        request_id: str,
+        raw: Mapping[str, Any],
+        *,
+        principal: str | None,
+        principal_name: str | None = None,
     ) -> Response:
         """Validate an answer (``decision``, ``caseVersion``, ``approver``, optional ``reason``) and enqueue it.
         The JSON API and the approval page both come through here; see :meth:`accept_approval` for who
@@ -196,13 +259,13 @@ class Ingress:
             if unknown:
                 raise InvalidEvent("unknown fields", fields=dict.fromkeys(unknown, "unknown field"))
             if principal is not None:
-                if named is not None and named != principal:
+                if named is not None and named not in (principal, principal_name):
                     raise InvalidEvent(
                         "approver",
                         fields={"approver": f"is the signed-in identity ({principal}); it cannot be given as another"},
                     )
                 data["approver"] = principal
-            elif isinstance(named, str) and named.strip():
+            elif isinstance(named, str) and named.removeprefix(KEY_APPROVER_PREFIX).strip():
                 data["approver"] = named if named.startswith(KEY_APPROVER_PREFIX) else KEY_APPROVER_PREFIX + named
             else:
                 problems = {"approver": "is required without a signed-in identity: a function-key caller names itself"}
@@ -228,11 +291,22 @@ class Ingress:
         )
 
     def accept_withdrawal(
-        self, case_id: str, effect_key: str, body: bytes, *, case_exists: Callable[[str], bool]
+        self,
+        case_id: str,
+        effect_key: str,
+        body: bytes,
+        *,
+        case_exists: Callable[[str], bool],
+        principal: str | None = None,
+        principal_name: str | None = None,
     ) -> Response:
         """``POST /api/cases/{caseId}/requests/{effectKey}/withdraw``: a person takes an outstanding credit-note
-        request off the books, with ``{"by": ..., "why": ...}``. Queued into the case's session; the case
-        worker refuses (sets aside, with the reason) a request that is not outstanding."""
+        request off the books, with ``{"why": ...}``. Queued into the case's session; the case worker
+        refuses (sets aside, with the reason) a request that is not outstanding.
+
+        Who withdrew is recorded as for approvals (:meth:`accept_approval`): the signed-in ``principal``
+        (its role checked by the caller), a ``by`` in the body being absent or naming the same person; or,
+        for a function-key caller, ``key:<the by it gives>``."""
         bad_ids = {
             name: problem
             for name, value in (("caseId", case_id), ("effectKey", effect_key))
@@ -254,15 +328,30 @@ class Ingress:
         unknown = sorted(set(raw) - {"by", "why"})
         given = {k: raw[k] for k in ("by", "why") if raw.get(k) is not None}
         data = {"effectKey": effect_key, **given, "at": self._clock.now()}
+        named = raw.get("by")
         try:
             if unknown:
                 raise InvalidEvent("unknown fields", fields=dict.fromkeys(unknown, "unknown field"))
+            if principal is not None:
+                if named is not None and named not in (principal, principal_name):
+                    raise InvalidEvent(
+                        "by", fields={"by": f"is the signed-in identity ({principal}); it cannot be given as another"}
+                    )
+                data["by"] = principal
+            elif isinstance(named, str) and named.removeprefix(KEY_APPROVER_PREFIX).strip():
+                data["by"] = named if named.startswith(KEY_APPROVER_PREFIX) else KEY_APPROVER_PREFIX + named
+            else:
+                raise InvalidEvent(
+                    "by", fields={"by": "is required without a signed-in identity: a function-key caller names itself"}
+                )
             event = ev.parse_event({"type": ev.REQUEST_WITHDRAWN, "caseId": case_id, "data": data})
         except InvalidEvent as exc:
             fields = {k.removeprefix("data."): v for k, v in exc.fields.items()}
             return _error(400, "invalid withdrawal: " + "; ".join(f"{k} {v}" for k, v in fields.items()), fields=fields)
         message_id = derived_message_id("withdraw", case_id, effect_key)
-        return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "effectKey": effect_key})
+        return self._enqueue(
+            event, message_id=message_id, accepted={"accepted": True, "effectKey": effect_key, "by": data["by"]}
+        )
 
     def _close_request(self, case_id: str, request_id: str, data: Mapping[str, Any]) -> Response | None:
         """One answer per request: refuse (409, with the reason) what the door can already tell will not
@@ -296,6 +385,8 @@ def _json(body: bytes) -> Any:
         return json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return _error(415, "body is not valid UTF-8 JSON")
+    except RecursionError:  # "[[[[...": nested deeper than the parser's recursion allows
+        return _error(400, "the JSON is nested too deeply")
 
 
 def _error(status: int, reason: str, *, fields: Mapping[str, str] | None = None) -> Response:

@@ -25,7 +25,7 @@ nothing either. The same answer sent twice is one message (the ingress's message
 
 from __future__ import annotations
 
-import os
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +50,7 @@ from shared.web.identity import (
     PRINCIPAL_HEADER,
     Principal,
     PrincipalError,
+    easy_auth_on,
     principal_from_headers,
 )
 from shared.web.render import Page, redirect, render
@@ -57,10 +58,11 @@ from shared.workflow.actions import REQUEST_CREDIT_NOTE, money_position
 from shared.workflow.build import build_workflow
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
+log = logging.getLogger("casekeeper.pages")
+
 MAX_FORM_BYTES = 16 * 1024
 LOGIN_PATH = "/.auth/login/aad"
 """App Service Authentication's Microsoft Entra ID login; it returns to ``post_login_redirect_uri``."""
-REDRIVE_PURPOSE = "ops:redrive"
 # How often each page refreshes its content. The ops page reads every case (drain check), so less often.
 LIST_REFRESH_SECONDS = 10
 REQUEST_REFRESH_SECONDS = 3
@@ -84,6 +86,11 @@ def resolve_purpose(key: str) -> str:
     return f"ops:resolve:{key}"
 
 
+def redrive_purpose(message_id: str) -> str:
+    """One dead letter's redrive (``all``: every one): a token for one does not redrive the others."""
+    return f"ops:redrive:{message_id}"
+
+
 Headers = Mapping[str, str]
 
 
@@ -105,7 +112,7 @@ def _signed_in(headers: Headers, path: str, *, roles: tuple[str, ...], doing: st
     except PrincipalError as exc:
         return render("message.html", 401, title="Not signed in", principal=None, message=str(exc), login=_login(path))
     if principal is None:
-        if _behind_easy_auth() and "text/html" in (headers.get("Accept") or ""):
+        if easy_auth_on() and "text/html" in (headers.get("Accept") or ""):
             return redirect(_login(path))
         return render(
             "message.html",
@@ -129,12 +136,12 @@ def _signed_in(headers: Headers, path: str, *, roles: tuple[str, ...], doing: st
     return principal
 
 
-def _behind_easy_auth() -> bool:
-    return os.environ.get("WEBSITE_AUTH_ENABLED", "").strip().lower() == "true"
-
-
 def _login(path: str) -> str:
     return f"{LOGIN_PATH}?post_login_redirect_uri={quote(path, safe='/')}"
+
+
+def _token(deps: PageDeps, principal: Principal, purpose: str) -> str:
+    return csrf.token(deps.webhook_secrets, principal.id, purpose, now=deps.ops.clock.now())
 
 
 def _post_guard(
@@ -142,8 +149,12 @@ def _post_guard(
 ) -> Page | None:
     """Refuses a POST that is not from our own page (origin) or lacks this person's token for ``purpose``."""
     problem = csrf.same_origin_problem(headers, url)
-    if problem is None and not csrf.valid(deps.webhook_secrets, principal.name, purpose, form.get(csrf.FIELD)):
-        problem = "the form's token is missing or not for this identity and request; reload the page and try again"
+    given = form.get(csrf.FIELD)
+    if problem is None and not csrf.valid(deps.webhook_secrets, principal.id, purpose, given, now=deps.ops.clock.now()):
+        problem = (
+            "the form's token is missing or not for this identity and request, or it has expired; "
+            "reload the page and try again"
+        )
     if problem is None:
         return None
     return render("message.html", 403, title="Refused", principal=principal, message=problem, login=None)
@@ -291,7 +302,7 @@ def _approval_view(
         "rejected": rejected_events(deps.ops.store, case.id),
         "canAnswer": current and not stale and principal.has(APPROVER_ROLE),
         "mayAnswer": principal.has(APPROVER_ROLE),
-        "csrf": csrf.token(deps.webhook_secrets, principal.name, approval_purpose(case.id, request_id)),
+        "csrf": _token(deps, principal, approval_purpose(case.id, request_id)),
         "answered": answered if answered in ("approve", "reject") else None,
         "error": error,
         "reasonText": reason_text,
@@ -342,7 +353,7 @@ def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, re
     answer: dict[str, Any] = {"decision": decision, "caseVersion": int(version_text)}
     if reason:
         answer["reason"] = reason
-    result = deps.ingress.enqueue_approval(case_id, request_id, answer, principal=who.name)
+    result = deps.ingress.enqueue_approval(case_id, request_id, answer, principal=who.recorded)
     if result.status != 202:
         return _approval_view(
             deps,
@@ -405,8 +416,8 @@ def ops_page(deps: PageDeps, headers: Headers, *, notice: str | None = None, sta
                 escalations.append(
                     {
                         **row,
-                        "commands": resolve_commands(row["key"], who.name, store),
-                        "csrf": csrf.token(deps.webhook_secrets, who.name, resolve_purpose(row["key"])),
+                        "commands": resolve_commands(row["key"], who.recorded, store),
+                        "csrf": _token(deps, who, resolve_purpose(row["key"])),
                     }
                 )
     view = {
@@ -414,13 +425,18 @@ def ops_page(deps: PageDeps, headers: Headers, *, notice: str | None = None, sta
         "pending": pending,
         "escalations": escalations,
         "alerts": _section(lambda: [alert_json(a) for a in sorted(deps.ops.alerts.recent(20), key=lambda a: -a.at)]),
-        "dead": _section(lambda: [d.to_json() for d in deps.ops.dead_letters.peek(limit=50)]),
+        "dead": _section(
+            lambda: [
+                {**d.to_json(), "csrf": _token(deps, who, redrive_purpose(d.message_id))}
+                for d in deps.ops.dead_letters.peek(limit=50)
+            ]
+        ),
         "queue": _section(deps.ops.dead_letters.counts),
         "drain": _section(
             lambda: drain_check(deps.ops, graph_hash_of(build_workflow, deps.ops), ALLOWED_CHECKPOINT_TYPES).to_json()
         ),
         "store": store,
-        "csrf": csrf.token(deps.webhook_secrets, who.name, REDRIVE_PURPOSE),
+        "csrf": _token(deps, who, redrive_purpose("all")),
         "notice": notice,
     }
     return render("ops.html", status, principal=who, v=view, refresh=OPS_REFRESH_SECONDS)
@@ -434,17 +450,24 @@ def ops_redrive(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page
     form = _form(body)
     if form is None:
         return render("message.html", 400, title="Bad form", principal=who, message="the form could not be read")
-    refused = _post_guard(deps, who, headers, url, purpose=REDRIVE_PURPOSE, form=form)
+    message_id = form.get("messageId") or ""
+    refused = _post_guard(deps, who, headers, url, purpose=redrive_purpose(message_id), form=form)
     if refused is not None:
         return refused
-    message_id = form.get("messageId") or ""
     if not message_id:
         return ops_page(deps, headers, notice="Nothing redriven: no message id was given.", status=400)
     moved = deps.ops.dead_letters.redrive(None if message_id == "all" else [message_id])
     if not moved:
         return ops_page(deps, headers, notice=f"Nothing redriven: {message_id} is not dead-lettered.", status=404)
     names = ", ".join(m.message_id for m in moved)
-    return ops_page(deps, headers, notice=f"Put back into their case's session by {who.name}: {names}.")
+    # The redrive leaves no record on a case; the log keeps who did it (as the resolve keeps it on the effect).
+    log.info(
+        "dead letters redriven by %s: %s",
+        who.recorded,
+        names,
+        extra={"redrivenBy": who.id, "messageIds": [m.message_id for m in moved]},
+    )
+    return ops_page(deps, headers, notice=f"Put back into their case's session by {who.recorded}: {names}.")
 
 
 def ops_resolve(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page:
@@ -479,7 +502,7 @@ def ops_resolve(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page
             key,
             result={"creditNoteId": note_id} if outcome == "done" else None,
             reason=reason if outcome == "failed" else None,
-            by=who.name,
+            by=who.recorded,
             why=why,
         )
     except Refused as exc:
@@ -491,5 +514,5 @@ def ops_resolve(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page
         deps,
         headers,
         notice=f"Recorded {effect['status']} for effect {effect['key'][:12]} of case {effect['caseId']} "
-        f"by {who.name}. The case: {settled}{now}.",
+        f"by {who.recorded}. The case: {settled}{now}.",
     )

@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import ctypes
 import inspect
+import ipaddress
 import json
 import logging
 import os
@@ -52,7 +53,7 @@ from shared.app.telemetry import configure as configure_telemetry
 from shared.app.telemetry import quiet_library_loggers
 from shared.core.errors import StoreError
 from shared.localhost.changefeed import LocalChangeFeed, to_document_list
-from shared.localhost.http_server import HttpFrontend, Route
+from shared.localhost.http_server import SOCKET_TIMEOUT_SECONDS, HttpFrontend, Route
 from shared.localhost.schedule import NcrontabSchedule, timer_request
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
@@ -83,6 +84,18 @@ class DevOptions:
     the number of cores). The session threads (``sessions``) are shared out among them."""
     case_worker_of: int | None = None
     """Set in a case-worker process: the pid of the host that started it. Serves the queue triggers only."""
+    client_timeout: float = SOCKET_TIMEOUT_SECONDS
+    """``--client-timeout``: an HTTP client silent this long is disconnected."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a ``--host`` value) is reachable from this machine only."""
+    if host.strip().lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def load_environment(options: DevOptions, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -97,7 +110,9 @@ def load_environment(options: DevOptions, base: Mapping[str, str] | None = None)
         values.update({k: str(v) for k, v in json.loads(local.read_text()).get("Values", {}).items()})
     values.update(base if base is not None else os.environ)
     data = options.data.resolve()
-    data.mkdir(parents=True, exist_ok=True)
+    # The folder holds the cases, the queue, telemetry and the webhook secret: this user's only.
+    data.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data.chmod(0o700)
     values["CASEKEEPER_QUEUE"] = "local"
     values["CASEKEEPER_LOCAL_QUEUE_PATH"] = str(data / "queue.sqlite")
     if values.get("CASEKEEPER_STORE", "sqlite").lower() != "cosmos":
@@ -107,8 +122,14 @@ def load_environment(options: DevOptions, base: Mapping[str, str] | None = None)
     if not values.get("WEBHOOK_SECRET"):
         secret_file = data / SECRET_FILE
         if not secret_file.exists():
-            secret_file.write_text(secrets.token_hex(32) + "\n")
-            secret_file.chmod(0o600)
+            # Created 0600 in one step: a file written first and restricted after is readable in between.
+            try:
+                fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass  # another process created it meanwhile: read theirs
+            else:
+                with os.fdopen(fd, "w") as out:
+                    out.write(secrets.token_hex(32) + "\n")
         values["WEBHOOK_SECRET"] = secret_file.read_text().strip()
     return values
 
@@ -167,7 +188,14 @@ class LocalHost:
         )
         self.http: HttpFrontend | None = None
         if options.case_worker_of is None:
-            self.http = HttpFrontend(options.host, options.port, self._routes, self.loop, principal=principal)
+            self.http = HttpFrontend(
+                options.host,
+                options.port,
+                self._routes,
+                self.loop,
+                principal=principal,
+                client_timeout=options.client_timeout,
+            )
 
     # --- discovery ----------------------------------------------------------------------------------
 
@@ -516,6 +544,12 @@ def build_parser() -> Any:
     parser.add_argument("--port", type=int, default=7071)
     parser.add_argument("--data", type=Path, default=Path(".casekeeper/dev"), help="where the stores live")
     parser.add_argument("--lock-duration", type=float, default=30.0, help="queue message lock, seconds")
+    parser.add_argument(
+        "--client-timeout",
+        type=float,
+        default=SOCKET_TIMEOUT_SECONDS,
+        help="seconds an HTTP client may stay silent (a half-sent request) before it is disconnected",
+    )
     parser.add_argument("--max-delivery-count", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=None, help="sessions handled at once (host.json)")
     parser.add_argument("--app-dir", type=Path, default=Path.cwd(), help="where function_app.py and host.json are")
@@ -562,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         data=args.data,
         lock_duration=args.lock_duration,
+        client_timeout=args.client_timeout,
         max_delivery_count=args.max_delivery_count,
         sessions=args.sessions,
         app_dir=args.app_dir.resolve(),
@@ -576,6 +611,14 @@ def main(argv: list[str] | None = None) -> int:
     if options.identity is not None and not options.identity.strip():
         print("casekeeper dev: --as needs a name", file=sys.stderr)
         return 2
+    if options.identity is not None and not is_loopback(options.host):
+        print(
+            f"casekeeper dev: --as signs in everyone who reaches --host {options.host} as {options.identity}; "
+            "it is refused on any address but loopback (127.0.0.1, ::1, localhost)",
+            file=sys.stderr,
+        )
+        return 2
+    os.umask(0o077)  # SQLite files, telemetry and the secret under --data: this user's only
     if options.workers < 1:
         print("casekeeper dev: --workers needs 1 or more", file=sys.stderr)
         return 2

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     delivery = args.delivery or f"cli-{uuid.uuid4().hex}"
     headers = {
         "Content-Type": "application/json",
-        SIGNATURE_HEADER: sign(secret, body, int(time.time())),
+        SIGNATURE_HEADER: sign(secret, body, int(time.time()), delivery),
         DELIVERY_HEADER: delivery,
     }
     try:

@@ -104,7 +104,8 @@ def open_operations(args: argparse.Namespace) -> Operations:
     """The app's store-side half over the selected store. Close it with ``Operations.close()``.
 
     Raises :class:`StoreSelectionError`. Nothing here does network I/O (Cosmos DB connects on first use),
-    and nothing process-wide changes.
+    and nothing process-wide changes but one thing: a checkpoint holding a type outside the allow-list,
+    met by any command here, raises its alert in this store (``shared.workflow.checkpoint_decoding``).
     """
     # Imported here: the composition root is for entry points, and the pages import this package's views.
     from shared.app import bootstrap

@@ -22,6 +22,7 @@ waits for the commit before raising, since what it found may be an earlier write
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -86,6 +87,7 @@ class SqliteConnections:
 
     def _connect(self) -> sqlite3.Connection:
         with translate_sqlite_errors():
+            _create_private(self.path)
             conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
@@ -237,3 +239,13 @@ def translated(exc: BaseException, context: str = "") -> StoreError:
     if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
         return StoreUnavailable(f"sqlite busy: {context}{exc}")
     return StoreError(f"sqlite: {context}{exc}")
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file readable by this user only, before SQLite does (with the umask's mode).
+    SQLite gives its -wal and -shm files the database file's permissions, so they follow."""
+    name = str(path)
+    if name == ":memory:" or name.startswith("file:"):
+        return
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

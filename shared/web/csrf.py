@@ -5,9 +5,11 @@ Two checks, both required on every state-changing POST from a page:
 - **same origin**: the browser's ``Origin`` header (or, failing it, ``Referer``) must be the origin the
   request was sent to. A cross-site form post carries the attacker's origin; a request with neither
   header is refused (every current browser sends ``Origin`` on a form POST).
-- **token**: HMAC-SHA256, keyed by the app's secret, of who is signed in and what the form acts on
-  (``approval:<case>:<request>``, ``redrive``). Another site cannot read it from our page, and a token
-  minted for one person or one request does not work for another. It needs no server state. Any of the
+- **token**: ``<issued>.<hex>``, the hex being HMAC-SHA256, keyed by the app's secret, of who is signed in
+  (their immutable id), what the form acts on (``approval:<case>:<request>``, ``ops:redrive:<message
+  id>``) and when it was issued. Another site cannot read it from our page, a token minted for one
+  person or one request does not work for another, and it expires :data:`MAX_AGE_SECONDS` after the
+  page was rendered (a leaked token is not good forever). It needs no server state. Any of the
   configured secrets verifies it, so rotating ``WEBHOOK_SECRET`` does not break open pages.
 """
 
@@ -19,7 +21,10 @@ from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
 FIELD = "csrf"
-_CONTEXT = b"casekeeper-page-form-v1"
+_CONTEXT = b"casekeeper-page-form-v2"
+MAX_AGE_SECONDS = 12 * 3600
+"""How long a rendered form stays good: a working day with the page left open."""
+_FUTURE_SKEW_SECONDS = 300
 
 
 def _key(secret: str) -> bytes:
@@ -27,25 +32,34 @@ def _key(secret: str) -> bytes:
     return hmac.new(secret.encode(), _CONTEXT, hashlib.sha256).digest()
 
 
-def token(secrets: Sequence[str], principal: str, purpose: str) -> str:
-    """The token for ``principal`` acting on ``purpose``, with the newest secret."""
+def token(secrets: Sequence[str], principal: str, purpose: str, *, now: float) -> str:
+    """The token for ``principal`` (an immutable id) acting on ``purpose``, issued at ``now``, with the
+    newest secret."""
     if not secrets:
         raise ValueError("no secret to sign forms with")
-    return _mac(secrets[0], principal, purpose)
+    issued = int(now)
+    return f"{issued}.{_mac(secrets[0], principal, purpose, issued)}"
 
 
-def _mac(secret: str, principal: str, purpose: str) -> str:
-    message = f"{len(principal)}:{principal}|{purpose}".encode()
+def _mac(secret: str, principal: str, purpose: str, issued: int) -> str:
+    message = f"{len(principal)}:{principal}|{len(purpose)}:{purpose}|{issued}".encode()
     return hmac.new(_key(secret), message, hashlib.sha256).hexdigest()
 
 
-def valid(secrets: Sequence[str], principal: str, purpose: str, given: str | None) -> bool:
-    """Whether ``given`` is the token of ``principal`` for ``purpose`` under any of ``secrets``."""
+def valid(secrets: Sequence[str], principal: str, purpose: str, given: str | None, *, now: float) -> bool:
+    """Whether ``given`` is the token of ``principal`` for ``purpose`` under any of ``secrets``, issued no
+    more than :data:`MAX_AGE_SECONDS` before ``now``."""
     if not given:
+        return False
+    issued_text, _, mac = given.partition(".")
+    if not (issued_text.isascii() and issued_text.isdigit()) or len(issued_text) > 12:
+        return False
+    issued = int(issued_text)
+    if not now - MAX_AGE_SECONDS <= issued <= now + _FUTURE_SKEW_SECONDS:
         return False
     matched = False
     for secret in secrets:
-        matched |= hmac.compare_digest(given.encode(), _mac(secret, principal, purpose).encode())
+        matched |= hmac.compare_digest(mac.encode(), _mac(secret, principal, purpose, issued).encode())
     return matched
 
 

@@ -3,11 +3,18 @@
 With Easy Auth on, the platform authenticates the browser with Microsoft Entra ID and passes the user to
 the app as ``X-MS-CLIENT-PRINCIPAL``: base64 of ``{"auth_typ": ..., "name_typ": ..., "role_typ": ...,
 "claims": [{"typ": ..., "val": ...}, ...]}``. The platform removes any such header a client sends, so
-the app can trust it, **but only where the platform is in front**. Hence :func:`principal_from_headers`
-ignores the header on an App Service / Functions site whose authentication is off
-(``WEBSITE_SITE_NAME`` set, ``WEBSITE_AUTH_ENABLED`` not ``true``): there, anyone could send it. Off
-Azure (the local host, tests) it is read; ``casekeeper dev`` removes what a client sent and injects its
-own ``--as`` identity, marked with :data:`LOCAL_AUTH_TYPE` so the pages can say it is not a real login.
+the app can trust it, **but only where the platform is in front**. Anywhere else (``func start``, a
+container, a host outside App Service) anyone could send it and get every role. So
+:func:`principal_from_headers` reads the header only where Easy Auth is known to be on
+(:func:`easy_auth_on`: the setting ``EASY_AUTH_ENABLED``, which ``infra/`` sets when it configures
+authentication, and App Service's own markers ``WEBSITE_SITE_NAME`` and ``WEBSITE_AUTH_ENABLED``), or where
+``casekeeper dev`` stands in for it: its HTTP front end removes what a client sent, injects its own
+``--as`` identity (marked with :data:`LOCAL_AUTH_TYPE` so the pages can say it is not a real login) and
+proves the request passed through it with a random per-process token (:func:`stand_in_token`).
+
+People are identified by their immutable Entra object id (claim ``oid``), never by a display name, which
+can change or repeat: :attr:`Principal.recorded` is what every state change records (the display name
+first, for reading). A non-local principal without an object id is refused.
 
 Roles are the app registration's app roles, as claims of type ``role_typ`` (Entra ID's is ``roles``).
 """
@@ -16,8 +23,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import json
 import os
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -37,7 +46,13 @@ _NAME_CLAIMS = (
     "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/emailaddress",
     "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name",
 )
+_OBJECT_ID_CLAIMS = ("http://schemas.microsoft.com/identity/claims/objectidentifier", "oid")
 MAX_HEADER_BYTES = 16 * 1024
+EASY_AUTH_SETTING = "EASY_AUTH_ENABLED"
+"""Set to ``true`` by ``infra/`` when it puts App Service Authentication in front of the app."""
+STAND_IN_HEADER = "X-Casekeeper-Dev-Stand-In"
+"""Carries :func:`stand_in_token` on requests the ``casekeeper dev`` front end forwarded."""
+_STAND_IN_TOKEN = secrets.token_hex(16)
 
 
 class PrincipalError(Exception):
@@ -47,8 +62,21 @@ class PrincipalError(Exception):
 @dataclass(frozen=True)
 class Principal:
     name: str
+    """The display name: for reading only, never to decide who someone is."""
     roles: frozenset[str]
     auth_type: str
+    object_id: str = ""
+    """The Entra object id (empty only for the local stand-in, which has none)."""
+
+    @property
+    def id(self) -> str:
+        """Who this is, immutably: ``oid:<object id>``, or ``dev:<name>`` for ``casekeeper dev --as``."""
+        return f"oid:{self.object_id}" if self.object_id else f"dev:{self.name}"
+
+    @property
+    def recorded(self) -> str:
+        """What a state change records as its author: ``Display Name <oid:...>``."""
+        return f"{self.name} <{self.id}>"
 
     @property
     def local(self) -> bool:
@@ -84,7 +112,11 @@ def parse_principal(encoded: str) -> Principal:
     role_types = {*_ROLE_CLAIMS, *((role_type,) if role_type else ())}
     roles = frozenset(val for typ, val in claims if typ in role_types and val)
     auth_type = str(raw.get("auth_typ") or "")
-    return Principal(name=name, roles=roles, auth_type=auth_type)
+    object_id = _first(claims, _OBJECT_ID_CLAIMS) or ""
+    if not object_id and auth_type != LOCAL_AUTH_TYPE:
+        # A display name can change or be shared; a state change must name someone who stays the same.
+        raise PrincipalError(f"{PRINCIPAL_HEADER} has no object id (oid) claim: the person cannot be identified")
+    return Principal(name=name, roles=roles, auth_type=auth_type, object_id=object_id)
 
 
 def _first(claims: list[tuple[str, str]], types: Iterable[str]) -> str | None:
@@ -95,31 +127,51 @@ def _first(claims: list[tuple[str, str]], types: Iterable[str]) -> str | None:
     return None
 
 
-def header_trusted(env: Mapping[str, str] | None = None) -> bool:
-    """Whether ``X-MS-CLIENT-PRINCIPAL`` can have come only from the platform (see the module doc)."""
+def _true(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() == "true"
+
+
+def easy_auth_on(env: Mapping[str, str] | None = None) -> bool:
+    """Whether App Service Authentication is known to be in front: the app's own setting says so and the
+    platform's markers agree. Any one missing (``func start``, a container, a site whose authentication was
+    turned off) and the header is not trusted."""
     env = os.environ if env is None else env
-    if not env.get("WEBSITE_SITE_NAME"):
-        return True  # not on App Service: the local host or a test, which set the header themselves
-    return env.get("WEBSITE_AUTH_ENABLED", "").strip().lower() == "true"
+    return _true(env, EASY_AUTH_SETTING) and bool(env.get("WEBSITE_SITE_NAME")) and _true(env, "WEBSITE_AUTH_ENABLED")
+
+
+def stand_in_token() -> str:
+    """The random token with which this process's ``casekeeper dev`` front end marks what it forwarded."""
+    return _STAND_IN_TOKEN
+
+
+def header_trusted(headers: Mapping[str, str], env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``X-MS-CLIENT-PRINCIPAL`` can have come only from the platform or from ``casekeeper dev``
+    (see the module doc)."""
+    given = headers.get(STAND_IN_HEADER)
+    if given and hmac.compare_digest(given.encode(), _STAND_IN_TOKEN.encode()):
+        return True
+    return easy_auth_on(env)
 
 
 def principal_from_headers(headers: Mapping[str, str], env: Mapping[str, str] | None = None) -> Principal | None:
-    """The signed-in principal, or ``None`` when nobody is. ``headers`` must be case-insensitive, as the
-    Functions host's are. Raises :class:`PrincipalError` for a header that is there but unreadable."""
+    """The signed-in principal, or ``None`` when nobody is (or the header cannot be trusted here).
+    ``headers`` must be case-insensitive, as the Functions host's are. Raises :class:`PrincipalError` for a
+    trusted header that is there but unreadable."""
     encoded = headers.get(PRINCIPAL_HEADER)
-    if not encoded or not header_trusted(env):
+    if not encoded or not header_trusted(headers, env):
         return None
     return parse_principal(encoded)
 
 
-def encode_principal(name: str, roles: Iterable[str], *, auth_type: str = LOCAL_AUTH_TYPE) -> str:
-    """An ``X-MS-CLIENT-PRINCIPAL`` value, shaped as Easy Auth's: what ``casekeeper dev --as`` injects."""
-    body = {
-        "auth_typ": auth_type,
-        "name_typ": "name",
-        "role_typ": "roles",
-        "claims": [{"typ": "name", "val": name}, *({"typ": "roles", "val": role} for role in roles)],
-    }
+def encode_principal(
+    name: str, roles: Iterable[str], *, auth_type: str = LOCAL_AUTH_TYPE, object_id: str | None = None
+) -> str:
+    """An ``X-MS-CLIENT-PRINCIPAL`` value, shaped as Easy Auth's: what ``casekeeper dev --as`` injects
+    (``object_id``: the ``oid`` claim Entra ID sends)."""
+    claims = [{"typ": "name", "val": name}, *({"typ": "roles", "val": role} for role in roles)]
+    if object_id:
+        claims.append({"typ": "http://schemas.microsoft.com/identity/claims/objectidentifier", "val": object_id})
+    body = {"auth_typ": auth_type, "name_typ": "name", "role_typ": "roles", "claims": claims}
     return base64.b64encode(json.dumps(body).encode()).decode()
 
 

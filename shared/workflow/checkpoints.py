@@ -43,9 +43,10 @@ resumed", which makes the caller rebuild the run.
 encoding, which pickles) in a worker thread via :func:`asyncio.to_thread`, because the Functions
 worker runs several sessions concurrently on one event loop.
 
-Checkpoint data is decoded with the framework's restricted unpickler: only built-in value types,
-framework types, the storage's ``allowed_types`` and types registered process-wide with
-``agent_framework.register_checkpoint_type`` load. The ``checkpoints`` container must be writable by
+Checkpoint data is decoded by :mod:`shared.workflow.checkpoint_decoding`: only built-in value types, the
+few framework types a checkpoint holds, the storage's ``allowed_types`` and types registered process-wide
+with ``agent_framework.register_checkpoint_type`` load (the framework's own decoder admits every class of
+``agent_framework.*`` and ``openai.types.*``). The ``checkpoints`` container must be writable by
 this app only: the allow-list narrows what a pickle may build, it is not a security boundary.
 """
 
@@ -62,14 +63,15 @@ from typing import Any, Final, Literal
 
 from agent_framework import WorkflowCheckpoint
 
-# Not re-exported at the package top level in 1.23; these are the functions FileCheckpointStorage uses.
-from agent_framework._workflows._checkpoint_encoding import decode_checkpoint_value, encode_checkpoint_value
+# Not re-exported at the package top level in 1.23; this is the function FileCheckpointStorage uses.
+from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 from agent_framework.exceptions import WorkflowCheckpointException
 
 from shared.core.errors import AlreadyExists, CaseError
 from shared.core.ids import id_problem
 from shared.core.ports import Document, DocumentStore, Query
 from shared.workflow import state_schemas
+from shared.workflow.checkpoint_decoding import decode_checkpoint_value
 
 logger = logging.getLogger("casekeeper.checkpoints")
 

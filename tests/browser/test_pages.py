@@ -108,7 +108,8 @@ def test_reject_needs_a_reason(page: Any, host: DevHost, supplier: SupplierStub)
     page.locator("#reject").click()
     expect(page.locator("#case-status")).to_have_text("needs_review", timeout=20_000)
     history = page.locator("#history").inner_text()
-    assert "rejected by ana@example.com (reason: the PO was raised by phone; ticket 4411)" in history
+    # Recorded by the local identity's id, with its name for reading.
+    assert f"rejected by {APPROVER} <dev:{APPROVER}> (reason: the PO was raised by phone; ticket 4411)" in history
     assert credit_posts(supplier, "INV-B3", 2) == []
 
 
@@ -181,7 +182,9 @@ def test_the_ops_page(page: Any, host: DevHost, escalated_key: str) -> None:
     main = page.locator("main").inner_text()
     assert "casekeeper drain check --data" in main
     # The seeded escalation, with the command that settles it, signed by who is looking.
-    assert f"casekeeper effects resolve {escalated_key} --done" in main and f"--by {APPROVER}" in main
+    assert (
+        f"casekeeper effects resolve {escalated_key} --done" in main and f"--by '{APPROVER} <dev:{APPROVER}>'" in main
+    )
     assert "three lookups failed" in page.locator("#pending-effects").inner_text()
     # The seeded dead letter, and the alert the timer raised for it.
     assert DEAD_CASE in page.locator("#dead-letters").inner_text()

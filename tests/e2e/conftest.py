@@ -143,7 +143,10 @@ class DevHost:
         at: float | None = None,
         content_type: str = "application/json",
     ) -> httpx.Response:
-        headers = {"Content-Type": content_type, SIGNATURE_HEADER: sign(secret, body, int(at or time.time()))}
+        headers = {
+            "Content-Type": content_type,
+            SIGNATURE_HEADER: sign(secret, body, int(at or time.time()), delivery or ""),
+        }
         if delivery is not None:
             headers[DELIVERY_HEADER] = delivery
         return httpx.post(self.url + "/api/events", content=body, headers=headers, timeout=10)

@@ -280,7 +280,7 @@ class CaseMachine(RuleBasedStateMachine):
         body = json.dumps({"type": event_type, "caseId": self.case_id, "data": data}).encode()
         headers = {
             "Content-Type": "application/json",
-            SIGNATURE_HEADER: sign(SECRET, body, int(self.world.clock.now())),
+            SIGNATURE_HEADER: sign(SECRET, body, int(self.world.clock.now()), delivery),
             DELIVERY_HEADER: delivery,
         }
         req = func.HttpRequest(method="POST", url="http://localhost/api/events", headers=headers, body=body)

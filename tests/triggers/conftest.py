@@ -102,7 +102,15 @@ def signed_request(
     if signature is not None:
         headers[SIGNATURE_HEADER] = signature
     elif secret:
-        headers[SIGNATURE_HEADER] = sign(secret, body, int(at if at is not None else time.time()))
+        headers[SIGNATURE_HEADER] = sign(secret, body, int(at if at is not None else time.time()), delivery or "")
     if delivery is not None:
         headers[DELIVERY_HEADER] = delivery
     return func.HttpRequest(method="POST", url="http://localhost/api/events", headers=headers, body=body)
+
+
+@pytest.fixture
+def behind_easy_auth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """App Service with Authentication in front: the only place the principal header is trusted in Azure."""
+    monkeypatch.setenv("EASY_AUTH_ENABLED", "true")
+    monkeypatch.setenv("WEBSITE_SITE_NAME", "casekeeper")
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "true")

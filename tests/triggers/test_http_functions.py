@@ -166,27 +166,54 @@ def test_a_function_key_callers_approval_is_enqueued_under_the_name_it_gives(
     assert json.loads(msg.body)["data"] == {"requestId": "apr-1", **answer, "approver": "key:ana"}
 
 
+def signed_in(name: str, *roles: str) -> dict[str, str]:
+    """As Easy Auth sends a Microsoft Entra ID user: display name, app roles and the object id."""
+    oid = f"oid-{name.split('@', maxsplit=1)[0]}"
+    return {PRINCIPAL_HEADER: encode_principal(name, roles, auth_type="aad", object_id=oid)}
+
+
+@pytest.mark.usefixtures("behind_easy_auth")
 def test_a_signed_in_approvers_answer_is_recorded_as_that_identity(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:
     awaiting(svc, "INV-1001")
-    signed_in = {PRINCIPAL_HEADER: encode_principal("ana@example.com", [APPROVER_ROLE], auth_type="aad")}
     answer = {"decision": "reject", "caseVersion": 2, "reason": "wrong supplier"}
-    status, body = call(functions, "approvals", approval("INV-1001", "apr-1", answer, signed_in))
-    assert (status, body["approver"]) == (202, "ana@example.com")
+    ana = signed_in("ana@example.com", APPROVER_ROLE)
+    status, body = call(functions, "approvals", approval("INV-1001", "apr-1", answer, ana))
+    # The immutable object id, with the display name for reading.
+    assert (status, body["approver"]) == (202, "ana@example.com <oid:oid-ana>")
     [msg] = queue.peek(QUEUE)
-    assert json.loads(msg.body)["data"] == {"requestId": "apr-1", **answer, "approver": "ana@example.com"}
+    assert json.loads(msg.body)["data"] == {"requestId": "apr-1", **answer, "approver": "ana@example.com <oid:oid-ana>"}
 
 
+def test_off_easy_auth_a_principal_header_a_client_sent_is_not_believed(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    # func start, a container: no platform strips the header, so anyone could send it with every role.
+    svc.cases.create("INV-1001", {"x": 1})
+    forged = signed_in("boss@example.com", APPROVER_ROLE, OPERATOR_ROLE)
+    status, body = call(
+        functions, "approvals", approval("INV-1001", "apr-1", {"decision": "approve", "caseVersion": 2}, forged)
+    )
+    assert status == 400 and "function-key caller names itself" in body["fields"]["approver"]
+    status, body = call(
+        functions,
+        "approvals",
+        approval("INV-1001", "apr-1", {"decision": "approve", "caseVersion": 2, "approver": "x"}, forged),
+    )
+    assert (status, body["approver"]) == (202, "key:x")  # a key holder, never the person the header names
+
+
+@pytest.mark.usefixtures("behind_easy_auth")
 def test_a_signed_in_caller_cannot_answer_as_someone_else_or_without_the_role(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:
     svc.cases.create("INV-1001", {"x": 1})
-    ana = {PRINCIPAL_HEADER: encode_principal("ana@example.com", [APPROVER_ROLE], auth_type="aad")}
+    ana = signed_in("ana@example.com", APPROVER_ROLE)
     typed = {"decision": "approve", "caseVersion": 2, "approver": "boss@example.com"}
     status, body = call(functions, "approvals", approval("INV-1001", "apr-1", typed, ana))
     assert status == 400 and "signed-in identity" in body["fields"]["approver"]
-    olga = {PRINCIPAL_HEADER: encode_principal("olga@example.com", [OPERATOR_ROLE], auth_type="aad")}
+    olga = signed_in("olga@example.com", OPERATOR_ROLE)
     status, body = call(
         functions, "approvals", approval("INV-1001", "apr-1", {"decision": "approve", "caseVersion": 2}, olga)
     )
@@ -201,6 +228,37 @@ def test_bad_approvals_are_refused(functions: dict[str, Any], svc: Services, que
     assert status == 400
     assert set(body["fields"]) == {"decision", "caseVersion", "approver"}
     assert "function-key caller names itself" in body["fields"]["approver"]
+    # "key:" alone names nobody.
+    status, body = call(
+        functions,
+        "approvals",
+        approval("INV-1001", "apr-1", {"decision": "approve", "caseVersion": 2, "approver": "key:"}),
+    )
+    assert status == 400 and "function-key caller names itself" in body["fields"]["approver"]
+    assert queue.peek(QUEUE) == []
+
+
+@pytest.mark.parametrize("route", ["approvals", "withdraw_request"])
+def test_the_json_routes_take_only_json_and_survive_any_nesting(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue, route: str
+) -> None:
+    svc.cases.create("INV-1001", {})
+    params = {"caseId": "INV-1001", "requestId": "apr-1", "effectKey": "k1"}
+    body = {"decision": "approve", "caseVersion": 2, "approver": "ana", "by": "ana", "why": "x"}
+
+    def post(content: bytes, content_type: str | None) -> tuple[int, dict[str, Any]]:
+        headers = {"Content-Type": content_type} if content_type else {}
+        req = func.HttpRequest(
+            method="POST", url="http://localhost/api/x", headers=headers, route_params=params, body=content
+        )
+        return call(functions, route, req)
+
+    # What a web page may send to another site without asking first: text/plain, a form, nothing declared.
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        status, answer = post(json.dumps(body).encode(), content_type)
+        assert status == 415 and "application/json" in answer["error"]
+    status, answer = post(b"[" * 100_000, "application/json")
+    assert status == 400 and "nested too deeply" in answer["error"]
     assert queue.peek(QUEUE) == []
 
 
@@ -226,6 +284,18 @@ def test_get_case_shows_the_case_its_effects_and_the_pending_approval(functions:
 def test_health(functions: dict[str, Any], svc: Services) -> None:
     req = func.HttpRequest(method="GET", url="http://localhost/api/health", body=b"")
     assert call(functions, "health", req) == (200, {"status": "ok", "store": "sqlite", "queue": "local"})
+
+
+def test_anonymous_health_checks_cost_the_store_one_query_per_interval(
+    functions: dict[str, Any], svc: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queries: list[str] = []
+    real = svc.ops.store.query
+    monkeypatch.setattr(svc.ops.store, "query", lambda container, q: queries.append(container) or real(container, q))
+    req = func.HttpRequest(method="GET", url="http://localhost/api/health", body=b"")
+    for _ in range(50):
+        assert call(functions, "health", req)[0] == 200
+    assert queries.count("health") == 1  # not one per request
 
 
 def test_the_secret_is_never_echoed(functions: dict[str, Any], svc: Services) -> None:
@@ -261,11 +331,13 @@ def test_ids_with_inner_spaces_and_unicode_are_accepted(functions: dict[str, Any
     assert status == 202
 
 
-def withdrawal(case_id: str, key: str, payload: dict[str, Any]) -> func.HttpRequest:
+def withdrawal(
+    case_id: str, key: str, payload: dict[str, Any], headers: dict[str, str] | None = None
+) -> func.HttpRequest:
     return func.HttpRequest(
         method="POST",
         url=f"http://localhost/api/cases/{case_id}/requests/{key}/withdraw",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **(headers or {})},
         route_params={"caseId": case_id, "effectKey": key},
         body=json.dumps(payload).encode(),
     )
@@ -279,10 +351,32 @@ def test_a_withdrawal_is_queued_into_the_case_session_with_who_and_why(
     status, body = call(functions, "withdraw_request", withdrawal("INV-1001", "k1", {"by": "ana"}))
     assert status == 400 and body["fields"] == {"why": "is required"}
     status, body = call(functions, "withdraw_request", withdrawal("INV-1001", "k1", {"by": "ana", "why": "ticket 7"}))
-    assert (status, body) == (202, {"accepted": True, "effectKey": "k1"})
+    # A function-key caller is recorded as a key holder, never as the person it names.
+    assert (status, body) == (202, {"accepted": True, "effectKey": "k1", "by": "key:ana"})
     [msg] = queue.peek(QUEUE)
     data = json.loads(msg.body)["data"]
-    assert (msg.session_id, data["effectKey"], data["by"], data["why"]) == ("INV-1001", "k1", "ana", "ticket 7")
+    assert (msg.session_id, data["effectKey"], data["by"], data["why"]) == ("INV-1001", "k1", "key:ana", "ticket 7")
+    for nobody in ({"why": "x"}, {"by": "", "why": "x"}, {"by": "key:", "why": "x"}):
+        status, body = call(functions, "withdraw_request", withdrawal("INV-1001", "k2", nobody))
+        assert status == 400 and "function-key caller names itself" in body["fields"]["by"]
+
+
+@pytest.mark.usefixtures("behind_easy_auth")
+def test_a_signed_in_withdrawal_is_recorded_as_the_operator_and_needs_the_role(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    svc.cases.create("INV-1001", {})
+    olga, ana = signed_in("olga@example.com", OPERATOR_ROLE), signed_in("ana@example.com", APPROVER_ROLE)
+    status, body = call(functions, "withdraw_request", withdrawal("INV-1001", "k1", {"why": "ticket 7"}, ana))
+    assert status == 403 and OPERATOR_ROLE in body["error"]
+    as_other = {"by": "boss@example.com", "why": "ticket 7"}
+    status, body = call(functions, "withdraw_request", withdrawal("INV-1001", "k1", as_other, olga))
+    assert status == 400 and "signed-in identity" in body["fields"]["by"]
+    assert queue.peek(QUEUE) == []
+    status, body = call(functions, "withdraw_request", withdrawal("INV-1001", "k1", {"why": "ticket 7"}, olga))
+    assert (status, body["by"]) == (202, "olga@example.com <oid:oid-olga>")
+    [msg] = queue.peek(QUEUE)
+    assert json.loads(msg.body)["data"]["by"] == "olga@example.com <oid:oid-olga>"
 
 
 def test_the_case_view_shows_how_much_may_still_be_requested_and_the_excess(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import time
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,7 +16,7 @@ import pytest
 from shared.app.bootstrap import Services
 from shared.core.errors import OutcomeUnknown
 from shared.core.keys import approval_request_id
-from shared.handlers.pages import REDRIVE_PURPOSE, approval_path
+from shared.handlers.pages import approval_path, redrive_purpose
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.web import csrf
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, PRINCIPAL_HEADER, encode_principal
@@ -26,8 +27,16 @@ EVIL = "<script>alert(1)</script>"
 EVIL_AS_TEXT = "&lt;script&gt;alert(1)&lt;/script&gt;"
 
 
+pytestmark = pytest.mark.usefixtures("behind_easy_auth")
+
+
 def who(name: str, *roles: str) -> dict[str, str]:
-    return {PRINCIPAL_HEADER: encode_principal(name, roles, auth_type="aad")}
+    oid = f"oid-{name.split('@', maxsplit=1)[0]}"
+    return {PRINCIPAL_HEADER: encode_principal(name, roles, auth_type="aad", object_id=oid)}
+
+
+ANA_RECORDED = "ana@example.com <oid:oid-ana>"
+OLGA_RECORDED = "olga@example.com <oid:oid-olga>"
 
 
 ANA = who("ana@example.com", APPROVER_ROLE)
@@ -106,7 +115,7 @@ def text(response: func.HttpResponse) -> str:
 
 
 def form_token(page: str) -> str:
-    match = re.search(r'name="csrf" value="([0-9a-f]{64})"', page)
+    match = re.search(r'name="csrf" value="(\d+\.[0-9a-f]{64})"', page)
     assert match, "the page has no form token"
     return match.group(1)
 
@@ -138,8 +147,6 @@ def test_nobody_signed_in_gets_401_and_someone_without_a_role_403_with_the_reaso
 def test_behind_easy_auth_a_browser_without_a_sign_in_is_sent_to_the_login(
     functions: dict[str, Any], svc: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("WEBSITE_SITE_NAME", "casekeeper")
-    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")
     browser = get(functions, "approvals_page", "/api/approvals", {"Accept": "text/html,application/xhtml+xml"})
     assert browser.status_code == 303
     assert browser.headers["Location"] == "/.auth/login/aad?post_login_redirect_uri=/api/approvals"
@@ -215,7 +222,7 @@ def test_approving_enqueues_one_answer_recorded_as_the_signed_in_approver(
     post_answer(functions, "INV-7", request_id, form, ANA)  # a double click: the same message
     [msg] = queue.peek(QUEUE)
     data = json.loads(msg.body)["data"]
-    assert (data["approver"], data["decision"], data["caseVersion"]) == ("ana@example.com", "approve", 2)
+    assert (data["approver"], data["decision"], data["caseVersion"]) == (ANA_RECORDED, "approve", 2)
 
 
 def test_a_second_approver_with_another_answer_is_told_the_request_was_already_answered(
@@ -291,7 +298,7 @@ def test_a_token_for_one_request_does_not_answer_another(
 def test_only_an_approver_may_answer(functions: dict[str, Any], svc: Services, queue: LocalSessionQueue) -> None:
     request_id = pending_case(svc)
     assert 'name="csrf"' not in open_request(functions, "INV-7", request_id, OLGA)  # no form to post
-    token = csrf.token(svc.settings.webhook_secrets, "olga@example.com", f"approval:INV-7:{request_id}")
+    token = csrf.token(svc.settings.webhook_secrets, "oid:oid-olga", f"approval:INV-7:{request_id}", now=time.time())
     response = post_answer(
         functions, "INV-7", request_id, {"csrf": token, "caseVersion": "2", "decision": "approve"}, OLGA
     )
@@ -372,10 +379,11 @@ def test_the_ops_page_shows_cases_by_status_and_the_exact_resolve_command(
     assert re.search(r'data-status="awaiting_approval">.*?<td class="num">1</td><td>INV-A</td>', page)
     # This store is not a local host's data folder, so the command reads the app's settings.
     assert (
-        f'casekeeper effects resolve {key} --done \'{{"creditNoteId": "CN-..."}}\' --by olga@example.com '
+        f"casekeeper effects resolve {key} --done '{{\"creditNoteId\": \"CN-...\"}}' --by '{OLGA_RECORDED}' "
         "--why 'confirmed with the supplier' --from-settings"
     ) in page
-    assert f"casekeeper effects resolve {key} --failed 'the supplier has no such request' --by olga@example.com" in page
+    failed = f"casekeeper effects resolve {key} --failed 'the supplier has no such request' --by '{OLGA_RECORDED}'"
+    assert failed in page
     assert "lookups kept failing" in page
     assert "0 in-flight runs, 0 cannot be resumed by this build" in page
 
@@ -383,7 +391,7 @@ def test_the_ops_page_shows_cases_by_status_and_the_exact_resolve_command(
 def test_redrive_needs_the_operator_and_the_form_token(functions: dict[str, Any], svc: Services) -> None:
     page = text(get(functions, "ops_page", "/api/ops", OLGA))
     assert "No dead-lettered events" in page
-    token = csrf.token(svc.settings.webhook_secrets, "olga@example.com", REDRIVE_PURPOSE)
+    token = csrf.token(svc.settings.webhook_secrets, "oid:oid-olga", redrive_purpose("all"), now=time.time())
 
     def redrive(headers: dict[str, str], form: dict[str, str]) -> func.HttpResponse:
         req = func.HttpRequest(
@@ -415,7 +423,7 @@ def test_an_escalation_is_settled_from_the_ops_page_as_the_signed_in_operator(
 ) -> None:
     key = escalate(svc, "INV-S")
     page = text(get(functions, "ops_page", "/api/ops", OLGA))
-    match = re.search(r'name="csrf" value="([0-9a-f]{64})">\s*<input type="hidden" name="key" value="' + key, page)
+    match = re.search(r'name="csrf" value="(\d+\.[0-9a-f]{64})">\s*<input type="hidden" name="key" value="' + key, page)
     assert match, "the escalation has no form"
     form = {"csrf": match.group(1), "key": key, "outcome": "done", "creditNoteId": "CN-77", "why": ""}
     refused = post_ops(functions, "ops_resolve", "/api/ops/resolve", form, OLGA)
@@ -427,11 +435,45 @@ def test_an_escalation_is_settled_from_the_ops_page_as_the_signed_in_operator(
     assert effect.status.value == "needs_reconciliation"
 
     done = post_ops(functions, "ops_resolve", "/api/ops/resolve", {**form, "why": "confirmed by phone"}, OLGA)
-    assert done.status_code == 200 and f"Recorded done for effect {key[:12]} of case INV-S by olga@example.com" in (
-        text(done)
+    assert done.status_code == 200 and f"Recorded done for effect {key[:12]} of case INV-S by {OLGA_RECORDED}" in (
+        html.unescape(text(done))
     )
     [effect] = svc.ledger.for_case("INV-S")
     assert effect.status.value == "done" and effect.result == {"creditNoteId": "CN-77"}
-    assert effect.resolution is not None and effect.resolution["by"] == "olga@example.com"
+    assert effect.resolution is not None and effect.resolution["by"] == OLGA_RECORDED
     again = post_ops(functions, "ops_resolve", "/api/ops/resolve", {**form, "why": "confirmed by phone"}, OLGA)
     assert again.status_code == 409 and "already has outcome done" in text(again)
+
+
+def test_a_redrive_token_covers_one_dead_letter(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="casekeeper.pages")
+    for case_id, message_id in (("C-1", "webhook:a"), ("C-2", "webhook:b")):
+        body = f'{{"type":"case.investigate","caseId":"{case_id}","data":{{}}}}'.encode()
+        queue.send(QUEUE, body, session_id=case_id, message_id=message_id)
+        msg = queue.receive(QUEUE)
+        assert msg is not None
+        queue.dead_letter(msg, "Seeded", "for the redrive test")
+    page = text(get(functions, "ops_page", "/api/ops", OLGA))
+    tokens = {
+        m: t
+        for t, m in re.findall(
+            r'name="csrf" value="([^"]+)"><input type="hidden" name="messageId" value="([^"]+)"', page
+        )
+    }
+    assert set(tokens) == {"webhook:a", "webhook:b", "all"}
+    assert len(set(tokens.values())) == 3
+    # The form of one dead letter, with its message id changed, redrives nothing.
+    forged = post_ops(
+        functions, "ops_redrive", "/api/ops/redrive", {"csrf": tokens["webhook:a"], "messageId": "webhook:b"}, OLGA
+    )
+    assert forged.status_code == 403
+    assert len(queue.dead_letters(QUEUE)) == 2
+    done = post_ops(
+        functions, "ops_redrive", "/api/ops/redrive", {"csrf": tokens["webhook:a"], "messageId": "webhook:a"}, OLGA
+    )
+    assert done.status_code == 200 and "webhook:a" in text(done)
+    [logged] = [r for r in caplog.records if r.name == "casekeeper.pages"]
+    assert logged.__dict__["redrivenBy"] == "oid:oid-olga" and OLGA_RECORDED in logged.getMessage()
+    assert [d.message_id for d in queue.dead_letters(QUEUE)] == ["webhook:b"]

@@ -736,3 +736,25 @@ def test_the_app_roles_the_code_checks_are_documented() -> None:
         assert f"`{role}`" in readme, f"README does not document the app role {role}"
         assert role in (APP / "functionapp.bicep").read_text()
     assert "azd env set AUTH_CLIENT_ID" in readme
+
+
+@pytest.mark.parametrize(
+    ("module", "param"),
+    [
+        ("cosmos", "cosmosPublicNetworkAccess"),
+        ("serviceBus", "serviceBusPublicNetworkAccess"),
+        ("keyVault", "keyVaultPublicNetworkAccess"),
+        ("storage", "storagePublicNetworkAccess"),
+    ],
+)
+def test_public_network_access_is_a_parameter_a_production_deployment_turns_off(module: str, param: str) -> None:
+    main_param = declared(MAIN, "param")[param]
+    assert _allowed(MAIN, param) == ["Enabled", "Disabled"]
+    assert _string(main_param.value) == "Enabled", "the default stays as before (no private endpoints here)"
+    passed = _properties(_body(declared(MAIN, "module")[module].value)).get("params")
+    assert passed is not None and _text(_properties(passed)["publicNetworkAccess"]) == param
+    target = (MAIN.parent / declared(MAIN, "module")[module].target).resolve()
+    assert _allowed(target, "publicNetworkAccess") == ["Enabled", "Disabled"]
+    # No resource keeps a literal: the module's parameter decides.
+    assert "publicNetworkAccess: 'Enabled'" not in target.read_text()
+    assert "publicNetworkAccess: publicNetworkAccess" in target.read_text()

@@ -62,7 +62,7 @@ def post(ingress: Ingress, clock: ManualClock) -> tuple[int, dict[str, Any]]:
     body = json.dumps({"type": "case.investigate", "caseId": "C-1", "data": {}}).encode()
     headers = {
         "Content-Type": "application/json",
-        SIGNATURE_HEADER: sign(SECRET, body, int(clock.now())),
+        SIGNATURE_HEADER: sign(SECRET, body, int(clock.now()), "d-1"),
         DELIVERY_HEADER: "d-1",
     }
     response = ingress.accept_event(headers, body)

@@ -20,7 +20,8 @@ def test_the_signature_example_matches_the_ingress() -> None:
     namespace: dict[str, object] = {}
     exec(block, namespace)  # the README's own example, run as a reader would
     body = b'{"type":"case.investigate","caseId":"C-1","data":{}}'
-    assert namespace["casekeeper_signature"]("s3cret", body, 1_800_000_000) == sign("s3cret", body, 1_800_000_000)  # type: ignore[operator]
+    expected = sign("s3cret", body, 1_800_000_000, "d-1")
+    assert namespace["casekeeper_signature"]("s3cret", body, "d-1", 1_800_000_000) == expected  # type: ignore[operator]
 
 
 def test_every_setting_is_documented() -> None:

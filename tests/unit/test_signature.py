@@ -1,0 +1,73 @@
+"""The webhook signature covers the delivery id (docs/design.md#signed-delivery)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shared.core.clock import ManualClock
+from shared.domain.events import CaseEvent
+from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, Ingress, SignatureError, sign, verify
+
+SECRET = "s3cret-s3cret-s3cret-s3cret-s3cret"
+NOW = 1_800_000_000
+BODY = json.dumps({"type": "po.updated", "caseId": "C-1", "data": {"poAmount": "900.00"}}).encode()
+ids = st.text(
+    st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="/\\?#"), min_size=1, max_size=40
+)
+
+
+class Sent:
+    """Stands in for the queue: only what was enqueued matters here."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def send(self, event: CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
+        self.ids.append(message_id)
+
+
+def post(ingress: Ingress, signature: str, delivery: str) -> int:
+    headers = {"Content-Type": "application/json", SIGNATURE_HEADER: signature, DELIVERY_HEADER: delivery}
+    return ingress.accept_event(headers, BODY).status
+
+
+@given(original=ids, replayed=ids)
+def test_a_captured_delivery_cannot_be_replayed_under_another_id(original: str, replayed: str) -> None:
+    signature = sign(SECRET, BODY, NOW, original)
+    verify(signature, BODY, [SECRET], NOW, delivery_id=original)
+    if replayed != original:
+        with pytest.raises(SignatureError, match="does not match"):
+            verify(signature, BODY, [SECRET], NOW, delivery_id=replayed)
+
+
+def test_the_old_form_counts_only_within_its_window() -> None:
+    old = f"t={NOW},v1={hmac.new(SECRET.encode(), f'{NOW}.'.encode() + BODY, hashlib.sha256).hexdigest()}"
+    sent = Sent()
+    closed = Ingress([SECRET], sent, ManualClock(NOW))  # type: ignore[arg-type]
+    assert post(closed, old, "d-1") == 401
+    assert post(closed, old, "d-2") == 401  # the replay the old form allowed
+    window = Ingress([SECRET], sent, ManualClock(NOW), v1_signatures_until=NOW + 60)  # type: ignore[arg-type]
+    assert post(window, old, "d-1") == 202
+    after = Ingress([SECRET], sent, ManualClock(NOW + 61), v1_signatures_until=NOW + 60)  # type: ignore[arg-type]
+    assert post(after, old, "d-3") == 401
+    assert post(closed, sign(SECRET, BODY, NOW, "d-4"), "d-4") == 202
+    assert sent.ids == ["webhook:d-1", "webhook:d-4"]
+
+
+@pytest.mark.parametrize("timestamp", ["²", "\uff11\uff12\uff13", "٣", "-1", "1e9", "9" * 40, ""])
+def test_a_timestamp_that_is_not_plain_ascii_digits_is_malformed_not_a_crash(timestamp: str) -> None:
+    with pytest.raises(SignatureError, match="malformed"):
+        verify(f"t={timestamp},v2=00", BODY, [SECRET], NOW, delivery_id="d-1")
+
+
+def test_the_readme_formula_is_the_signature() -> None:
+    message: Any = f"{NOW}.d-1\n".encode() + BODY
+    mac = hmac.new(SECRET.encode(), message, hashlib.sha256).hexdigest()
+    assert sign(SECRET, BODY, NOW, "d-1") == f"t={NOW},v2={mac}"
