@@ -190,7 +190,7 @@ def test_off_easy_auth_a_principal_header_a_client_sent_is_not_believed(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:
     # func start, a container: no platform strips the header, so anyone could send it with every role.
-    svc.cases.create("INV-1001", {"x": 1})
+    awaiting(svc, "INV-1001")
     forged = signed_in("boss@example.com", APPROVER_ROLE, OPERATOR_ROLE)
     status, body = call(
         functions, "approvals", approval("INV-1001", "apr-1", {"decision": "approve", "caseVersion": 2}, forged)
@@ -208,7 +208,7 @@ def test_off_easy_auth_a_principal_header_a_client_sent_is_not_believed(
 def test_a_signed_in_caller_cannot_answer_as_someone_else_or_without_the_role(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:
-    svc.cases.create("INV-1001", {"x": 1})
+    awaiting(svc, "INV-1001")
     ana = signed_in("ana@example.com", APPROVER_ROLE)
     typed = {"decision": "approve", "caseVersion": 2, "approver": "boss@example.com"}
     status, body = call(functions, "approvals", approval("INV-1001", "apr-1", typed, ana))

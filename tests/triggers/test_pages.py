@@ -239,7 +239,8 @@ def test_a_second_approver_with_another_answer_is_told_the_request_was_already_a
     second = {"csrf": bob_token, "caseVersion": "2", "decision": "reject", "reason": "wrong supplier"}
     response = post_answer(functions, "INV-7", request_id, second, bob)
     assert response.status_code == 409
-    assert "already answered: approve by ana@example.com on v2" in text(response)
+    # The first answer's recorded identity (object id included), escaped in the page.
+    assert f"already answered: approve by {html.escape(ANA_RECORDED)} on v2" in text(response)
     assert [json.loads(m.body)["data"]["decision"] for m in queue.peek(QUEUE)] == ["approve"]
 
 
