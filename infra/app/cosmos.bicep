@@ -56,6 +56,8 @@ var containers = [
 param publicNetworkAccess string = 'Enabled'
 
 resource account 'Microsoft.DocumentDB/databaseAccounts@2024-11-15' = {
+  // checkov:skip=CKV_AZURE_101: public network access is the parameter publicNetworkAccess (main.bicep: cosmosPublicNetworkAccess), Enabled by default because this template creates no VNet or private endpoints; Disabled with them
+  // checkov:skip=CKV_AZURE_99: keys are disabled (Entra ID only); network restriction as for CKV_AZURE_101, the parameter cosmosPublicNetworkAccess
   name: accountName
   location: location
   tags: tags

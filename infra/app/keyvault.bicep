@@ -34,6 +34,8 @@ param publicNetworkAccess string = 'Enabled'
 resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
   // checkov:skip=CKV_AZURE_110: purge protection is on by default (keyVaultPurgeProtection); a parameter so a throwaway environment can leave it off
   // checkov:skip=CKV_AZURE_42: soft delete is always on (90 days) and purge protection on by default; the check cannot read the parameter
+  // checkov:skip=CKV_AZURE_189: public network access is the parameter publicNetworkAccess (main.bicep: keyVaultPublicNetworkAccess), Enabled by default because this template creates no VNet or private endpoints; Disabled with them
+  // checkov:skip=CKV_AZURE_109: RBAC authorization only; firewall rules belong with a private endpoint, the parameter keyVaultPublicNetworkAccess
   name: name
   location: location
   tags: tags

@@ -21,6 +21,8 @@ param publicNetworkAccess string = 'Enabled'
 
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   // checkov:skip=CKV_AZURE_206: host storage holds only what a deploy recreates (host keys, leases, the package); the cases live in Cosmos DB
+  // checkov:skip=CKV_AZURE_59: public network access is the parameter publicNetworkAccess (main.bicep: storagePublicNetworkAccess), Enabled by default because this template creates no VNet or private endpoints; Disabled with them
+  // checkov:skip=CKV_AZURE_35: the default action follows storagePublicNetworkAccess (Deny when Disabled); shared keys are off, Entra ID only
   name: name
   location: location
   tags: tags
