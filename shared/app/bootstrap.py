@@ -173,8 +173,8 @@ def build_operations(
     ledger = Ledger(store, cases, call_timeout=settings.call_timeout, observer=telemetry.observe_effect, probe=probe)
     supplier = SupplierPortal(settings.supplier_portal_url, timeout=settings.supplier_timeout)
     if proposer is None:
-        if settings.azure_openai_endpoint and settings.azure_openai_deployment:
-            proposer = AgentProposer.from_azure_openai(settings.azure_openai_endpoint, settings.azure_openai_deployment)
+        if settings.model is not None:
+            proposer = AgentProposer.from_config(settings.model, observer=telemetry.model_call)
         else:
             proposer = RulesProposer()
     alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
