@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -102,13 +103,19 @@ class AgentProposer:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent | None = None,
         *,
+        factory: Callable[[], Agent] | None = None,
         deployment: str = "scripted",
         timeout: float | None = None,
         observer: ModelObserver | None = None,
     ) -> None:
-        self._agent = agent
+        # A factory builds one agent per event loop: the SDK's connection pool belongs to the loop it
+        # first ran on, and a host or a test that runs events on a new loop must not reuse it.
+        if (agent is None) == (factory is None):
+            raise ValueError("give an agent or a factory of agents, not both")
+        self._agent, self._factory = agent, factory
+        self._agents: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Agent] = weakref.WeakKeyDictionary()
         self.deployment = deployment
         self.label = f"model {deployment}"
         self._timeout = timeout
@@ -133,12 +140,23 @@ class AgentProposer:
         cls, config: ModelConfig, *, credential: Any | None = None, observer: ModelObserver | None = None
     ) -> AgentProposer:
         """Azure OpenAI with a key or the app's identity (``shared.workflow.model_client.chat_client``)."""
-        return cls.from_chat_client(
-            chat_client(config, credential=credential),
-            deployment=config.deployment,
-            timeout=config.timeout,
-            observer=observer,
-        )
+        from agent_framework import Agent
+
+        def agent() -> Agent:
+            client = chat_client(config, credential=credential)
+            return Agent(client, instructions=INSTRUCTIONS, name="invoice-reviewer")
+
+        return cls(factory=agent, deployment=config.deployment, timeout=config.timeout, observer=observer)
+
+    def _agent_for_this_loop(self) -> Agent:
+        if self._factory is None:
+            assert self._agent is not None
+            return self._agent
+        loop = asyncio.get_running_loop()
+        agent = self._agents.get(loop)
+        if agent is None:
+            agent = self._agents[loop] = self._factory()
+        return agent
 
     async def propose(self, case_id: str, facts: InvoiceFacts, pos: Position, rules: Rules) -> Proposal:
         # The model sees the same numbers the validator checks it against (the money rule).
@@ -159,7 +177,8 @@ class AgentProposer:
         span.set_attribute("casekeeper.model.deployment", self.deployment)
         try:
             async with asyncio.timeout(self._timeout):
-                response = await self._agent.run(prompt, options={"response_format": ModelProposal})
+                agent = self._agent_for_this_loop()
+                response = await agent.run(prompt, options={"response_format": ModelProposal})
         except Exception as exc:
             known = classify(exc, case_id=case_id, deployment=self.deployment)
             if known is None:
