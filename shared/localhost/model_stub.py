@@ -315,6 +315,25 @@ def _completion(content: str | None, *, refusal: str | None = None) -> dict[str,
     }
 
 
+DEV_DEPLOYMENT = "stub"
+
+
+def settings_for(stub: ModelStub, deployment: str = DEV_DEPLOYMENT) -> dict[str, str]:
+    """The settings that point Casekeeper's model path at ``stub`` (the real client, key auth)."""
+    return {
+        "AZURE_OPENAI_ENDPOINT": stub.url,
+        "AZURE_OPENAI_DEPLOYMENT": deployment,
+        "AZURE_OPENAI_API_KEY": stub.api_key or "local-stand-in",
+    }
+
+
+def serve_for_dev() -> dict[str, str]:
+    """``casekeeper dev --model stub``: a stand-in on a free loopback port for the life of this process,
+    answering ``correct``; returns its settings."""
+    stub = ModelStub(api_key="local-stand-in").start()
+    return settings_for(stub)
+
+
 def parse_mix(raw: str) -> dict[str, float]:
     """``throttle=0.1,error=0.05`` -> weights; ``correct`` takes the rest of 1."""
     mix: dict[str, float] = {}

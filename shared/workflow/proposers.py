@@ -175,9 +175,9 @@ class AgentProposer:
         span = trace.get_current_span()
         span.set_attribute("gen_ai.request.model", self.deployment)
         span.set_attribute("casekeeper.model.deployment", self.deployment)
+        agent = self._agent_for_this_loop()  # outside the budget: the first one imports the SDK
         try:
             async with asyncio.timeout(self._timeout):
-                agent = self._agent_for_this_loop()
                 response = await agent.run(prompt, options={"response_format": ModelProposal})
         except Exception as exc:
             known = classify(exc, case_id=case_id, deployment=self.deployment)
