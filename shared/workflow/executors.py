@@ -107,7 +107,8 @@ class Propose(Executor):
             return
         basis = pos.to_json()
         try:
-            with self._deps.telemetry.span("propose", {"casekeeper.proposer": proposer.name}):
+            attributes = {"casekeeper.proposer": proposer.name, "casekeeper.case_id": snap.case_id}
+            with self._deps.telemetry.span("propose", attributes):
                 proposal = await proposer.propose(snap.case_id, facts, pos, rules)
             validate(proposal, case_id=snap.case_id, status=snap.status, pos=pos, rules=rules)
         except InvalidProposal as exc:
