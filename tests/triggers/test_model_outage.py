@@ -98,7 +98,7 @@ def test_a_throttled_model_defers_the_event_by_its_retry_after_and_the_case_says
     for attempt in range(1, 13):
         started = time.monotonic()
         assert deliver_next(functions, queue) == "completed"  # the delivery count is never burned
-        assert time.monotonic() - started < 5, "the worker slept in place for the model's Retry-After"
+        assert time.monotonic() - started < 20, "the worker slept in place for the model's Retry-After (30 s)"
         assert len(model.calls()) == attempt
         [copy] = queue.peek(QUEUE)
         assert copy.enqueued_time - clock.now() >= 30, "the copy came back before the model's Retry-After"
@@ -143,13 +143,13 @@ def test_a_failing_model_is_retried_by_a_delayed_copy_not_in_place(
 def test_a_model_slower_than_its_timeout_is_abandoned_and_retried_later(
     functions: dict[str, Any], world: tuple[Services, LocalSessionQueue], model: ModelStub, clock: ManualClock
 ) -> None:
-    """AZURE_OPENAI_TIMEOUT_SECONDS is 2: a model that takes 4 s is given up after about 2 s, once."""
+    """AZURE_OPENAI_TIMEOUT_SECONDS is 2: a model that takes 10 s is given up long before it answers."""
     svc, queue = world
-    model.script.replace({"steps": [{"mode": "slow", "seconds": 4}]})
+    model.script.replace({"steps": [{"mode": "slow", "seconds": 10}]})
     svc.sender.send(CaseEvent("invoice.received", "C-3", INVOICE, delivery_id="d-3"), message_id="webhook:d-3")
     started = time.monotonic()
     assert deliver_next(functions, queue) == "completed"
-    assert time.monotonic() - started < 3.5
+    assert time.monotonic() - started < 8
     [note] = [n for n in svc.cases.require("C-3").notes if "model unavailable" in n["text"]]
     assert note["kind"] == "timeout"
     [copy] = queue.peek(QUEUE)

@@ -105,7 +105,7 @@ def test_the_sdk_neither_retries_nor_sleeps_on_retry_after(model: ModelStub) -> 
     started = time.monotonic()
     with pytest.raises(ModelUnavailable) as raised:
         asyncio.run(propose_once(proposer(model)))
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30  # far below the 120 s the SDK would have slept
     assert (raised.value.kind, raised.value.status, raised.value.retry_after) == ("throttled", 429, 120.0)
     assert len(model.calls()) == 1
 
