@@ -92,7 +92,7 @@ var hostSettings = [
     value: 'true'
   }
   // azure-identity's DefaultAzureCredential (shared/stores/cosmos.py, shared/messaging/servicebus.py,
-  // shared/workflow/proposers.py) picks the user-assigned identity by this client id.
+  // shared/workflow/model_client.py, its async form) picks the user-assigned identity by this client id.
   {
     name: 'AZURE_CLIENT_ID'
     value: identityClientId

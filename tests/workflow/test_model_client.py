@@ -116,6 +116,25 @@ def test_a_rejected_key_is_a_token_failure_to_retry_later(model: ModelStub) -> N
     assert (raised.value.kind, raised.value.status) == ("token", 401)
 
 
+class NoTokenCredential:
+    """An async credential with no identity to give (no managed identity here, none signed in)."""
+
+    async def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        from azure.core.exceptions import ClientAuthenticationError
+
+        raise ClientAuthenticationError("ManagedIdentityCredential: no identity endpoint")
+
+    async def close(self) -> None:
+        pass
+
+
+def test_no_token_is_a_failure_to_retry_later_and_nothing_is_sent(model: ModelStub) -> None:
+    with pytest.raises(ModelUnavailable) as raised:
+        asyncio.run(propose_once(proposer(model, api_key=None, credential=NoTokenCredential())))
+    assert raised.value.kind == "token" and "no identity endpoint" in raised.value.reason
+    assert model.calls() == []
+
+
 class SlowAsyncCredential:
     """An async token credential whose token endpoint takes ``delay`` seconds (a stand-in for the managed
     identity endpoint: none runs here). It only awaits, so a loop that is not blocked keeps running."""
