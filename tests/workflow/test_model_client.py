@@ -31,6 +31,7 @@ from shared.domain.credit import position
 from shared.domain.invoice import InvoiceFacts, Rules
 from shared.localhost.model_stub import ModelStub
 from shared.localhost.supplier_stub import SupplierStub
+from shared.operator.cases import _transition_line
 from shared.workflow.capture import uninstall
 from shared.workflow.model_client import ModelConfig
 from shared.workflow.proposers import AgentProposer
@@ -91,6 +92,15 @@ def test_the_decision_says_who_proposed_it(store: DocumentStore, supplier: Suppl
     # Over the approval threshold: the pause is the proposer's decision too.
     assert by_rules.handle(ev.INVOICE_RECEIVED, "C-3", **invoice("3000.00")).status == "awaiting_approval"
     assert by_rules.cases.require("C-3").history[-1].proposed_by == "rules"
+    # What `casekeeper case show` prints for each.
+    model_line, rules_line = (
+        _transition_line({**t, "proposedBy": t.get("proposedBy")})
+        for t in (
+            by_model.cases.require("C-1").to_body()["history"][-1],
+            by_rules.cases.require("C-2").to_body()["history"][-1],
+        )
+    )
+    assert "[proposed by model gpt-stub]" in model_line and "[by the rules]" in rules_line
 
 
 def propose_once(p: AgentProposer) -> Any:
