@@ -590,7 +590,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.model == "stub" and args.case_worker_of is None:
         from shared.localhost.model_stub import serve_for_dev
 
-        os.environ.update(serve_for_dev())  # the case-worker processes inherit it with the host's settings
+        model = serve_for_dev()
+        os.environ.update(model)  # the case-worker processes inherit it with the host's settings
+        log.info("a local stand-in model answers at %s (deployment stub)", model["AZURE_OPENAI_ENDPOINT"])
     try:
         host = LocalHost(options, load_environment(options))
     except Exception as exc:  # configuration errors: say what is wrong, in one line
