@@ -243,3 +243,27 @@ def test_tokens_model_and_deployment_are_on_the_propose_span_and_in_the_metrics(
     assert points[("casekeeper.model.tokens", "input")] == 180
     assert points[("casekeeper.model.tokens", "output")] == attributes["gen_ai.usage.output_tokens"]
     assert points[("casekeeper.model.calls", "proposed")] == 1
+
+
+class Crash(BaseException):
+    """Stands for the process dying at a failure point: nothing below the probe runs."""
+
+
+def test_a_crash_after_the_model_answered_resumes_without_asking_it_again(
+    store: DocumentStore, supplier: SupplierStub, model: ModelStub
+) -> None:
+    """Through the real client: the model is asked once; the restarted worker resumes from the checkpoint
+    written after its answer, and the supplier is asked once."""
+
+    def die_at_f2(point: str) -> None:
+        if point == "F2":
+            raise Crash(point)
+
+    dying = make_harness(store, supplier.url, proposer=proposer(model), probe=die_at_f2, call_timeout=1.0)
+    with pytest.raises(Crash):
+        dying.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
+    assert len(model.calls()) == 1 and posts(supplier) == []
+    time.sleep(1.2)  # the claim F2 left ages past the call timeout: the resumed run settles it by key
+    restarted = make_harness(store, supplier.url, proposer=proposer(model), call_timeout=1.0)
+    restarted.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
+    assert len(model.calls()) == 1  # resumed: the model was not asked again
