@@ -12,7 +12,8 @@ content is a ``ModelProposal`` as JSON (structured output). Authentication as Az
 What each request gets is scripted: the next step of the script, else the default mode, or with ``mix``
 a seeded random choice. Modes:
 
-- ``correct``: the right proposal; ``over``: a credit note above the remainder; ``wrong_currency``;
+- ``correct``: the right proposal; ``answer``: the step's ``content`` as it is (any text, e.g. a proposal
+  with three decimals); ``over``: a credit note above the remainder; ``wrong_currency``;
   ``malformed`` (not JSON); ``missing_field`` (JSON without ``action``); ``refusal`` (the ``refusal`` field,
   as the service sends it); ``content_filter`` (400 with code ``content_filter``);
 - ``slow``: ``correct`` after ``seconds`` (default 5); ``throttle``: 429 with ``Retry-After: retryAfter``
@@ -42,6 +43,7 @@ from urllib.parse import urlsplit
 
 MODES = (
     "correct",
+    "answer",
     "over",
     "wrong_currency",
     "malformed",
@@ -271,6 +273,9 @@ def _answer(step: dict[str, Any], prompt: dict[str, Any]) -> tuple[int, dict[str
         return 200, _completion(None, refusal="I can't help with approving payments."), {}
     if mode == "malformed":
         return 200, _completion("I think the supplier should probably be paid."), {}
+    if mode == "answer":
+        content = step.get("content", "")
+        return 200, _completion(content if isinstance(content, str) else json.dumps(content)), {}
     proposal = correct(prompt)
     if mode == "missing_field":
         proposal.pop("action", None)

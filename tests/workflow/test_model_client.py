@@ -61,12 +61,25 @@ def proposer(model: ModelStub, *, timeout: float = 5.0, **kwargs: Any) -> AgentP
         ("malformed", "the model's answer is not a valid proposal: not a JSON object"),
         ("missing_field", "the model's answer is not a valid proposal: action: Field required"),
         ("refusal", "the model refused: I can't help with approving payments."),
+        (
+            {"mode": "answer", "content": {"action": "request_credit_note", "amount": "99.995", "currency": "EUR"}},
+            "the model's answer is not a valid proposal: rationale: Field required",
+        ),
+        (
+            {
+                "mode": "answer",
+                "content": {"action": "request_credit_note", "amount": "99.995", "currency": "EUR", "rationale": "r"},
+            },
+            "two decimal places",
+        ),
+        ({"mode": "answer", "content": {"action": "approve", "rationale": "r"}}, "approve proposed but 100.00 remains"),
     ],
+    ids=["over", "wrong-currency", "malformed", "missing-field", "refusal", "no-rationale", "sub-cent", "approve"],
 )
 def test_a_wrong_answer_goes_to_review_with_a_plain_reason_and_calls_nobody(
-    store: DocumentStore, supplier: SupplierStub, model: ModelStub, mode: str, reason: str
+    store: DocumentStore, supplier: SupplierStub, model: ModelStub, mode: str | dict[str, Any], reason: str
 ) -> None:
-    model.script.replace({"steps": [{"mode": mode}]})
+    model.script.replace({"steps": [mode if isinstance(mode, dict) else {"mode": mode}]})
     app = make_harness(store, supplier.url, proposer=proposer(model))
     result = app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
     assert (result.outcome, result.status) == ("committed", "needs_review")
