@@ -180,7 +180,13 @@ class AgentProposer:
             async with asyncio.timeout(self._timeout):
                 response = await agent.run(prompt, options={"response_format": ModelProposal})
         except Exception as exc:
-            known = classify(exc, case_id=case_id, deployment=self.deployment)
+            known: ModelUnavailable | InvalidProposal | None = classify(
+                exc, case_id=case_id, deployment=self.deployment
+            )
+            if known is None and isinstance(exc, ValidationError):  # parsed eagerly by a client
+                known = InvalidProposal(
+                    f"the model's answer is not a valid proposal: {_problems(exc)}", case_id=case_id
+                )
             if known is None:
                 raise
             kind = f"unavailable:{known.kind}" if isinstance(known, ModelUnavailable) else "invalid"
