@@ -146,7 +146,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     serverFarmId: plan.id
     httpsOnly: true
     publicNetworkAccess: 'Enabled'
-    // Key Vault references (WEBHOOK_SECRET, ALERT_WEBHOOK_URL) resolve with the user-assigned identity.
+    // Key Vault references (WEBHOOK_SECRET, ALERT_WEBHOOK_URL, AZURE_OPENAI_API_KEY) resolve with the user-assigned identity.
     keyVaultReferenceIdentity: identityId
     siteConfig: {
       minTlsVersion: '1.2'
