@@ -32,6 +32,10 @@
 //   APPROVAL_THRESHOLD                   = credit-note amount above which a person approves first (Rules).
 //   AZURE_OPENAI_ENDPOINT                = when set with the deployment, a model proposes
 //   AZURE_OPENAI_DEPLOYMENT                (shared/workflow/proposers.AgentProposer); empty: rules propose.
+//   AZURE_OPENAI_API_KEY                 = Key Vault reference to the openai-api-key secret when a key is given;
+//                                          empty: the app's identity (Cognitive Services OpenAI User).
+//   AZURE_OPENAI_API_VERSION             = Azure OpenAI data-plane API version (shared/workflow/model_client).
+//   AZURE_OPENAI_TIMEOUT_SECONDS         = one model call's whole budget, at most 120; the SDK retries nothing.
 //   CHECKPOINT_HEALTH_SCHEDULE           = 6-field NCRONTAB. The host's timer (%CHECKPOINT_HEALTH_SCHEDULE%)
 //                                          for checkpoint_health; the code validates its shape.
 //   CHECKPOINT_LAG_SECONDS               = checkpoint-health lag threshold (shared/handlers/health).
@@ -164,6 +168,10 @@ param webhookSignatureV1Until string = ''
 @description('Optional URL every alert is POSTed to (ALERT_WEBHOOK_URL). Chat webhook URLs embed a token, so it is stored in Key Vault too.')
 param alertWebhookUrl string = ''
 
+@secure()
+@description('Optional Azure OpenAI key (AZURE_OPENAI_API_KEY), stored in Key Vault. Empty: the app\'s identity authenticates (give azureOpenAIResourceId for its role).')
+param azureOpenAIApiKey string = ''
+
 @description('Key Vault purge protection (irreversible once on).')
 param keyVaultPurgeProtection bool = true
 
@@ -219,6 +227,14 @@ param azureOpenAIEndpoint string = ''
 
 @description('Optional Azure OpenAI chat deployment name (AZURE_OPENAI_DEPLOYMENT).')
 param azureOpenAIDeployment string = ''
+
+@description('AZURE_OPENAI_API_VERSION: the Azure OpenAI data-plane API version.')
+param azureOpenAIApiVersion string = '2024-10-21'
+
+@minValue(1)
+@maxValue(120)
+@description('AZURE_OPENAI_TIMEOUT_SECONDS: one model call\'s whole budget; a slower call is retried later by a delayed copy of its event.')
+param azureOpenAITimeoutSeconds int = 30
 
 @description('Client id of the Microsoft Entra ID app registration that signs people in to the approval and operations pages (App Service Authentication), with the app roles Casekeeper.Approver and Casekeeper.Operator. Empty: no sign-in; the machine API works and the pages answer 401.')
 param authClientId string = ''
@@ -379,6 +395,7 @@ module keyVault 'app/keyvault.bicep' = {
     name: names.keyVault
     webhookSecret: webhookSecret
     alertWebhookUrl: alertWebhookUrl
+    openAIApiKey: azureOpenAIApiKey
     enablePurgeProtection: keyVaultPurgeProtection
     publicNetworkAccess: keyVaultPublicNetworkAccess
   }
@@ -441,6 +458,9 @@ var appSettings = {
   APPROVAL_THRESHOLD: approvalThreshold
   AZURE_OPENAI_ENDPOINT: azureOpenAIEndpoint
   AZURE_OPENAI_DEPLOYMENT: azureOpenAIDeployment
+  AZURE_OPENAI_API_KEY: empty(azureOpenAIApiKey) ? '' : '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.openAIApiKeySecretUri})'
+  AZURE_OPENAI_API_VERSION: azureOpenAIApiVersion
+  AZURE_OPENAI_TIMEOUT_SECONDS: string(azureOpenAITimeoutSeconds)
   CHECKPOINT_HEALTH_SCHEDULE: checkpointHealthSchedule
   CHECKPOINT_LAG_SECONDS: string(checkpointLagSeconds)
   CHECKPOINT_MAX_BYTES: string(checkpointMaxBytes)

@@ -59,5 +59,6 @@ Make the supplier misbehave: curl -X POST -H 'Content-Type: application/json' \\
                                -d '{"fail_before_create": 1}' $(cat "$DATA/supplier.url")/_control/faults
 
 TXT
+# CASEKEEPER_MODEL=stub make run: a local stand-in model proposes, through the real Azure OpenAI client.
 SUPPLIER_PORTAL_URL="http://127.0.0.1:$SUPPLIER_PORT" "$BIN/casekeeper" dev --port "$PORT" --data "$DATA" \
-  --as "$LOCAL_USER" --role approver --role operator
+  --as "$LOCAL_USER" --role approver --role operator ${CASEKEEPER_MODEL:+--model "$CASEKEEPER_MODEL"}

@@ -25,6 +25,12 @@ def _supplier_stub(argv: list[str]) -> int:
     return main(argv)
 
 
+def _model_stub(argv: list[str]) -> int:
+    from shared.localhost.model_stub import main
+
+    return main(argv)
+
+
 def _dev(argv: list[str]) -> int:
     from shared.localhost.host import main
 
@@ -81,6 +87,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "demo": ("drive the failure modes against a local supplier and print what the supplier saw", _demo),
     "supplier-stub": ("serve the supplier portal API locally, logging every request", _supplier_stub),
+    "model-stub": ("serve a scriptable stand-in for an Azure OpenAI chat deployment locally", _model_stub),
     "chaos": ("drive events through faults and kill -9, then check the invariants from outside", _chaos),
 }
 

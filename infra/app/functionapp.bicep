@@ -97,7 +97,7 @@ var hostSettings = [
     value: 'true'
   }
   // azure-identity's DefaultAzureCredential (shared/stores/cosmos.py, shared/messaging/servicebus.py,
-  // shared/workflow/proposers.py) picks the user-assigned identity by this client id.
+  // shared/workflow/model_client.py, its async form) picks the user-assigned identity by this client id.
   {
     name: 'AZURE_CLIENT_ID'
     value: identityClientId
@@ -156,7 +156,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     serverFarmId: plan.id
     httpsOnly: true
     publicNetworkAccess: 'Enabled'
-    // Key Vault references (WEBHOOK_SECRET, ALERT_WEBHOOK_URL) resolve with the user-assigned identity.
+    // Key Vault references (WEBHOOK_SECRET, ALERT_WEBHOOK_URL, AZURE_OPENAI_API_KEY) resolve with the user-assigned identity.
     keyVaultReferenceIdentity: identityId
     siteConfig: {
       minTlsVersion: '1.2'

@@ -1,5 +1,5 @@
 // Key Vault for the app's secrets: the webhook HMAC secret and, when given, the alert webhook URL
-// (chat webhook URLs carry their own token). The function app reads them through Key Vault
+// (chat webhook URLs carry their own token) and the Azure OpenAI key. The function app reads them through Key Vault
 // references resolved with its user-assigned identity (Key Vault Secrets User, rbac.bicep), so no
 // secret value is stored in the app's configuration, in this repository or in deployment outputs.
 // To rotate the webhook secret, set the secret to "new,old" (the ingress accepts a comma-separated
@@ -20,6 +20,10 @@ param webhookSecret string
 @secure()
 @description('Value of the alert-webhook-url secret (ALERT_WEBHOOK_URL); empty: no secret is created.')
 param alertWebhookUrl string = ''
+
+@secure()
+@description('Value of the openai-api-key secret (AZURE_OPENAI_API_KEY); empty: no secret is created (identity auth).')
+param openAIApiKey string = ''
 
 @description('Purge protection cannot be turned off once on; it keeps a deleted vault recoverable for the retention period.')
 param enablePurgeProtection bool = true
@@ -75,9 +79,19 @@ resource alertWebhookUrlResource 'Microsoft.KeyVault/vaults/secrets@2023-07-01' 
   }
 }
 
+resource openAIApiKeyResource 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = if (!empty(openAIApiKey)) {
+  parent: vault
+  name: 'openai-api-key'
+  properties: {
+    value: openAIApiKey
+    contentType: 'text/plain'
+  }
+}
+
 output name string = vault.name
 output id string = vault.id
 // Versionless URIs (vaultUri ends with '/'): a Key Vault reference to one follows the secret's latest
 // version. Built from the vault, so no output reads a secret resource that may not be deployed.
 output webhookSecretUri string = '${vault.properties.vaultUri}secrets/${webhookSecretResource.name}'
 output alertWebhookUrlSecretUri string = empty(alertWebhookUrl) ? '' : '${vault.properties.vaultUri}secrets/alert-webhook-url'
+output openAIApiKeySecretUri string = empty(openAIApiKey) ? '' : '${vault.properties.vaultUri}secrets/openai-api-key'

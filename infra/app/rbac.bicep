@@ -12,7 +12,7 @@
 // |                             |                                         | which the scale decision needs (Receiver alone cannot)  |
 // | Cosmos DB account           | Cosmos DB Built-in Data Contributor     | documents, change feed and the leases container         |
 // |   (sqlRoleAssignments)      |   00000000-0000-0000-0000-000000000002  | (a data-plane role: Azure IAM roles do not grant it)    |
-// | Key Vault                   | Key Vault Secrets User                  | resolve the WEBHOOK_SECRET / ALERT_WEBHOOK_URL refs     |
+// | Key Vault                   | Key Vault Secrets User                  | Key Vault references: webhook, alert URL, model key     |
 // | Application Insights        | Monitoring Metrics Publisher            | Entra ID-authenticated telemetry ingestion              |
 // | Azure OpenAI (optional)     | Cognitive Services OpenAI User          | openai-rbac.bicep, when a resource id is given          |
 

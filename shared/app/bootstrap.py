@@ -182,8 +182,8 @@ def build_operations(
     )
     supplier = SupplierPortal(settings.supplier_portal_url, timeout=settings.supplier_timeout)
     if proposer is None:
-        if settings.azure_openai_endpoint and settings.azure_openai_deployment:
-            proposer = AgentProposer.from_azure_openai(settings.azure_openai_endpoint, settings.azure_openai_deployment)
+        if settings.model is not None:
+            proposer = AgentProposer.from_config(settings.model, observer=telemetry.model_call)
         else:
             proposer = RulesProposer()
     # A checkpoint holding a type outside the allow-list was tampered with, or names a type this build

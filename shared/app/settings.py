@@ -7,7 +7,8 @@ name in :data:`SETTINGS`. :meth:`Settings.from_mapping` names every missing or i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -27,6 +28,12 @@ from shared.core.errors import ConfigurationError
 from shared.core.ledger import DEFAULT_CALL_TIMEOUT
 from shared.core.retry import Backoff
 from shared.domain.invoice import Rules
+from shared.workflow.model_client import DEFAULT_API_VERSION, ModelConfig
+
+MAX_MODEL_TIMEOUT = 120.0
+"""One event may ask the model up to four times (a resumed run, then up to three decisions); at 120 s each
+that stays inside the 10-minute ``functionTimeout`` of host.json, with room for the rest of the event."""
+_API_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}(-preview)?")
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("APPROVAL_THRESHOLD", "1000.00", "credit-note amount above which a person approves first"),
     Setting("AZURE_OPENAI_ENDPOINT", None, "Azure OpenAI endpoint; when set with the deployment, a model proposes"),
     Setting("AZURE_OPENAI_DEPLOYMENT", None, "Azure OpenAI chat deployment name"),
+    Setting(
+        "AZURE_OPENAI_API_KEY",
+        None,
+        "the model's key (in Azure a Key Vault reference); unset: the app's identity (Entra ID) is used",
+        True,
+    ),
+    Setting("AZURE_OPENAI_API_VERSION", DEFAULT_API_VERSION, "Azure OpenAI data-plane API version"),
+    Setting(
+        "AZURE_OPENAI_TIMEOUT_SECONDS",
+        "30",
+        f"one model call's whole budget (token included), at most {MAX_MODEL_TIMEOUT:g}; no retries in place",
+    ),
     Setting("CHECKPOINT_HEALTH_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of the checkpoint-health timer"),
     Setting("CHECKPOINT_LAG_SECONDS", "600", "a run whose newest checkpoint is older than its last activity by this"),
     Setting("CHECKPOINT_MAX_BYTES", "1500000", "checkpoints larger than this are refused at save (Cosmos: 2 MB/doc)"),
@@ -149,6 +168,8 @@ class Settings:
     rules: Rules
     azure_openai_endpoint: str | None
     azure_openai_deployment: str | None
+    model: ModelConfig | None
+    """Set when a model proposes (endpoint and deployment given); ``None``: the rules propose."""
     checkpoint_health_schedule: str
     checkpoint_lag: float
     checkpoint_max_bytes: int
@@ -210,8 +231,7 @@ class Settings:
             tolerance=number("VARIANCE_TOLERANCE", positive=False), approval_threshold=number("APPROVAL_THRESHOLD")
         )
         openai = (values["AZURE_OPENAI_ENDPOINT"], values["AZURE_OPENAI_DEPLOYMENT"])
-        if bool(openai[0]) != bool(openai[1]):
-            problems.append("AZURE_OPENAI_ENDPOINT and AZURE_OPENAI_DEPLOYMENT go together")
+        model = _model_config(values, number, problems)
         schedule = values["CHECKPOINT_HEALTH_SCHEDULE"] or ""
         if len(schedule.split()) != 6:
             problems.append(f"CHECKPOINT_HEALTH_SCHEDULE must be a 6-field NCRONTAB expression, not {schedule!r}")
@@ -252,6 +272,7 @@ class Settings:
             rules=rules,
             azure_openai_endpoint=openai[0],
             azure_openai_deployment=openai[1],
+            model=model,
             checkpoint_health_schedule=schedule,
             checkpoint_lag=float(number("CHECKPOINT_LAG_SECONDS")),
             checkpoint_max_bytes=int(number("CHECKPOINT_MAX_BYTES")),
@@ -318,6 +339,37 @@ def _both_forms(name: str) -> str:
     return f"{name} or {string_name} (identity-based, or a connection string)"
 
 
+def _model_config(
+    values: Mapping[str, str | None], number: Callable[[str], Decimal], problems: list[str]
+) -> ModelConfig | None:
+    """The model's settings, checked whether or not a model is configured (a typo shows at once)."""
+    timeout = float(number("AZURE_OPENAI_TIMEOUT_SECONDS"))
+    if timeout > MAX_MODEL_TIMEOUT:
+        problems.append(
+            f"AZURE_OPENAI_TIMEOUT_SECONDS must be at most {MAX_MODEL_TIMEOUT:g} (one event may ask the model four "
+            f"times within the 10-minute function timeout), not {values['AZURE_OPENAI_TIMEOUT_SECONDS']!r}"
+        )
+    version = values["AZURE_OPENAI_API_VERSION"] or ""
+    if not _API_VERSION.fullmatch(version):
+        problems.append(f"AZURE_OPENAI_API_VERSION must look like 2024-10-21 (or ...-preview), not {version!r}")
+    endpoint, deployment = values["AZURE_OPENAI_ENDPOINT"], values["AZURE_OPENAI_DEPLOYMENT"]
+    if bool(endpoint) != bool(deployment):
+        problems.append("AZURE_OPENAI_ENDPOINT and AZURE_OPENAI_DEPLOYMENT go together")
+    if endpoint and not endpoint.startswith(("https://", "http://127.0.0.1", "http://localhost")):
+        problems.append(
+            f"AZURE_OPENAI_ENDPOINT must be an https:// URL (plain http only on loopback), not {endpoint!r}"
+        )
+    if not (endpoint and deployment):
+        return None
+    return ModelConfig(
+        endpoint=endpoint,
+        deployment=deployment,
+        api_key=values["AZURE_OPENAI_API_KEY"] or None,
+        api_version=version,
+        timeout=timeout,
+    )
+
+
 def _unresolved_references(values: Mapping[str, str | None], names: tuple[str, ...]) -> list[str]:
     """An unresolved Key Vault reference reaches the app as its literal text; used as an HMAC key it would
     be guessable, so it is refused rather than trusted."""
@@ -344,7 +396,7 @@ def _who_may_call(values: Mapping[str, str | None], problems: list[str]) -> floa
     """The settings that decide whom a request is taken from: the secrets must be resolved, the Easy Auth flag
     well-formed (``shared.web.identity`` reads it where each request is served), and the time until which
     ``v1=`` signatures count is returned."""
-    problems.extend(_unresolved_references(values, ("WEBHOOK_SECRET", "ALERT_WEBHOOK_URL")))
+    problems.extend(_unresolved_references(values, ("WEBHOOK_SECRET", "ALERT_WEBHOOK_URL", "AZURE_OPENAI_API_KEY")))
     _flag(values["EASY_AUTH_ENABLED"] or "", "EASY_AUTH_ENABLED", problems)
     return _instant(values["WEBHOOK_SIGNATURE_V1_UNTIL"] or "", "WEBHOOK_SIGNATURE_V1_UNTIL", problems)
 

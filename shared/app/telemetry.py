@@ -17,7 +17,14 @@ schedules carry the context of the span that scheduled them. Metrics (meter ``ca
 ``casekeeper.events.deferred``        events re-sent with backoff after a transient error
 ``casekeeper.checkpoint.failures``    failed checkpoint saves (``shared.workflow.capture``)
 ``casekeeper.alerts``                 alerts raised (``shared.app.alerts``)
+``casekeeper.model.calls``            model calls (attributes: deployment, outcome)
+``casekeeper.model.tokens``           tokens the model used (deployment, model, ``gen_ai.token.type``
+                                      input or output); per case from the ``propose`` spans
 ====================================  ==========================================================
+
+The ``propose`` span carries ``casekeeper.proposer``, and for a model ``gen_ai.request.model`` (the
+deployment), ``gen_ai.response.model``, ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens`` and
+``casekeeper.model.outcome`` (``shared.workflow.proposers.AgentProposer``).
 
 Logs carry ``caseId`` and ``effectKey`` as ``extra`` fields, which Application Insights keeps as
 custom dimensions when telemetry goes through ``azure-monitor-opentelemetry``.
@@ -72,6 +79,8 @@ from shared.core.ledger import Effect
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.sampling import Sampler
 
+    from shared.workflow.proposers import ModelCall
+
 log = logging.getLogger("casekeeper.telemetry")
 
 
@@ -99,6 +108,10 @@ class Telemetry:
         self.events_deferred = meter.create_counter(
             "casekeeper.events.deferred", description="events re-sent with backoff after a transient error"
         )
+        self.model_calls = meter.create_counter("casekeeper.model.calls", description="model calls, by outcome")
+        self.model_tokens = meter.create_counter(
+            "casekeeper.model.tokens", unit="{token}", description="tokens the model used, input and output"
+        )
 
     # --- the ledger's observer --------------------------------------------------------------------
 
@@ -123,6 +136,22 @@ class Telemetry:
 
     def deferred(self, error: str) -> None:
         self.events_deferred.add(1, {"casekeeper.error": error})
+
+    def model_call(self, call: ModelCall) -> None:
+        """A model call's outcome and tokens (``shared.workflow.proposers.AgentProposer``'s observer)."""
+        self.model_calls.add(
+            1, {"casekeeper.model.deployment": call.deployment, "casekeeper.model.outcome": call.outcome}
+        )
+        for kind, count in (("input", call.input_tokens), ("output", call.output_tokens)):
+            if count:
+                self.model_tokens.add(
+                    count,
+                    {
+                        "casekeeper.model.deployment": call.deployment,
+                        "gen_ai.response.model": call.model or "",
+                        "gen_ai.token.type": kind,
+                    },
+                )
 
     @contextmanager
     def span(

@@ -14,10 +14,11 @@ import warnings
 from pathlib import Path
 
 from shared.chaos.alert_sink import AlertSink
-from shared.chaos.config import HOST_ENV, ChaosConfig
+from shared.chaos.config import HOST_ENV, MODEL_ENV, MODEL_MIX, ChaosConfig
 from shared.chaos.evidence import KillWindow
 from shared.chaos.journal import Journal
 from shared.chaos.processes import HostProcess, SupplierProcess
+from shared.localhost.model_stub import ModelStub, Script, settings_for
 
 
 class Cluster:
@@ -32,6 +33,8 @@ class Cluster:
         self.kill_windows: list[KillWindow] = []
         self.store_env: dict[str, str] = {}
         self._cosmos: object | None = None
+        self.model: ModelStub | None = None
+        """``--model stub``: the stand-in model, in this process (the hosts are killed, it is not)."""
         self._up: list[bool] = []
         self._lock = threading.Lock()
 
@@ -45,8 +48,13 @@ class Cluster:
         self.alerts.start()
         if self.config.store == "cosmos":
             self.store_env = self._start_cosmos()
+        model_env: dict[str, str] = {}
+        if self.config.model == "stub":
+            self.model = ModelStub(api_key="chaos-model-key", script=Script(mix=MODEL_MIX, seed=self.config.seed))
+            model_env = {**settings_for(self.model.start(), "chaos-stub"), **MODEL_ENV}
         env = {
             **HOST_ENV,
+            **model_env,
             **self.store_env,
             "SUPPLIER_PORTAL_URL": self.supplier.url,
             "ALERT_WEBHOOK_URL": self.alerts.url,
@@ -80,6 +88,8 @@ class Cluster:
         for host in self.hosts:
             host.stop()
         self.supplier.stop()
+        if self.model is not None:
+            self.model.stop()
         with contextlib.suppress(Exception):
             self.alerts.stop()
         if self._cosmos is not None:

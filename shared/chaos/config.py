@@ -29,6 +29,12 @@ HOST_ENV: dict[str, str] = {
 }
 """Environment overrides for every host; the run adds the supplier URL, the alert sink and the store."""
 
+MODEL_MIX = {"correct": 0.8, "throttle": 0.1, "error": 0.05, "slow": 0.05}
+"""``--model stub``: what share of model calls get which answer (``shared.localhost.model_stub``). Only
+transient failures: each must end in the right decision, later."""
+MODEL_ENV = {"AZURE_OPENAI_TIMEOUT_SECONDS": "2"}
+"""With ``--model stub``: a ``slow`` answer (5 s) outlives the call's budget."""
+
 HOLD_SECONDS = 1.5
 """How long the stub holds a reply in a hold window: past the hosts' supplier timeout (0.9 s per phase),
 well within the call timeout, so the call's outcome is unknown and reconciliation must find the note."""
@@ -49,6 +55,9 @@ class ChaosConfig:
     app_dir: Path = REPO_ROOT
     settle_seconds: float = 3 * CALL_TIMEOUT_SECONDS + 33.0
     progress: bool = True
+    model: str = "rules"
+    """``rules`` propose, or ``stub``: the real Azure OpenAI client against a local stand-in model that also
+    throttles (429, ``Retry-After``), fails (500) and stalls past its timeout now and then (:data:`MODEL_MIX`)."""
     tolerance: Decimal = Decimal("5.00")
     approval_threshold: Decimal = Decimal("1000.00")
 
@@ -63,3 +72,5 @@ class ChaosConfig:
             raise ValueError("--hosts must be 1 or 2")
         if self.store not in ("sqlite", "cosmos"):
             raise ValueError("--store must be sqlite or cosmos")
+        if self.model not in ("rules", "stub"):
+            raise ValueError("--model must be rules or stub")

@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=None, help="the plan's seed (default: a new one, printed)")
     parser.add_argument("--hosts", type=int, choices=(1, 2), default=d.hosts, help="hosts on one store")
     parser.add_argument("--store", choices=("sqlite", "cosmos"), default=d.store)
+    parser.add_argument(
+        "--model",
+        choices=("rules", "stub"),
+        default=d.model,
+        help="who proposes: the rules, or a local stand-in model through the real client (%(default)s)",
+    )
     parser.add_argument("--report", type=Path, help="also write the JSON report here")
     parser.add_argument("--data", type=Path, default=Path(".casekeeper/chaos"), help="work folder (emptied first)")
     parser.add_argument("--app-dir", type=Path, default=d.app_dir, help="the build under test (default: this one)")
@@ -63,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed if args.seed is not None else secrets.randbelow(1_000_000),
             hosts=args.hosts,
             store=args.store,
+            model=args.model,
             report=args.report,
             data=args.data.resolve(),
             app_dir=args.app_dir.resolve(),
@@ -110,6 +117,7 @@ def run(config: ChaosConfig, plan: Plan) -> int:
     header = {
         "seed": config.seed,
         "store": config.store,
+        "model": config.model,
         "hosts": config.hosts,
         "cases": config.cases,
         "seconds": config.seconds,
@@ -120,6 +128,7 @@ def run(config: ChaosConfig, plan: Plan) -> int:
     summary = counts(evidence, plan.summary(), len(plan.kills))
     title = (
         f"casekeeper chaos: seed {config.seed}, {config.store}, {config.hosts} host{'s' if config.hosts > 1 else ''}, "
+        f"model: {config.model}, "
         f"{config.cases} cases, {config.seconds:.0f}s of injection, {len(plan.kills)} kills "
         f"(ran {header['elapsedSeconds']:.0f}s; reproduce with --seed {config.seed})"
     )
@@ -183,7 +192,10 @@ def _inject_settle_collect(
         tolerance=config.tolerance,
         approval_threshold=config.approval_threshold,
     )
-    extra = {"faultLog": injector.fault_log, "injectorErrors": injector.errors}
+    extra: dict[str, Any] = {"faultLog": injector.fault_log, "injectorErrors": injector.errors}
+    if cluster.model is not None:
+        modes = [c["mode"] for c in cluster.model.calls()]
+        extra["modelCalls"] = {mode: modes.count(mode) for mode in sorted(set(modes))}
     return evidence, extra
 
 

@@ -43,6 +43,9 @@ class Transition:
     """The facts this transition changed, with their new values (``None`` when it changed none)."""
     escalation: bool = False
     """Made by :meth:`CaseRepository.escalate`: the case handed to a person, not a decision."""
+    proposed_by: str | None = None
+    """Who proposed the decision this transition commits, as the proposer labels itself (``rules``,
+    ``model <deployment>``); ``None`` for changes nobody proposed (facts, a person's answer)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Case:
                     at=float(t.get("at", 0.0)),
                     changes=dict(t["changes"]) if t.get("changes") else None,
                     escalation=bool(t.get("escalation", False)),
+                    proposed_by=t.get("proposedBy"),
                 )
                 for t in body.get("history") or ()
             ),
@@ -151,6 +155,7 @@ class Case:
                     "at": t.at,
                     **({"changes": t.changes} if t.changes else {}),
                     **({"escalation": True} if t.escalation else {}),
+                    **({"proposedBy": t.proposed_by} if t.proposed_by else {}),
                 }
                 for t in self.history
             ],
@@ -210,19 +215,30 @@ class CaseRepository:
         data: Mapping[str, Any] | None = None,
         expected: Case | None = None,
         escalation: bool = False,
+        proposed_by: str | None = None,
     ) -> Case | None:
         """Move the case to ``new_status`` if it is still at ``decided_on_version``.
 
         Increments the version and returns the case as written. Returns ``None`` when the case moved on
         (another writer got there first, or the facts changed): the caller re-reads and decides again.
         ``expected``, a case read just before (for instance by the version gate), saves a read.
-        ``data`` fields are merged into the case's ``data`` in the same write.
+        ``data`` fields are merged into the case's ``data`` in the same write. ``proposed_by``: who
+        proposed the decision (the transition records it).
         Raises ``CaseNotFound``; ``ConcurrencyConflict`` only if notes keep racing past the retry bound.
         """
 
         def mutate(case: Case) -> Case:
             merged = {**case.data, **(data or {})}
-            return _advance(case, new_status, reason, effect_key, self._clock.now(), data=merged, escalation=escalation)
+            return _advance(
+                case,
+                new_status,
+                reason,
+                effect_key,
+                self._clock.now(),
+                data=merged,
+                escalation=escalation,
+                proposed_by=proposed_by,
+            )
 
         return self._conditional(case_id, decided_on_version, mutate, expected=expected)
 
@@ -393,6 +409,7 @@ def _advance(
     data: dict[str, Any],
     changes: dict[str, Any] | None = None,
     escalation: bool = False,
+    proposed_by: str | None = None,
 ) -> Case:
     transition = Transition(
         from_version=case.version,
@@ -403,6 +420,7 @@ def _advance(
         at=at,
         changes=changes,
         escalation=escalation,
+        proposed_by=proposed_by,
     )
     history = _trimmed((*case.history, transition))
     # A transition naming the effect that passed the gate settles it; any other keeps the gate open.

@@ -109,6 +109,7 @@ class CommitFinisher:
                 effect_key=effect.key,
                 data=payload,
                 expected=case,
+                proposed_by=intent.get("proposedBy"),
             )
             if committed is not None:
                 log.info(

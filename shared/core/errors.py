@@ -23,13 +23,17 @@
     │   ├── EffectFailed                 no         the downstream definitely refused (recorded)
     │   ├── StaleDecision                no         the case moved on since the decision: decide again
     │   └── OutcomeAlreadyRecorded       no         a late outcome lost to one recorded meanwhile
-    └── DownstreamError                  no         raised by a callee, read by the ledger
-        ├── DownstreamRejected           no         definite refusal (a 4xx): recorded as ``failed``
-        └── OutcomeUnknown               yes        timeout, 5xx, reset: the row stays ``started``
-            └── SendDeadlinePassed       yes        not sent: too long since the gate (rule R4's deadline)
+    ├── DownstreamError                  no         raised by a callee, read by the ledger
+    │   ├── DownstreamRejected           no         definite refusal (a 4xx): recorded as ``failed``
+    │   └── OutcomeUnknown               yes        timeout, 5xx, reset: the row stays ``started``
+    │       └── SendDeadlinePassed       yes        not sent: too long since the gate (rule R4's deadline)
+    └── ModelUnavailable                 yes        the model was throttled, failed, timed out, or no token
 
-``retryable`` says whether trying the same thing again later can help. Context travels as attributes
-(case id, key, versions), never only in the message text.
+``retryable`` says whether trying the same thing again later can help. ``wait_in_place`` says whether
+the case worker may first retry a retryable error a few times in place, holding the message; a model
+call is not retried in place (``shared.handlers.case_events``): it is slow, and its service asks for a
+wait (``retry_after``) that only a delayed copy of the event honours without holding the case's session.
+Context travels as attributes (case id, key, versions), never only in the message text.
 
 Two classes of the tree are defined next to the only code that raises them, not in this module:
 ``CheckpointUnusable`` in ``shared.workflow.checkpoints`` (its ``kind`` names the checkpoint storage's
@@ -53,6 +57,7 @@ class CasekeeperError(Exception):
     """Root of every error Casekeeper raises on purpose."""
 
     retryable: ClassVar[bool] = False
+    wait_in_place: ClassVar[bool] = True
 
 
 class ConfigurationError(CasekeeperError):
@@ -273,3 +278,50 @@ class SendDeadlinePassed(OutcomeUnknown):
     """The call was not sent: too long had passed since its version gate (a pause, a slow host), and a
     reconciler may already have taken its row for an unknown outcome. Nothing was asked; the row stays as
     it was, for reconciliation to settle by key like any unknown outcome."""
+
+
+# --- the model ---------------------------------------------------------------------------------
+
+
+class ModelUnavailable(CasekeeperError):
+    """The model could not answer now: throttled (429), a server error (5xx), a timeout, a dropped
+    connection, or no token for it. Trying later can help; nothing was proposed.
+
+    ``kind``: ``throttled``, ``server_error``, ``timeout``, ``unreachable`` or ``token``. ``retry_after``:
+    the seconds the service asked to wait (its ``Retry-After``), or ``None``. ``facts_recorded``: as for
+    ``EffectInFlight``, the event's facts were written before the model was asked."""
+
+    retryable = True
+    wait_in_place = False
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        kind: str,
+        case_id: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+        deployment: str | None = None,
+        facts_recorded: bool = False,
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+        self.case_id = case_id
+        self.status = status
+        self.retry_after = retry_after
+        self.deployment = deployment
+        self.facts_recorded = facts_recorded
+
+    def after_facts(self) -> ModelUnavailable:
+        """The same failure, known to come after the event's facts were recorded."""
+        return ModelUnavailable(
+            self.reason,
+            kind=self.kind,
+            case_id=self.case_id,
+            status=self.status,
+            retry_after=self.retry_after,
+            deployment=self.deployment,
+            facts_recorded=True,
+        )

@@ -10,9 +10,14 @@ handled                        complete
                                (``case.investigate``, same delivery id)
 ``InvalidEvent``,              set aside with its reason (``shared.handlers.rejected``); complete
 ``InvalidDocumentId``
-an error with ``retryable``    a few short waits in place; then a copy scheduled with backoff
-                               (``shared.core.retry``), the original completes; past the retry
-                               window the error is raised, for the broker's redeliveries and DLQ
+an error with ``retryable``    a few short waits in place (unless its ``wait_in_place`` is off);
+                               then a copy scheduled with backoff (``shared.core.retry``), never
+                               sooner than the error's ``retry_after``; the original completes; past
+                               the retry window the error is raised, for the broker's redeliveries
+                               and DLQ
+``ModelUnavailable``           as any retryable error, without waits in place (the model asked for
+                               a wait, or is slow); each deferral is noted on the case; a fact
+                               event whose facts are written comes back as ``case.investigate``
 anything else                  raised: redelivered, dead-lettered past ``maxDeliveryCount``
 =============================  =================================================================
 
@@ -35,8 +40,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.app.telemetry import Telemetry
+from shared.core.cases import CaseRepository
 from shared.core.clock import Clock
-from shared.core.errors import CasekeeperError, EffectInFlight, InvalidDocumentId, InvalidEvent
+from shared.core.errors import CasekeeperError, EffectInFlight, InvalidDocumentId, InvalidEvent, ModelUnavailable
 from shared.core.ports import DocumentStore
 from shared.core.reconcile import Reconciler
 from shared.core.retry import Backoff
@@ -226,7 +232,7 @@ async def _with_retries(
             if not exc.retryable:
                 raise
             error = exc
-        if wait is None:
+        if wait is None or not error.wait_in_place:
             break
         log.info(
             "case %s: %s (%s); retrying in %.2fs",
@@ -241,6 +247,7 @@ async def _with_retries(
     now = deps.clock.now()
     first = envelope.first_failed_at if envelope.first_failed_at is not None else now
     if backoff.gives_up(now - first):
+        await _note_model_failure(deps, event, error, f"still failing after {now - first:.0f}s: left to the queue")
         log.error(
             "case %s: %s still failing after %.0fs of retries (%s): left to the queue's redeliveries",
             event.case_id,
@@ -251,9 +258,18 @@ async def _with_retries(
         )
         raise error
     number = envelope.retry + 1
-    at = now + backoff.delay(number, seed=envelope.root_or(""))
+    delay = backoff.delay(number, seed=envelope.root_or(""))
+    asked = getattr(error, "retry_after", None)
+    if isinstance(asked, (int, float)) and asked > delay:
+        delay = min(float(asked), backoff.give_up_after) + RETRY_MARGIN_SECONDS  # the service's wait, honoured
+    at = now + delay
     copy_id = envelope.copy_id("retry", number)
-    await _schedule(deps, event, copy_id, at, replace(envelope, retry=number, first_failed_at=first).fields())
+    again = event
+    if isinstance(error, ModelUnavailable) and error.facts_recorded:
+        # As for an effect in flight: the facts are written, so the copy only decides.
+        again = ev.CaseEvent(ev.CASE_INVESTIGATE, event.case_id, {}, delivery_id=event.delivery_id)
+    await _schedule(deps, again, copy_id, at, replace(envelope, retry=number, first_failed_at=first).fields())
+    await _note_model_failure(deps, event, error, f"event retried in {delay:.1f}s (attempt {number})")
     deps.telemetry.deferred(type(error).__name__)
     log.warning(
         "case %s: %s failed (%s: %s); copy %s scheduled in %.1fs",
@@ -266,6 +282,26 @@ async def _with_retries(
         extra={"caseId": event.case_id, "messageId": copy_id},
     )
     return Settlement("deferred", f"{type(error).__name__}: copy {copy_id} scheduled", scheduled_at=at)
+
+
+async def _note_model_failure(deps: CaseEventDeps, event: ev.CaseEvent, error: CasekeeperError, then: str) -> None:
+    """Say on the case why its decision waits: a model outage is otherwise only in the host's log."""
+    if not isinstance(error, ModelUnavailable):
+        return
+    fields: dict[str, Any] = {"kind": error.kind, "eventType": event.type}
+    if error.status is not None:
+        fields["status"] = error.status
+    if error.retry_after is not None:
+        fields["retryAfter"] = error.retry_after
+    if error.deployment:
+        fields["deployment"] = error.deployment
+    try:
+        cases = CaseRepository(deps.store, deps.clock)
+        await asyncio.to_thread(cases.note, event.case_id, f"model unavailable: {error.reason}; {then}", **fields)
+    except CasekeeperError as exc:  # the note is for people; the retry must not depend on it
+        log.warning(
+            "case %s: could not note the model failure: %s", event.case_id, exc, extra={"caseId": event.case_id}
+        )
 
 
 async def _recheck(deps: CaseEventDeps, event: ev.CaseEvent, envelope: Envelope) -> Settlement:

@@ -575,6 +575,13 @@ def build_parser() -> Any:
         default=os.cpu_count() or 1,
         help="case-worker processes sharing the sessions (default: the number of cores); 1: in this process",
     )
+    parser.add_argument(
+        "--model",
+        choices=("settings", "stub"),
+        default="settings",
+        help="who proposes: as the settings say (AZURE_OPENAI_*; none: the rules), or stub: a local stand-in "
+        "model that the real Azure OpenAI client talks to (shared/localhost/model_stub.py)",
+    )
     # Set by the host on the case-worker processes it starts.
     parser.add_argument("--case-worker-of", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--parent-fd", type=int, default=None, help=argparse.SUPPRESS)
@@ -623,6 +630,12 @@ def main(argv: list[str] | None = None) -> int:
         print("casekeeper dev: --workers needs 1 or more", file=sys.stderr)
         return 2
     sys.path.insert(0, str(options.app_dir))
+    if args.model == "stub" and args.case_worker_of is None:
+        from shared.localhost.model_stub import serve_for_dev
+
+        model = serve_for_dev()
+        os.environ.update(model)  # the case-worker processes inherit it with the host's settings
+        log.info("a local stand-in model answers at %s (deployment stub)", model["AZURE_OPENAI_ENDPOINT"])
     try:
         host = LocalHost(options, load_environment(options))
     except Exception as exc:  # configuration errors: say what is wrong, in one line

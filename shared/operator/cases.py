@@ -109,6 +109,7 @@ def case_document(ops: Operations, case: Case, *, with_ages: bool = False) -> di
                 "effectKey": t.effect_key,
                 "factsChanged": t.facts_changed,
                 "escalation": t.escalation,
+                "proposedBy": t.proposed_by,
                 "changes": t.changes,
                 "at": t.at,
             }
@@ -237,6 +238,9 @@ def _transition_line(t: dict[str, Any]) -> str:
         line += f"  [effect {short(t['effectKey'])}]"
     if t["factsChanged"]:
         line += "  [facts changed]"
+    if t.get("proposedBy"):
+        by = t["proposedBy"]
+        line += "  [by the rules]" if by == "rules" else f"  [proposed by {by}]"
     return f"{line}  ({time_text(t['at'])})"
 
 

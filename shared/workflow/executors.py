@@ -99,15 +99,30 @@ class Propose(Executor):
             pos = position(facts, [CreditRequest.from_json(r) for r in snap.requests])
         except (KeyError, ValueError) as exc:
             reason = f"the case's facts are incomplete: {exc}"
-            await ctx.send_message(Proposed(snap, "invalid", None, None, "", proposer.name, invalid_reason=reason))
+            await ctx.send_message(
+                Proposed(
+                    snap, "invalid", None, None, "", proposer.name, invalid_reason=reason, proposed_by=proposer.label
+                )
+            )
             return
         basis = pos.to_json()
         try:
-            with self._deps.telemetry.span("propose", {"casekeeper.proposer": proposer.name}):
+            attributes = {"casekeeper.proposer": proposer.name, "casekeeper.case_id": snap.case_id}
+            with self._deps.telemetry.span("propose", attributes):
                 proposal = await proposer.propose(snap.case_id, facts, pos, rules)
             validate(proposal, case_id=snap.case_id, status=snap.status, pos=pos, rules=rules)
         except InvalidProposal as exc:
-            invalid = Proposed(snap, "invalid", None, None, "", proposer.name, invalid_reason=exc.reason, basis=basis)
+            invalid = Proposed(
+                snap,
+                "invalid",
+                None,
+                None,
+                "",
+                proposer.name,
+                invalid_reason=exc.reason,
+                basis=basis,
+                proposed_by=proposer.label,
+            )
             await ctx.send_message(invalid)
             return
         await ctx.send_message(
@@ -119,6 +134,7 @@ class Propose(Executor):
                 proposal.rationale,
                 proposer.name,
                 basis=basis,
+                proposed_by=proposer.label,
             )
         )
 
@@ -135,17 +151,21 @@ class ApprovalGate(Executor):
         snap = p.snapshot
         if p.invalid_reason is not None:
             reason = f"invalid proposal from {p.proposer}: {p.invalid_reason}"
-            await ctx.send_message(CommitOrder(snap.case_id, snap.version, Status.NEEDS_REVIEW, reason))
+            order = CommitOrder(snap.case_id, snap.version, Status.NEEDS_REVIEW, reason, proposed_by=p.proposed_by)
+            await ctx.send_message(order)
             return
         action = Action(p.action)
         if action is not Action.REQUEST_CREDIT_NOTE:
-            await ctx.send_message(CommitOrder(snap.case_id, snap.version, status_for(action), p.rationale))
+            order = CommitOrder(snap.case_id, snap.version, status_for(action), p.rationale, proposed_by=p.proposed_by)
+            await ctx.send_message(order)
         elif needs_approval(Proposal(action, amount=p.amount, currency=p.currency), self._deps.rules):
             await self._ask(p, ctx)
         else:
             facts = InvoiceFacts.from_dict(snap.facts)
             await ctx.send_message(
-                _credit_order(snap.case_id, snap.version, facts, p.amount, p.rationale, basis=p.basis)
+                _credit_order(
+                    snap.case_id, snap.version, facts, p.amount, p.rationale, basis=p.basis, proposed_by=p.proposed_by
+                )
             )
 
     async def _ask(self, p: Proposed, ctx: WorkflowContext[CommitOrder, RunOutcome]) -> None:
@@ -170,6 +190,7 @@ class ApprovalGate(Executor):
             Status.AWAITING_APPROVAL,
             reason=f"approval requested for {request.amount} {request.currency}",
             data={"pendingApproval": request.to_json()},
+            proposed_by=p.proposed_by,
         )
         if committed is None:
             case = await asyncio.to_thread(cases.require, snap.case_id)
@@ -311,6 +332,7 @@ class Commit(Executor):
             "status": order.target_status,
             "reason": order.reason,
             "clearPendingApproval": order.clear_pending_approval,
+            **({"proposedBy": order.proposed_by} if order.proposed_by else {}),
         }
         outcome = self._deps.ledger.run(
             case_id=order.case_id,
@@ -346,6 +368,7 @@ class Commit(Executor):
             reason=order.reason,
             effect_key=effect_key,
             data=data,
+            proposed_by=order.proposed_by,
         )
         if committed is not None:
             return RunOutcome(committed.id, "committed", committed.status, committed.version, order.reason, effect_key)
@@ -367,6 +390,7 @@ def _credit_order(
     *,
     basis: dict[str, Any],
     approval: bool = False,
+    proposed_by: str | None = None,
 ) -> CommitOrder:
     return CommitOrder(
         case_id,
@@ -380,6 +404,7 @@ def _credit_order(
         invoice_id=facts.invoice_id,
         supplier_id=facts.supplier_id,
         basis=basis,
+        proposed_by=proposed_by,
     )
 
 

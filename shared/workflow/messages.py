@@ -76,6 +76,8 @@ class Proposed:
     invalid_reason: str | None = None
     basis: dict[str, Any] = field(default_factory=dict)
     """The money rule's numbers the proposal was checked against (``Position.to_json``)."""
+    proposed_by: str | None = None
+    """The proposer's label (``rules``, ``model <deployment>``): recorded on the committed transition."""
 
 
 @dataclass
@@ -144,6 +146,9 @@ class CommitOrder:
     invoice_id: str | None = None
     supplier_id: str | None = None
     basis: dict[str, Any] = field(default_factory=dict)
+    proposed_by: str | None = None
+    """Who proposed the decision (``rules``, ``model <deployment>``); ``None`` for a person's answer. A field
+    with a default, so a checkpoint written before it existed still restores."""
 
     def __post_init__(self) -> None:
         # Plain strings only: an enum member would be pickled under its own type key, which the

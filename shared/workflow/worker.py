@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.core.cases import Case
-from shared.core.errors import CaseNotFound, EffectInFlight, InvalidEvent
+from shared.core.errors import CaseNotFound, EffectInFlight, InvalidEvent, ModelUnavailable
 from shared.domain import events as ev
 from shared.domain.invoice import INVESTIGABLE
 from shared.workflow.build import WORKFLOW_NAME
@@ -134,11 +134,13 @@ class CaseWorker:
         self, handler: Handler, event: ev.CaseEvent, storage: CaseCheckpointStorage
     ) -> list[RunOutcome]:
         """Run a fact event's handler; a wait for an effect in flight raised after its facts were written
-        says so, so that the copy the queue brings back only decides."""
+        (or a model that could not answer) says so, so that the copy the queue brings back only decides."""
         try:
             return await handler(event, storage)
         except EffectInFlight as waiting:
             raise waiting.after_facts() from None
+        except ModelUnavailable as unavailable:
+            raise unavailable.after_facts() from unavailable.__cause__
 
     # --- investigation and approvals ---------------------------------------------------------------
 
