@@ -107,6 +107,18 @@ def _signed_in(headers: Headers, path: str, *, roles: tuple[str, ...], doing: st
     if principal is None:
         if _behind_easy_auth() and "text/html" in (headers.get("Accept") or ""):
             return redirect(_login(path))
+        if not _on_app_service():
+            # Locally there is no sign-in page to link to (/.auth/ is App Service's): say how to get one.
+            return render(
+                "message.html",
+                401,
+                title="Not signed in",
+                principal=None,
+                message=f"Sign in to {doing}. This host runs without App Service Authentication, so nobody is "
+                "signed in. Locally, start the host with an identity: casekeeper dev --as you@localhost "
+                "--role approver --role operator (make run does this).",
+                login=None,
+            )
         return render(
             "message.html",
             401,
@@ -127,6 +139,10 @@ def _signed_in(headers: Headers, path: str, *, roles: tuple[str, ...], doing: st
             login=None,
         )
     return principal
+
+
+def _on_app_service() -> bool:
+    return bool(os.environ.get("WEBSITE_SITE_NAME"))
 
 
 def _behind_easy_auth() -> bool:
