@@ -33,6 +33,7 @@ from urllib.parse import parse_qs, quote
 
 from shared.app.operations import Operations
 from shared.core.cases import Case
+from shared.core.errors import CasekeeperError, InvalidDocumentId
 from shared.core.keys import approval_request_id
 from shared.domain.invoice import Status
 from shared.handlers.ingress import Ingress
@@ -182,6 +183,18 @@ def approvals_list(deps: PageDeps, headers: Headers) -> Page:
     who = _signed_in(headers, "/api/approvals", roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see the approvals")
     if isinstance(who, Page):
         return who
+    try:
+        rows = _pending_rows(deps)
+    except CasekeeperError as exc:  # not "none pending": say the read failed
+        return render("approvals.html", 503, principal=who, rows=[], error=_failure(exc), refresh=LIST_REFRESH_SECONDS)
+    return render("approvals.html", principal=who, rows=rows, error=None, refresh=LIST_REFRESH_SECONDS)
+
+
+def _failure(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _pending_rows(deps: PageDeps) -> list[dict[str, Any]]:
     now = deps.ops.clock.now()
     rows = []
     for case in deps.ops.cases.in_status(Status.AWAITING_APPROVAL):
@@ -206,7 +219,7 @@ def approvals_list(deps: PageDeps, headers: Headers) -> Page:
             }
         )
     rows.sort(key=lambda r: r["askedAt"])
-    return render("approvals.html", principal=who, rows=rows, refresh=LIST_REFRESH_SECONDS)
+    return rows
 
 
 def _asked_at(case: Case, asked_on: int) -> float:
@@ -252,7 +265,19 @@ def approval_page(
     if isinstance(who, Page):
         return who
     params = params or {}
-    return _approval_view(deps, who, case_id, request_id, answered=params.get("answered"))
+    try:
+        return _approval_view(deps, who, case_id, request_id, answered=params.get("answered"))
+    except InvalidDocumentId as exc:
+        return render("message.html", 404, title="No such case", principal=who, message=str(exc))
+    except CasekeeperError as exc:  # a store that cannot be read is not "no such case"
+        return render(
+            "message.html",
+            503,
+            title="Could not read the case",
+            principal=who,
+            message=f"Could not read case {case_id}: {_failure(exc)}. Nothing was changed; reload to try again.",
+            refresh=REQUEST_REFRESH_SECONDS,
+        )
 
 
 def _approval_view(
@@ -312,9 +337,34 @@ def _approval_view(
         "error": error,
         "reasonText": reason_text,
     }
+    view["state"] = approval_state(view, principal)
+    view["canAnswer"] = view["state"] == "open"
     # Refresh while the answer is on its way, or while nothing can be typed into the page.
-    refresh = REQUEST_REFRESH_SECONDS if not view["canAnswer"] or view["answered"] is not None else 0
+    refresh = REQUEST_REFRESH_SECONDS if view["state"] != "open" else 0
     return render("approval.html", status, principal=principal, v=view, refresh=refresh)
+
+
+def approval_state(view: Mapping[str, Any], principal: Principal) -> str:
+    """The one state the approval page shows (one banner, and the form only when ``open``):
+
+    ``open``       pending on the case's version, and this person may answer: the form
+    ``look``       pending, but this person may not answer (no approver role)
+    ``applying``   this person's answer was accepted and the worker has not applied it yet: no form
+    ``applied``    this person's answer is the one on the case's history
+    ``answered``   someone else answered it
+    ``superseded`` this person answered, but the case changed first: the answer committed nothing
+    ``stale``      no longer pending, unanswered: the case changed after it was asked
+    """
+    record = view["record"] or {}
+    answer = record.get("answer")
+    mine = view["answered"] is not None
+    if answer is not None:
+        return "applied" if mine and answer["by"] == principal.name else "answered"
+    if not view["stale"]:
+        if mine:
+            return "applying"
+        return "open" if view["mayAnswer"] else "look"
+    return "superseded" if mine else "stale"
 
 
 def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, request_id: str, *, body: bytes) -> Page:
