@@ -9,6 +9,8 @@ route                                          role             what
                                                operator         numbers, credit notes, history; the form
 ``POST /api/approvals/{caseId}/{requestId}``   approver         answer it (form: decision, caseVersion,
                                                                 reason, csrf)
+``GET /api/cases/{caseId}/page``              approver or      one case: facts, money rule, effects,
+                                               operator         timeline, approvals, what to do next
 ``GET /api/ops``                               operator         what is stuck, from the operator commands
 ``POST /api/ops/redrive``                      operator         put dead-lettered events back
 ``POST /api/ops/resolve``                      operator         settle an escalated effect (as
@@ -420,6 +422,20 @@ def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, re
             reason_text=reason,
         )
     return redirect(f"{path}?answered={decision}")
+
+
+# --- one case -------------------------------------------------------------------------------------
+
+
+def case_page(deps: PageDeps, headers: Headers, case_id: str) -> Page:
+    """``GET /api/cases/{caseId}/page`` (:mod:`shared.handlers.case_page`), for an approver or an operator."""
+    from shared.handlers import case_page as view
+
+    path = view.case_href(case_id)
+    who = _signed_in(headers, path, roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see cases")
+    if isinstance(who, Page):
+        return who
+    return view.case_page(deps.ops, who, case_id, store_option=deps.store_option)
 
 
 # --- operations -----------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def credit_posts(supplier: SupplierStub, case_id: str, version: int) -> list[dic
 
 def open_from_list(page: Any, host: DevHost, case_id: str) -> None:
     page.goto(f"{host.url}/api/approvals")
-    page.locator(f'tr[data-case="{case_id}"] a').click()
+    page.locator(f'tr[data-case="{case_id}"] a.request').click()
     page.wait_for_selector("#case-id")
     assert page.locator("#case-id").inner_text() == case_id
 

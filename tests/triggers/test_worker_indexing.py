@@ -63,6 +63,7 @@ def test_the_worker_indexes_every_function() -> None:
                 "ops_page",
                 "ops_redrive",
                 "ops_resolve",
+                "case_page",
                 "reconciler",
                 "withdraw_request",
             ]
