@@ -354,7 +354,8 @@ def test_the_ops_page_shows_cases_by_status_and_the_exact_resolve_command(
     pending_case(svc, "INV-A")
     key = escalate(svc, "INV-S")
     page = html.unescape(text(get(functions, "ops_page", "/api/ops", OLGA)))
-    assert re.search(r'data-status="awaiting_approval">.*?<td class="num">1</td><td><a href="[^"]*">INV-A</a></td>', page)
+    row = r'data-status="awaiting_approval">.*?<td class="num">1</td><td><a href="[^"]*">INV-A</a></td>'
+    assert re.search(row, page)
     # This store is not a local host's data folder, so the command reads the app's settings.
     assert (
         f'casekeeper effects resolve {key} --done \'{{"creditNoteId": "CN-..."}}\' --by olga@example.com '
