@@ -90,8 +90,7 @@ def test_the_state_diagrams_show_every_status() -> None:
 def _anchors(text: str) -> set[str]:
     """GitHub's heading anchors (lowercase, punctuation dropped, spaces to hyphens) and explicit ids."""
     slugs = {
-        re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
-        for h in re.findall(r"^#+ (.+)$", text, flags=re.M)
+        re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, flags=re.M)
     }
     return slugs | set(re.findall(r'<a id="([^"]+)"', text))
 
