@@ -114,6 +114,7 @@ In another terminal, send an invoice that is over-billed by 250.00 (below the th
 
 Read the case (status credit_requested, one effect done):
 
+  http://127.0.0.1:$PORT/api/cases/INV-1001/page       (its page: effects, timeline, what to do next)
   curl -s http://127.0.0.1:$PORT/api/cases/INV-1001 | python3 -m json.tool | head -20
 
 What the supplier received:  cat $DATA/supplier.jsonl
