@@ -129,7 +129,7 @@ TXT
 SUPPLIER_PORTAL_URL="http://127.0.0.1:$SUPPLIER_PORT" "$BIN/casekeeper" dev --port "$PORT" --data "$DATA" \
   --as "$LOCAL_USER" --role approver --role operator &
 HOST=$!
-trap 'kill -TERM $HOST 2>/dev/null || true' INT TERM
+trap 'echo "make run: stopping..." >&2; kill -TERM $HOST $STUB 2>/dev/null || true' INT TERM
 status=0
 while kill -0 "$HOST" 2>/dev/null; do
   wait "$HOST" && status=0 || status=$?

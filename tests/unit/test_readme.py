@@ -109,4 +109,3 @@ def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
             elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved.read_text()):
                 broken.append(f"{path.name}: {target} (no such anchor)")
     assert not broken, broken
-
