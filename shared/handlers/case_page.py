@@ -10,6 +10,7 @@ next actions its status calls for, as links and the exact commands. A case that 
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping
 from decimal import Decimal
@@ -60,7 +61,10 @@ def case_page(ops: Operations, principal: Principal, case_id: str, *, store_opti
         "doc": document,
         "case": document["case"],
         "jsonHref": f"/api/cases/{quote(case_id, safe='')}",
-        "effects": [{**e, "text": EFFECT_TEXT.get(e["status"], e["status"])} for e in document["effects"]],
+        "effects": [
+            {**e, "text": EFFECT_TEXT.get(e["status"], e["status"]), "outcome": outcome_text(e)}
+            for e in document["effects"]
+        ],
         "timeline": list(reversed(document["history"])),
         "approvalHref": approval_path(case_id, pending["requestId"]) if pending else None,
         "approvalLinks": _approval_links(case_id, document, approval_path),
@@ -69,6 +73,17 @@ def case_page(ops: Operations, principal: Principal, case_id: str, *, store_opti
         ),
     }
     return render("case.html", principal=principal, v=view, refresh=CASE_REFRESH_SECONDS)
+
+
+def outcome_text(effect: Mapping[str, Any]) -> str:
+    """An effect's outcome in a few words: the credit note it made, or why it did not happen."""
+    result = effect.get("result")
+    if isinstance(result, Mapping) and result.get("creditNoteId"):
+        amount = f" for {result['amount']} {result.get('currency', '')}".rstrip() if result.get("amount") else ""
+        return f"credit note {result['creditNoteId']}{amount}"
+    if effect.get("reason"):
+        return str(effect["reason"])
+    return "-" if result is None else json.dumps(result, default=str)[:200]
 
 
 def _approval_links(case_id: str, document: Mapping[str, Any], approval_path: Any) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ def case_page(functions: dict[str, Any], case_id: str, headers: dict[str, str]) 
 
 
 def section(page: str, element_id: str) -> str:
-    match = re.search(rf'id="{element_id}"[^>]*>(.*?)</(?:table|ol|ul|dl|section)>', page, flags=re.S)
+    match = re.search(rf'id="{element_id}"[^>]*>(.*?)</(?:table|ul|dl|section)>', page, flags=re.S)
     assert match, f"no #{element_id}"
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", match.group(1)))
 
@@ -46,6 +46,7 @@ def test_a_credit_requested_case_shows_facts_money_effects_timeline_and_next(
     key = effect_key("INV-1", "request_credit_note", 1)
     effects = section(page, "effects")
     assert key[:12] in effects and "done" in effects and "request_credit_note" in effects
+    assert "credit note CN-000001 for 100.00 EUR" in effects
     timeline = section(page, "timeline")
     assert "v1 → v2 credit_requested" in timeline and "created v1 open" in timeline
     assert "waiting for the supplier's credit note" in section(page, "next")
