@@ -81,11 +81,13 @@ def _field_schema(name: str, check: Any) -> dict[str, Any]:
 
 
 def event_schema(event_type: str) -> dict[str, Any]:
-    """The JSON Schema of one public event type, from the ingress's own field checks."""
+    """The JSON Schema of one public event type, from the ingress's own field checks: the required fields of
+    ``SCHEMAS`` and the optional ones of ``OPTIONAL``."""
     fields = ev.SCHEMAS[event_type]
+    optional = ev.OPTIONAL.get(event_type, {})
     data: dict[str, Any] = {
         "type": "object",
-        "properties": {name: _field_schema(name, check) for name, check in fields.items()},
+        "properties": {name: _field_schema(name, check) for name, check in {**fields, **optional}.items()},
         "additionalProperties": False,
     }
     if fields:

@@ -35,7 +35,9 @@ def test_every_public_event_type_and_field_is_described() -> None:
     assert set(mapping) == set(ev.PUBLIC_TYPES)
     for event_type in ev.PUBLIC_TYPES:
         schema = SPEC["components"]["schemas"][mapping[event_type].rsplit("/", 1)[1]]
-        assert set(schema["properties"]["data"]["properties"]) == set(ev.SCHEMAS[event_type])
+        described = schema["properties"]["data"]
+        assert set(described["properties"]) == set(ev.SCHEMAS[event_type]) | set(ev.OPTIONAL.get(event_type, {}))
+        assert set(described.get("required", [])) == set(ev.SCHEMAS[event_type])
 
 
 def _validator(name: str) -> OAS31Validator:
