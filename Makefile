@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+RUN_STAMP := $(VENV)/.run-stamp
 NODE_STAMP := node_modules/.installed-stamp
 # The Functions worker's own indexing check runs on Python 3.13 (azure-functions-runtime); where a 3.13
 # interpreter exists (pyenv provides one here), setup builds .venv313 for it.
@@ -13,48 +14,67 @@ PYTHON313 ?= $(shell for p in $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.13*
   $$(command -v python3.13 2>/dev/null); do "$$p" -c 'import sys' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 STAMP313 := .venv313/.installed-stamp
 
-.PHONY: setup lint test run demo bench chaos screenshots clean
+.PHONY: help setup setup-run lint test run demo bench chaos screenshots clean
+.DEFAULT_GOAL := help
 
-setup: $(STAMP) $(NODE_STAMP) $(if $(PYTHON313),$(STAMP313))
+# make help: every target with its "##" line.
+help: ## this list
+	@echo "Casekeeper: make run to try it, make test to test it."
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 20
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+setup: $(STAMP) $(NODE_STAMP) $(if $(PYTHON313),$(STAMP313)) ## everything the tests need: .venv, npm packages, .venv313
+
+# What make run needs: the app's own requirements in .venv, nothing else.
+setup-run: $(RUN_STAMP) ## only what make run needs (.venv with the app's requirements)
+
+$(RUN_STAMP): requirements.txt pyproject.toml
+	@echo "==> setting up $(VENV) for the app (first time: about a minute; pip shows what it installs)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	touch $@
+	@touch $@
+
+$(STAMP): $(RUN_STAMP) requirements-dev.txt
+	@echo "==> adding the test and lint tools to $(VENV)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt -r requirements-dev.txt
+	@touch $@
 
 $(STAMP313): requirements.txt
+	@echo "==> setting up .venv313 (Python 3.13, for the Functions worker's own indexing check in the tests)"
 	$(PYTHON313) -m venv .venv313
-	.venv313/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt azure-functions-runtime==1.3.0
-	touch $@
+	.venv313/bin/python -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt azure-functions-runtime==1.3.0
+	@touch $@
 
 # The Cosmos DB test server (@vercel/cosmosdb-server), pinned in package-lock.json.
 $(NODE_STAMP): package.json package-lock.json
+	@echo "==> installing the Cosmos DB test server (npm ci)"
 	npm ci --no-audit --no-fund --loglevel=error
-	touch $@
+	@touch $@
 
 # checkov in a virtual environment of its own (its pins conflict with pytest's): the Bicep lint.
 CHECKOV_STAMP := .venv-checkov/.installed-stamp
 
 $(CHECKOV_STAMP): requirements-checkov.txt
+	@echo "==> installing checkov (the Bicep lint) into .venv-checkov"
 	$(PYTHON) -m venv .venv-checkov
 	.venv-checkov/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
-lint: setup $(CHECKOV_STAMP)
+lint: setup $(CHECKOV_STAMP) ## ruff, mypy and the Bicep lint (checkov)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python scripts/lint_infra.py
 
 # pytest exits 5 when it collects nothing; that is a broken suite, so it fails here too.
-test: lint
+test: lint ## ruff, mypy and the whole test suite
 	@$(BIN)/pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: that is a failure"; exit $$rc; }
 
-run: setup
-	@scripts/run-local.sh
+# FRESH=1 starts from an empty data folder; otherwise the cases are kept across restarts.
+run: setup-run ## start the supplier stub and the local host, with one approval waiting (FRESH=1: start afresh)
+	@CASEKEEPER_FRESH=$(FRESH) scripts/run-local.sh
 
-demo: setup
+demo: setup-run ## the failure modes in one table
 	$(BIN)/casekeeper demo
 
 # What the guard costs (benchmarks/guarded_effect.py), then end to end against DBOS (benchmarks/e2e.py,
@@ -67,18 +87,18 @@ $(BENCH_STAMP): requirements-bench.txt $(STAMP)
 	touch $@
 
 # Both run even when the first fails; either failing fails the target.
-bench: setup $(BENCH_STAMP)
+bench: setup $(BENCH_STAMP) ## what the guard and a whole case cost, against DBOS
 	@$(BIN)/python -m benchmarks.guarded_effect; first=$$?; echo; \
 	  $(BIN)/python -m benchmarks.e2e $(E2E_ARGS) && exit $$first
 
 # The promise under faults and kill -9, checked from outside (about 3-4 minutes). Exits non-zero on any
 # violation. More: make chaos CHAOS_ARGS="--hosts 2 --seed 42" (or --store cosmos, --report FILE).
-chaos: setup
+chaos: setup ## the guarantees under faults and kill -9 (about 3-4 minutes)
 	$(BIN)/casekeeper chaos $(CHAOS_ARGS)
 
 # The README's pictures of the approval and ops pages, retaken by the browser tests.
-screenshots: setup
+screenshots: setup ## retake the pages' pictures in docs/
 	CASEKEEPER_SCREENSHOTS=$(CURDIR)/docs $(BIN)/pytest -q tests/browser
 
-clean:
+clean: ## delete .venv, .venv313, .venv-checkov, node_modules and caches (not the data in .casekeeper)
 	rm -rf $(VENV) .venv313 .venv-checkov node_modules .mypy_cache .ruff_cache .pytest_cache

@@ -44,6 +44,13 @@ def approval_page(req: func.HttpRequest) -> func.HttpResponse:
     return _reply(pages.approval_page(services().pages, req.headers, case_id, request_id, dict(req.params)))
 
 
+@bp.function_name("case_page")
+@bp.route(route="cases/{caseId}/page", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+def case_page(req: func.HttpRequest) -> func.HttpResponse:
+    """One case: facts, the money rule, effects, timeline, approvals, and what to do next."""
+    return _reply(pages.case_page(services().pages, req.headers, req.route_params["caseId"]))
+
+
 @bp.function_name("ops_page")
 @bp.route(route="ops", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 @reported

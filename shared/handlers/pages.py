@@ -9,6 +9,8 @@ route                                          role             what
                                                operator         numbers, credit notes, history; the form
 ``POST /api/approvals/{caseId}/{requestId}``   approver         answer it (form: decision, caseVersion,
                                                                 reason, csrf)
+``GET /api/cases/{caseId}/page``              approver or      one case: facts, money rule, effects,
+                                               operator         timeline, approvals, what to do next
 ``GET /api/ops``                               operator         what is stuck, from the operator commands
 ``POST /api/ops/redrive``                      operator         put dead-lettered events back
 ``POST /api/ops/resolve``                      operator         settle an escalated effect (as
@@ -26,6 +28,7 @@ nothing either. The same answer sent twice is one message (the ingress's message
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +36,7 @@ from urllib.parse import parse_qs, quote
 
 from shared.app.operations import Operations
 from shared.core.cases import Case
+from shared.core.errors import CasekeeperError, InvalidDocumentId
 from shared.core.keys import approval_request_id
 from shared.domain.invoice import Status
 from shared.handlers.ingress import Ingress
@@ -114,6 +118,18 @@ def _signed_in(headers: Headers, path: str, *, roles: tuple[str, ...], doing: st
     if principal is None:
         if easy_auth_on() and "text/html" in (headers.get("Accept") or ""):
             return redirect(_login(path))
+        if not _on_app_service():
+            # Locally there is no sign-in page to link to (/.auth/ is App Service's): say how to get one.
+            return render(
+                "message.html",
+                401,
+                title="Not signed in",
+                principal=None,
+                message=f"Sign in to {doing}. This host runs without App Service Authentication, so nobody is "
+                "signed in. Locally, start the host with an identity: casekeeper dev --as you@localhost "
+                "--role approver --role operator (make run does this).",
+                login=None,
+            )
         return render(
             "message.html",
             401,
@@ -134,6 +150,10 @@ def _signed_in(headers: Headers, path: str, *, roles: tuple[str, ...], doing: st
             login=None,
         )
     return principal
+
+
+def _on_app_service() -> bool:
+    return bool(os.environ.get("WEBSITE_SITE_NAME"))
 
 
 def _login(path: str) -> str:
@@ -177,6 +197,18 @@ def approvals_list(deps: PageDeps, headers: Headers) -> Page:
     who = _signed_in(headers, "/api/approvals", roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see the approvals")
     if isinstance(who, Page):
         return who
+    try:
+        rows = _pending_rows(deps)
+    except CasekeeperError as exc:  # not "none pending": say the read failed
+        return render("approvals.html", 503, principal=who, rows=[], error=_failure(exc), refresh=LIST_REFRESH_SECONDS)
+    return render("approvals.html", principal=who, rows=rows, error=None, refresh=LIST_REFRESH_SECONDS)
+
+
+def _failure(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _pending_rows(deps: PageDeps) -> list[dict[str, Any]]:
     now = deps.ops.clock.now()
     rows = []
     for case in deps.ops.cases.in_status(Status.AWAITING_APPROVAL):
@@ -201,7 +233,7 @@ def approvals_list(deps: PageDeps, headers: Headers) -> Page:
             }
         )
     rows.sort(key=lambda r: r["askedAt"])
-    return render("approvals.html", principal=who, rows=rows, refresh=LIST_REFRESH_SECONDS)
+    return rows
 
 
 def _asked_at(case: Case, asked_on: int) -> float:
@@ -247,7 +279,19 @@ def approval_page(
     if isinstance(who, Page):
         return who
     params = params or {}
-    return _approval_view(deps, who, case_id, request_id, answered=params.get("answered"))
+    try:
+        return _approval_view(deps, who, case_id, request_id, answered=params.get("answered"))
+    except InvalidDocumentId as exc:
+        return render("message.html", 404, title="No such case", principal=who, message=str(exc))
+    except CasekeeperError as exc:  # a store that cannot be read is not "no such case"
+        return render(
+            "message.html",
+            503,
+            title="Could not read the case",
+            principal=who,
+            message=f"Could not read case {case_id}: {_failure(exc)}. Nothing was changed; reload to try again.",
+            refresh=REQUEST_REFRESH_SECONDS,
+        )
 
 
 def _approval_view(
@@ -307,9 +351,34 @@ def _approval_view(
         "error": error,
         "reasonText": reason_text,
     }
+    view["state"] = approval_state(view, principal)
+    view["canAnswer"] = view["state"] == "open"
     # Refresh while the answer is on its way, or while nothing can be typed into the page.
-    refresh = REQUEST_REFRESH_SECONDS if not view["canAnswer"] or view["answered"] is not None else 0
+    refresh = REQUEST_REFRESH_SECONDS if view["state"] != "open" else 0
     return render("approval.html", status, principal=principal, v=view, refresh=refresh)
+
+
+def approval_state(view: Mapping[str, Any], principal: Principal) -> str:
+    """The one state the approval page shows (one banner, and the form only when ``open``):
+
+    ``open``       pending on the case's version, and this person may answer: the form
+    ``look``       pending, but this person may not answer (no approver role)
+    ``applying``   this person's answer was accepted and the worker has not applied it yet: no form
+    ``applied``    this person's answer is the one on the case's history
+    ``answered``   someone else answered it
+    ``superseded`` this person answered, but the case changed first: the answer committed nothing
+    ``stale``      no longer pending, unanswered: the case changed after it was asked
+    """
+    record = view["record"] or {}
+    answer = record.get("answer")
+    mine = view["answered"] is not None
+    if answer is not None:
+        return "applied" if mine and answer["by"] == principal.name else "answered"
+    if not view["stale"]:
+        if mine:
+            return "applying"
+        return "open" if view["mayAnswer"] else "look"
+    return "superseded" if mine else "stale"
 
 
 def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, request_id: str, *, body: bytes) -> Page:
@@ -365,6 +434,20 @@ def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, re
             reason_text=reason,
         )
     return redirect(f"{path}?answered={decision}")
+
+
+# --- one case -------------------------------------------------------------------------------------
+
+
+def case_page(deps: PageDeps, headers: Headers, case_id: str) -> Page:
+    """``GET /api/cases/{caseId}/page`` (:mod:`shared.handlers.case_page`), for an approver or an operator."""
+    from shared.handlers import case_page as view
+
+    path = view.case_href(case_id)
+    who = _signed_in(headers, path, roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see cases")
+    if isinstance(who, Page):
+        return who
+    return view.case_page(deps.ops, who, case_id, store_option=deps.store_option)
 
 
 # --- operations -----------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ from shared.localhost.schedule import NcrontabSchedule, timer_request
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.web.identity import encode_principal, role_name
+from shared.web.identity import ROLE_ALIASES, encode_principal, role_name
 
 log = logging.getLogger("casekeeper.dev")
 
@@ -614,6 +614,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     if options.roles and options.identity is None:
         print("casekeeper dev: --role needs --as NAME", file=sys.stderr)
+        return 2
+    unknown = [r for r in options.roles if role_name(r) not in ROLE_ALIASES.values()]
+    if unknown:
+        valid = ", ".join(f"{alias} ({full})" for alias, full in ROLE_ALIASES.items())
+        print(f"casekeeper dev: unknown role {unknown[0]!r}: the app roles are {valid}", file=sys.stderr)
         return 2
     if options.identity is not None and not options.identity.strip():
         print("casekeeper dev: --as needs a name", file=sys.stderr)

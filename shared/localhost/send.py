@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import uuid
@@ -28,12 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--secret", help="webhook secret (default: WEBHOOK_SECRET, else --data's generated one)")
     parser.add_argument("--data", type=Path, default=Path(".casekeeper/dev"), help="the local host's data folder")
     parser.add_argument("--delivery", help="delivery id (default: a new one); the same id is deduplicated")
+    parser.add_argument("--json", action="store_true", help="print the status and the answer as one JSON document")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    import os
-
     args = build_parser().parse_args(argv)
     secret = args.secret or os.environ.get("WEBHOOK_SECRET", "").split(",")[-1].strip()
     if not secret:
@@ -57,10 +57,48 @@ def main(argv: list[str] | None = None) -> int:
         SIGNATURE_HEADER: sign(secret, body, int(time.time()), delivery),
         DELIVERY_HEADER: delivery,
     }
+    url = args.url.rstrip("/") + "/api/events"
     try:
-        response = httpx.post(args.url.rstrip("/") + "/api/events", content=body, headers=headers, timeout=30.0)
-    except httpx.HTTPError as exc:
-        print(f"casekeeper send: {exc}", file=sys.stderr)
+        response = httpx.post(url, content=body, headers=headers, timeout=30.0)
+    except httpx.ConnectError:
+        print(
+            f"casekeeper send: nothing answers at {url}: is the host running? Start it with make run "
+            "(or casekeeper dev), or pass --url",
+            file=sys.stderr,
+        )
         return 1
-    print(f"{response.status_code} {response.text}")
-    return 0 if response.is_success else 1
+    except httpx.HTTPError as exc:
+        print(f"casekeeper send: {url}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return _report(args, url, response)
+
+
+def _report(args: argparse.Namespace, url: str, response: httpx.Response) -> int:
+    """The answer: on stdout when accepted (or with --json, always), otherwise one line on stderr."""
+    try:
+        answer: object = response.json()
+    except ValueError:
+        answer = response.text
+    if args.json:
+        print(json.dumps({"status": response.status_code, "body": answer}))
+    elif response.is_success:
+        print(f"{response.status_code} {response.text}")
+    if response.is_success:
+        return 0
+    if not args.json:
+        print(f"casekeeper send: {url} answered {response.status_code}: {response.text.strip()}", file=sys.stderr)
+    if response.status_code == 401:
+        where = (
+            "--secret"
+            if args.secret
+            else "WEBHOOK_SECRET"
+            if os.environ.get("WEBHOOK_SECRET")
+            else f"{args.data / SECRET_FILE}"
+        )
+        print(
+            f"casekeeper send: the signature was made with the secret from {where}; the host checks it against "
+            f"its WEBHOOK_SECRET, or without one the file {SECRET_FILE} in its --data folder: pass the same "
+            "--data, or --secret",
+            file=sys.stderr,
+        )
+    return 1

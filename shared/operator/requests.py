@@ -24,6 +24,7 @@ from shared.app.operations import Operations
 from shared.core.errors import InvalidEvent
 from shared.domain import events as ev
 from shared.operator.context import common_arguments, error, print_json, run_with_operations
+from shared.workflow.capture import install, installed, uninstall
 
 PROG = "casekeeper requests"
 
@@ -35,7 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
         "withdraw", parents=[common_arguments()], help="take an outstanding request off the books"
     )
     withdraw.add_argument("case_id", metavar="CASE")
-    withdraw.add_argument("effect_key", metavar="KEY", help="the request's effect key (case show lists it)")
+    withdraw.add_argument(
+        "effect_key",
+        metavar="KEY",
+        help="the request's effect key, or a prefix of it that is unique on the case (case show prints 12 characters)",
+    )
     withdraw.add_argument("--by", required=True, help="who decided it")
     withdraw.add_argument("--why", required=True, help="why (a ticket, the supplier's answer)")
     return parser
@@ -46,11 +51,33 @@ def main(argv: list[str] | None = None) -> int:
     return run_with_operations(PROG, args, lambda ops: _withdraw(ops, args))
 
 
+def full_key(ops: Operations, case_id: str, given: str) -> str:
+    """The case's effect key that ``given`` names: the key itself, or a prefix that only one of the case's
+    effect keys starts with (``case show`` prints the first 12 characters). Raises :class:`InvalidEvent`
+    when several start with it; an unknown key is passed on, and the withdrawal refuses it with its reason."""
+    keys = sorted({e.key for e in ops.ledger.for_case(case_id) if e.key.startswith(given)})
+    if given in keys or not keys:
+        return given
+    if len(keys) > 1:
+        shown = ", ".join(k[:16] for k in keys)
+        raise InvalidEvent(f"{given!r} starts more than one effect key of case {case_id} ({shown}): give more of it")
+    return keys[0]
+
+
 def _withdraw(ops: Operations, args: argparse.Namespace) -> int:
-    data = {"effectKey": args.effect_key, "by": args.by, "why": args.why, "at": ops.clock.now()}
     try:
+        key = full_key(ops, args.case_id, args.effect_key.strip())
+        data = {"effectKey": key, "by": args.by, "why": args.why, "at": ops.clock.now()}
         event = ev.parse_event({"type": ev.REQUEST_WITHDRAWN, "caseId": args.case_id, "data": data})
-        result = asyncio.run(ops.worker.handle(event))
+        # The case worker may resume a run; a checkpoint save that fails is recorded here, as in the app.
+        ours = installed() is None
+        if ours:
+            install(ops.store)
+        try:
+            result = asyncio.run(ops.worker.handle(event))
+        finally:
+            if ours:
+                uninstall()
     except InvalidEvent as exc:
         error(PROG, exc.reason)
         return 1

@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 
@@ -40,6 +41,11 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(", ", ": "), default=str, ensure_ascii=False)
 
 
+def case_href(case_id: str) -> str:
+    """The page of a case: ``/api/cases/{caseId}/page`` (``shared.handlers.case_page``)."""
+    return f"/api/cases/{quote(str(case_id), safe='')}/page"
+
+
 @functools.cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -49,7 +55,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(age=age_text, when=time_text, short=short, compact=_compact)
+    env.filters.update(age=age_text, when=time_text, short=short, compact=_compact, casehref=case_href)
     return env
 
 

@@ -69,7 +69,7 @@ def test_make_run_prints_the_url_and_the_waiting_approval_can_be_approved(
         page.set_default_timeout(15_000)
         page.goto(url)
         assert "local identity" in page.locator("header").inner_text()
-        page.locator('tr[data-case="INV-2002"] a').click()
+        page.locator('tr[data-case="INV-2002"] a.request').click()
         assert "1400.00 EUR" in page.locator("#amount").inner_text()
         page.locator("#approve").click()
         expect(page.locator("#case-status")).to_have_text("credit_requested", timeout=20_000)

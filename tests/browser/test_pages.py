@@ -38,7 +38,7 @@ def credit_posts(supplier: SupplierStub, case_id: str, version: int) -> list[dic
 
 def open_from_list(page: Any, host: DevHost, case_id: str) -> None:
     page.goto(f"{host.url}/api/approvals")
-    page.locator(f'tr[data-case="{case_id}"] a').click()
+    page.locator(f'tr[data-case="{case_id}"] a.request').click()
     page.wait_for_selector("#case-id")
     assert page.locator("#case-id").inner_text() == case_id
 
@@ -86,7 +86,8 @@ def test_a_stale_request_says_so_and_cannot_be_answered(page: Any, host: DevHost
     stale = page.locator("#stale")
     stale.wait_for()
     assert "no longer pending" in stale.inner_text()
-    assert "Not recorded" in page.locator("#error").inner_text()
+    assert "Not recorded" in stale.inner_text()  # one banner says it all
+    assert page.locator(".banner:visible").count() == 1
     assert page.locator("#approve").count() == 0
     page.locator("#current-request").click()
     page.wait_for_selector("#approve")

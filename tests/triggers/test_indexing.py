@@ -44,6 +44,8 @@ def test_the_app_indexes_exactly_these_functions(functions: dict[str, Any]) -> N
             "ops_page",
             "ops_redrive",
             "ops_resolve",
+            "case_page",
+            "openapi",
             "case_worker",
             "reconciler",
             "checkpoint_health",
@@ -65,6 +67,8 @@ def test_http_routes_methods_and_auth_levels(functions: dict[str, Any]) -> None:
         "ops_page": ("ops", ["GET"], "ANONYMOUS"),
         "ops_redrive": ("ops/redrive", ["POST"], "ANONYMOUS"),
         "ops_resolve": ("ops/resolve", ["POST"], "ANONYMOUS"),
+        "case_page": ("cases/{caseId}/page", ["GET"], "ANONYMOUS"),
+        "openapi": ("openapi.json", ["GET"], "ANONYMOUS"),
     }
     for name, (route, methods, auth) in expected.items():
         t = trigger(functions, name)
@@ -109,7 +113,7 @@ def test_importing_the_app_opens_no_connection() -> None:
         "socket.socket.connect = refuse\n"
         "socket.create_connection = refuse\n"
         "import function_app\n"
-        "assert len(function_app.app.get_functions()) == 13\n"
+        "assert len(function_app.app.get_functions()) == 15\n"
         "print('ok')\n"
     )
     done = subprocess.run(

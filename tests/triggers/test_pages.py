@@ -135,7 +135,9 @@ def test_nobody_signed_in_gets_401_and_someone_without_a_role_403_with_the_reaso
     functions: dict[str, Any], svc: Services
 ) -> None:
     anonymous = get(functions, "approvals_page", "/api/approvals", {})
-    assert anonymous.status_code == 401 and "/.auth/login/aad" in text(anonymous)
+    # Locally there is no sign-in page: the 401 says how to start the host with an identity instead.
+    assert anonymous.status_code == 401 and "/.auth/login/aad" not in text(anonymous)
+    assert "casekeeper dev --as you@localhost --role approver" in text(anonymous)
     refused = get(functions, "approvals_page", "/api/approvals", NOBODY)
     assert refused.status_code == 403
     assert "nobody@example.com may not see the approvals" in html.unescape(text(refused))
@@ -159,7 +161,8 @@ def test_without_easy_auth_on_app_service_the_principal_header_is_ignored(
 ) -> None:
     monkeypatch.setenv("WEBSITE_SITE_NAME", "casekeeper")
     monkeypatch.delenv("WEBSITE_AUTH_ENABLED", raising=False)
-    assert get(functions, "ops_page", "/api/ops", OLGA).status_code == 401
+    refused = get(functions, "ops_page", "/api/ops", OLGA)
+    assert refused.status_code == 401 and "/.auth/login/aad" in text(refused)  # in Azure: the sign-in link
 
 
 def test_every_page_is_never_cached_and_runs_only_its_own_script(functions: dict[str, Any], svc: Services) -> None:
@@ -377,7 +380,8 @@ def test_the_ops_page_shows_cases_by_status_and_the_exact_resolve_command(
     pending_case(svc, "INV-A")
     key = escalate(svc, "INV-S")
     page = html.unescape(text(get(functions, "ops_page", "/api/ops", OLGA)))
-    assert re.search(r'data-status="awaiting_approval">.*?<td class="num">1</td><td>INV-A</td>', page)
+    row = r'data-status="awaiting_approval">.*?<td class="num">1</td><td><a href="[^"]*">INV-A</a></td>'
+    assert re.search(row, page)
     # This store is not a local host's data folder, so the command reads the app's settings.
     assert (
         f"casekeeper effects resolve {key} --done '{{\"creditNoteId\": \"CN-...\"}}' --by '{OLGA_RECORDED}' "

@@ -63,6 +63,8 @@ def test_the_worker_indexes_every_function() -> None:
                 "ops_page",
                 "ops_redrive",
                 "ops_resolve",
+                "case_page",
+                "openapi",
                 "reconciler",
                 "withdraw_request",
             ]

@@ -585,7 +585,8 @@ def test_main_outputs() -> None:
 
 AZD_PARAMETERS = INFRA / "main.parameters.json"
 AZ_PARAMETERS = INFRA / "main.az.parameters.json"
-README = ROOT / "README.md"
+# The deployment steps (azd, az, sign-in) are in docs/deploying.md, linked from the README.
+README = ROOT / "docs" / "deploying.md"
 # ${NAME} or ${NAME=default}: azd substitutes the azd environment's value (the default when it has none).
 AZD_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:=([^}]*))?\}")
 # Values azd puts in every environment itself (azd env new, or its first prompt).

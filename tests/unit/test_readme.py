@@ -37,9 +37,10 @@ def test_the_two_commands_are_there() -> None:
 MADE_BY_THE_READER = {"local.settings.json"}
 
 
-def test_every_repository_path_the_readme_names_exists() -> None:
+def test_every_repository_path_the_readme_and_docs_name_exists() -> None:
     root = Path(__file__).resolve().parents[2]
-    quoted = re.findall(r"`([^`\s]+)`", README)
+    documentation = "\n".join([README, *(p.read_text() for p in sorted((root / "docs").glob("*.md")))])
+    quoted = re.findall(r"`([^`\s]+)`", documentation)
     paths = [
         q
         for q in quoted
@@ -49,3 +50,63 @@ def test_every_repository_path_the_readme_names_exists() -> None:
     assert "infra/main.az.parameters.json" in paths and "azure.yaml" in paths
     missing = sorted(p for p in set(paths) - MADE_BY_THE_READER if not (root / p).exists())
     assert not missing, f"README names files that do not exist: {missing}"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+def test_the_first_screen_gets_a_newcomer_running() -> None:
+    headings = re.findall(r"^## (.+)$", README, flags=re.M)
+    assert headings[:4] == ["Contents", "Two commands", "The first ten minutes", "Configuration"]
+    lines = README.splitlines()
+    assert next(i for i, line in enumerate(lines) if line == "## Two commands") < 40
+    # The contents list names every section.
+    contents = README.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    for heading in headings[1:]:
+        assert f"[{heading}]" in contents, f"the contents list misses {heading!r}"
+
+
+def test_make_runs_settings_are_documented_and_read_by_the_script() -> None:
+    script = (ROOT / "scripts" / "run-local.sh").read_text()
+    for name in ("PORT", "SUPPLIER_PORT", "CASEKEEPER_RUN_DATA", "CASEKEEPER_LOCAL_USER", "CASEKEEPER_FRESH"):
+        assert f"`{name}`" in README or f"`{name}=1`" in README, f"README does not document {name}"
+        assert "${" + name + ":-" in script, f"run-local.sh does not read {name}"
+
+
+def mermaid_states(block_marker: str) -> set[str]:
+    blocks = re.findall(r"```mermaid\n(stateDiagram-v2\n.*?)```", README, flags=re.S)
+    [block] = [b for b in blocks if block_marker in b]
+    return set(re.findall(r"(\w+) -->", block)) | set(re.findall(r"--> (\w+)", block))
+
+
+def test_the_state_diagrams_show_every_status() -> None:
+    from shared.core.ledger import EffectStatus
+    from shared.domain.invoice import Status
+
+    assert {str(s) for s in Status} <= mermaid_states("invoice.received")
+    assert {str(s) for s in EffectStatus} <= mermaid_states("claimed before the call")
+
+
+def _anchors(text: str) -> set[str]:
+    """GitHub's heading anchors (lowercase, punctuation dropped, spaces to hyphens) and explicit ids."""
+    slugs = {
+        re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, flags=re.M)
+    }
+    return slugs | set(re.findall(r'<a id="([^"]+)"', text))
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
+    broken = []
+    for path in [ROOT / "README.md", *DOCS]:
+        text = path.read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            resolved = (path.parent / file).resolve() if file else path
+            if not resolved.exists():
+                broken.append(f"{path.name}: {target}")
+            elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved.read_text()):
+                broken.append(f"{path.name}: {target} (no such anchor)")
+    assert not broken, broken

@@ -1,0 +1,43 @@
+"""The Makefile a newcomer meets: ``make help`` lists the targets, ``make run`` sets up only what it runs,
+and setup shows its progress. Read through ``make -n`` (what make would run), so nothing is installed."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make(*args: str, venv: Path) -> str:
+    done = subprocess.run(
+        ["make", "--no-print-directory", *args, f"VENV={venv}", "PYTHON313="],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_make_help_lists_every_target(tmp_path: Path) -> None:
+    shown = make("help", venv=tmp_path / "venv")
+    for target in ("run", "test", "setup", "lint", "demo", "bench", "chaos", "screenshots", "clean"):
+        assert f"make {target} " in shown, f"make help does not list {target}"
+    assert make(venv=tmp_path / "venv") == shown  # plain make is make help
+
+
+def test_make_run_sets_up_only_what_it_runs(tmp_path: Path) -> None:
+    planned = make("-n", "run", venv=tmp_path / "venv")  # a fresh clone: no venv yet
+    assert "-r requirements.txt" in planned and "scripts/run-local.sh" in planned
+    assert "requirements-dev.txt" not in planned, "make run installs the test tools"
+    assert "npm" not in planned and ".venv313" not in planned, "make run sets up what only the tests use"
+
+
+def test_setup_shows_progress(tmp_path: Path) -> None:
+    planned = make("-n", "setup", venv=tmp_path / "venv")
+    installs = [line for line in planned.splitlines() if "pip install" in line and "-r requirements" in line]
+    assert installs and not [line for line in installs if "--quiet" in line], "pip runs quietly: no progress"
+    assert planned.count("==> ") >= 2  # each step says what it does before it starts
