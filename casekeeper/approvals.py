@@ -101,10 +101,17 @@ def answer(
 ) -> Decision | None:
     from casekeeper.guard import Decision
 
-    entry = {"requestId": request_id, "approved": approve, "by": by, "reason": reason, "onVersion": on_version}
+    entry: dict[str, Any] = {
+        "requestId": request_id,
+        "approved": approve,
+        "by": by,
+        "reason": reason,
+        "onVersion": on_version,
+    }
     for _ in range(8):
         record = guard.records.require(record_id)
         pending = record.data.get(PENDING) or {}
+        entry.update(action=pending.get("action"), details=pending.get("details"))
         if pending.get("requestId") != request_id:
             answered = record.data.get(ANSWERED) or {}
             same = all(answered.get(k) == entry[k] for k in ("requestId", "approved", "by", "onVersion"))

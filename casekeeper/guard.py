@@ -72,6 +72,8 @@ class Decision:
     effects: tuple[Effect, ...] = ()
     approval: dict[str, Any] | None = None
     guard_id: int = field(default=0, repr=False)
+    pinned_version: int | None = None
+    """Set by :meth:`Guard.pinned`: the version decided on, when the record read since may be newer."""
 
     @property
     def record_id(self) -> str:
@@ -81,7 +83,11 @@ class Decision:
     @property
     def version(self) -> int:
         """The version this decision is pinned to: its effects' keys and commits are on this version."""
-        return self.record.version
+        return self.record.version if self.pinned_version is None else self.pinned_version
+
+    def to_json(self) -> dict[str, Any]:
+        """What to carry in a workflow message (plain JSON): give it back to :meth:`Guard.pinned`."""
+        return {"recordId": self.record_id, "version": self.version, "approval": self.approval}
 
     @property
     def facts(self) -> dict[str, Any]:
@@ -346,6 +352,14 @@ class Guard:
                 self._refuse_open(effect)
         earlier = tuple(e for e in effects if e.case_version != record.version)
         return Decision(record, earlier, None, id(self))
+
+    def pinned(self, record_id: str, version: int, *, approval: Mapping[str, Any] | None = None) -> Decision:
+        """The decision made earlier on ``version`` (from :meth:`Decision.to_json`, carried in a workflow
+        message), for running its effect in a later step. Reads the record but keeps the version: if the
+        record has moved since, the effect is refused (``StaleDecision``), never run on other facts."""
+        record = self.records.require(record_id)
+        earlier = tuple(e for e in self.ledger.for_case(record_id) if e.case_version != version)
+        return Decision(record, earlier, dict(approval) if approval else None, id(self), version)
 
     async def adecide(self, record_id: str) -> Decision:
         """:meth:`decide` off the event loop."""
