@@ -81,7 +81,7 @@ def inexact_numbers(value: Any, path: str = "$") -> list[str]:
 class RecordCheckpoints(CaseCheckpointStorage):
     """Agent Framework ``CheckpointStorage`` for one record's runs, over any document store.
 
-    ``allowed_types``: from :func:`checkpoint_types`. Save refuses, with ``WorkflowCheckpointException``
+    ``allowed_types``: your message and state classes (or :func:`checkpoint_types` keys). Save refuses, with ``WorkflowCheckpointException``
     and nothing written, anything that would not load back exactly (see the module docstring). Load, list,
     delete and ``get_latest`` behave as the framework's storages do. Also offers ``records()`` and
     ``latest_record()`` (metadata without decoding), ``try_decode()`` and ``prune(keep)``."""
@@ -90,10 +90,13 @@ class RecordCheckpoints(CaseCheckpointStorage):
         self,
         store: DocumentStore,
         record_id: str,
-        allowed_types: Iterable[str] = frozenset(),
+        allowed_types: Iterable[str | type] = frozenset(),
         **options: Any,
     ) -> None:
-        super().__init__(store, record_id, allowed_types, **options)
+        if isinstance(allowed_types, str | type):
+            raise TypeError("allowed_types must be an iterable of types or 'module:QualName' strings")
+        keys = [t if isinstance(t, str) else type_key(t) for t in allowed_types]
+        super().__init__(store, record_id, keys, **options)
 
     @property
     def record_id(self) -> str:

@@ -158,8 +158,10 @@ class GuardedEffect:
             return {}
         return dict(self._commit_data(effect.result))
 
-    def run(self, decision: Decision, args: Mapping[str, Any], *, reason: str | None = None) -> EffectResult:
-        """Run the effect for ``decision`` at most once, then commit the record.
+    def run(
+        self, decision: Decision | Mapping[str, Any], args: Mapping[str, Any], *, reason: str | None = None
+    ) -> EffectResult:
+        """Run the effect for ``decision`` (or its :meth:`Decision.to_json`) at most once, then commit the record.
 
         Raises ``StaleDecision`` (the record moved since the decision: nothing called; decide again),
         ``EffectFailed`` (definite refusal, now or earlier: the record goes to the guard's review
@@ -167,12 +169,15 @@ class GuardedEffect:
         (outcome unknown past the call timeout: reconciliation settles it), ``MissingCommitIntent``, and
         re-raises the call's ``OutcomeUnknown`` (or other exception) with the ledger row left ``started``.
         """
-        return self._guard._run(self, decision, dict(args), reason, loop=None)
+        return self._guard._run(self, self._guard.pin(decision), dict(args), reason, loop=None)
 
-    async def arun(self, decision: Decision, args: Mapping[str, Any], *, reason: str | None = None) -> EffectResult:
+    async def arun(
+        self, decision: Decision | Mapping[str, Any], args: Mapping[str, Any], *, reason: str | None = None
+    ) -> EffectResult:
         """:meth:`run` off the event loop; an ``async`` call runs on this loop."""
         loop = asyncio.get_running_loop()
-        return await asyncio.to_thread(self._guard._run, self, decision, dict(args), reason, loop=loop)
+        guard = self._guard
+        return await asyncio.to_thread(lambda: guard._run(self, guard.pin(decision), dict(args), reason, loop=loop))
 
 
 class Guard:
@@ -278,13 +283,18 @@ class Guard:
     # --- approvals (rule R6) ---------------------------------------------------------------------
 
     def ask(
-        self, decision: Decision, action: str, details: Mapping[str, Any], *, status: str = "awaiting_approval"
+        self,
+        decision: Decision | Mapping[str, Any],
+        action: str,
+        details: Mapping[str, Any],
+        *,
+        status: str = "awaiting_approval",
     ) -> ApprovalRequest:
         """Ask a person to approve ``action`` (with JSON ``details``) before it runs: commits the record to
         ``status`` with the request pending, conditionally on the decision's version. Returns the request
         (asked on the decision's version plus one). Asking again for the same decision returns the same
         request. Raises ``StaleDecision`` when the record moved on (decide again)."""
-        return approvals.ask(self, decision, action, details, status=status)
+        return approvals.ask(self, self.pin(decision), action, details, status=status)
 
     def answer(
         self,
@@ -318,7 +328,12 @@ class Guard:
         )
 
     async def aask(
-        self, decision: Decision, action: str, details: Mapping[str, Any], *, status: str = "awaiting_approval"
+        self,
+        decision: Decision | Mapping[str, Any],
+        action: str,
+        details: Mapping[str, Any],
+        *,
+        status: str = "awaiting_approval",
     ) -> ApprovalRequest:
         """:meth:`ask` off the event loop."""
         return await asyncio.to_thread(self.ask, decision, action, details, status=status)
@@ -360,6 +375,12 @@ class Guard:
         record = self.records.require(record_id)
         earlier = tuple(e for e in self.ledger.for_case(record_id) if e.case_version != version)
         return Decision(record, earlier, dict(approval) if approval else None, id(self), version)
+
+    def pin(self, decision: Decision | Mapping[str, Any]) -> Decision:
+        """``decision`` itself, or the decision its :meth:`Decision.to_json` describes (see :meth:`pinned`)."""
+        if isinstance(decision, Decision):
+            return decision
+        return self.pinned(str(decision["recordId"]), int(decision["version"]), approval=decision.get("approval"))
 
     async def adecide(self, record_id: str) -> Decision:
         """:meth:`decide` off the event loop."""
