@@ -81,10 +81,11 @@ def inexact_numbers(value: Any, path: str = "$") -> list[str]:
 class RecordCheckpoints(CaseCheckpointStorage):
     """Agent Framework ``CheckpointStorage`` for one record's runs, over any document store.
 
-    ``allowed_types``: your message and state classes (or :func:`checkpoint_types` keys). Save refuses, with ``WorkflowCheckpointException``
-    and nothing written, anything that would not load back exactly (see the module docstring). Load, list,
-    delete and ``get_latest`` behave as the framework's storages do. Also offers ``records()`` and
-    ``latest_record()`` (metadata without decoding), ``try_decode()`` and ``prune(keep)``."""
+    ``allowed_types``: your message and state classes (or :func:`checkpoint_types` keys). Save refuses,
+    with ``WorkflowCheckpointException`` and nothing written, anything that would not load back exactly
+    (see the module docstring). Load, list, delete and ``get_latest`` behave as the framework's storages
+    do. Also offers ``records()`` and ``latest_record()`` (metadata without decoding), ``try_decode()``
+    and ``prune(keep)``."""
 
     def __init__(
         self,

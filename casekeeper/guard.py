@@ -21,13 +21,12 @@ its claim): it is left out, because running the effect again replays it through 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from casekeeper import approvals
+from casekeeper import _reconcile, approvals
 from casekeeper.approvals import ApprovalRequest
 from casekeeper.clock import SystemClock
 from casekeeper.errors import MissingCommitIntent
@@ -38,7 +37,7 @@ from shared.core.errors import EffectFailed, EffectInFlight, NeedsReconciliation
 from shared.core.keys import canonical_json
 from shared.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, Effect, EffectStatus, Ledger
 from shared.core.ports import DocumentStore
-from shared.core.reconcile import ActionPolicy, RecheckResult, Reconciler
+from shared.core.reconcile import RecheckResult
 
 log = logging.getLogger("casekeeper.guard")
 
@@ -427,7 +426,7 @@ class Guard:
                 case_id=record_id,
                 action=declared.action,
                 decided_on_version=decision.version,
-                call=lambda key: _sync(declared.call(key, args), loop),
+                call=lambda key: _reconcile.resolved(declared.call(key, args), loop),
                 request={"args": args, "commit": intent},
             )
         except EffectFailed as exc:
@@ -446,85 +445,13 @@ class Guard:
         looked up by key (found: recorded and committed; not found: retried with the same key if declared
         safe, else handed to a person), and every commit a crash left unfinished is finished. Harmless to
         run any number of times, concurrently with workflow runs. Returns what each re-check did."""
-        return self._sweep(loop=None)
+        return _reconcile.sweep(self, loop=None)
 
     async def areconcile(self) -> list[RecheckResult]:
         """:meth:`reconcile` off the event loop; ``async`` lookups and calls run on this loop."""
-        return await asyncio.to_thread(self._sweep, loop=asyncio.get_running_loop())
+        return await asyncio.to_thread(_reconcile.sweep, self, loop=asyncio.get_running_loop())
 
     def reconcile_effect(self, record_id: str, key: str) -> RecheckResult:
         """Re-check one effect (from a change feed that saw its ledger row): in flight (``retry_after``
         says when to look again), settled, recorded, retried, escalated. Harmless to repeat."""
-        return self._recheck(self._reconciler(None), record_id, key)
-
-    def _sweep(self, *, loop: asyncio.AbstractEventLoop | None) -> list[RecheckResult]:
-        reconciler = self._reconciler(loop)
-        seen: set[str] = set()
-        results: list[RecheckResult] = []
-
-        def malformed(doc: object, exc: Exception) -> None:
-            log.error("skipping a malformed document during reconciliation: %r", exc)
-
-        targets = [(e.case_id, e.key) for e in self.ledger.overdue(on_malformed=malformed)]
-        targets += [(c.id, c.gate.effect_key) for c in self.ledger.stale_gates(on_malformed=malformed) if c.gate]
-        for record_id, key in targets:
-            if key not in seen:
-                seen.add(key)
-                results.append(self._recheck(reconciler, record_id, key))
-        return results
-
-    def _recheck(self, reconciler: Reconciler, record_id: str, key: str) -> RecheckResult:
-        effect = self.ledger.get(record_id, key)
-        if (
-            effect is not None
-            and effect.status is EffectStatus.DONE
-            and not isinstance(effect.request.get("commit"), Mapping)
-        ):
-            reason = "done, but its ledger row names no commit intent"
-            self._escalate_hook(effect, reason)
-            return RecheckResult("no_intent", key, record_id, reason)
-        return reconciler.recheck(record_id, key)
-
-    def _escalate_hook(self, effect: Effect, reason: str) -> None:
-        if self._on_escalate is not None:
-            fields = {"recordId": effect.case_id, "effectKey": effect.key, "action": effect.action, "reason": reason}
-            self._on_escalate(f"effect {effect.key[:12]} of record {effect.case_id} needs a person: {reason}", fields)
-
-    def _reconciler(self, loop: asyncio.AbstractEventLoop | None) -> Reconciler:
-        def policy(declared: GuardedEffect) -> ActionPolicy:
-            lookup = declared.lookup
-            assert lookup is not None
-
-            def retry(effect: Effect) -> Callable[[str], Mapping[str, Any]]:
-                args = dict(effect.request.get("args") or {})
-                return lambda key: _sync(declared.call(key, args), loop)
-
-            return ActionPolicy(
-                lookup=lambda key: _sync(lookup(key), loop),
-                retry_call=retry if declared.retry_same_key else None,
-                commit_data=declared.data_for,
-            )
-
-        def alert(message: str, fields: dict[str, Any]) -> None:
-            if self._on_escalate is not None:
-                renamed = {("recordId" if k == "caseId" else k): v for k, v in fields.items()}
-                self._on_escalate(message.replace(" of case ", " of record "), renamed)
-
-        policies = {a: policy(d) for a, d in self._effects.items() if d.lookup is not None}
-        return Reconciler(
-            self.ledger, self.records, self.store, policies, alert=alert, review_status=self.review_status
-        )
-
-
-def _sync(value: Any, loop: asyncio.AbstractEventLoop | None) -> Any:
-    """The value of a call that may be ``async``: awaited on ``loop`` (the caller's, from a worker thread),
-    or in a fresh loop when there is none."""
-    if not inspect.isawaitable(value):
-        return value
-    if loop is not None:
-        return asyncio.run_coroutine_threadsafe(_awaited(value), loop).result()
-    return asyncio.run(_awaited(value))
-
-
-async def _awaited(value: Awaitable[Any]) -> Any:
-    return await value
+        return _reconcile.recheck(self, _reconcile.reconciler(self, None), record_id, key)

@@ -57,7 +57,7 @@ def refunded_commits(spec: StoreSpec) -> int:
     try:
         record = Guard(store).get(RECORD)
         assert record is not None
-        return sum(1 for t in record.history if t.status == "refunded")
+        return sum(1 for t in record.history if t.status == "refunded" and t.effect_key)
     finally:
         store.close()
 
