@@ -5,13 +5,15 @@ however often the key is sent, and can be looked up by key. Every request is cou
 tell "called twice, paid once" from "called once". ``lose_reply`` makes the next request pay and then
 fail as a lost reply would (the caller cannot tell whether it was paid); ``refuse`` makes requests fail
 with a definite refusal; ``die_after_paying`` ends the process between paying and replying (failure point
-F3: the payment exists, no reply ever came back).
+F3: the payment exists, no reply ever came back); ``hold_after_paying`` holds the reply instead, for a
+test to kill the process with SIGKILL meanwhile.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,6 +61,8 @@ class Payments:
             )
             if self._setting(db, "die_after_paying"):
                 os._exit(17)
+            if self._setting(db, "hold_after_paying"):
+                time.sleep(60)  # the payment is made; the reply is held (a test kills the process meanwhile)
             if self._setting(db, "lose_reply"):
                 db.execute("DELETE FROM settings WHERE name = 'lose_reply'")
                 raise OutcomeUnknown("connection reset before the reply")
@@ -73,7 +77,8 @@ class Payments:
         return None if row is None else {"recordId": row[0], "amount": row[1], "paymentId": row[2]}
 
     def set(self, name: str, on: bool = True) -> None:
-        """Turn a behaviour on or off: ``refuse``, ``lose_reply`` (next request only), ``die_after_paying``."""
+        """Turn a behaviour on or off: ``refuse``, ``lose_reply`` (next request only), ``die_after_paying``,
+        ``hold_after_paying``."""
         with self._db() as db:
             if on:
                 db.execute("INSERT OR REPLACE INTO settings (name, value) VALUES (?, '1')", (name,))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -134,3 +135,39 @@ def test_a_crash_around_the_call_waits_then_is_reconciled_by_key(
     assert result["outcome"] == "nothing_to_do"
     assert reconcile(seeded, payments) == []
     assert len(payments.payments()) == 1
+
+
+@pytest.mark.slow
+def test_sigkill_while_the_payment_is_held_is_reconciled_by_key(seeded: StoreSpec, payments: Payments) -> None:
+    """kill -9 itself: the process is killed by SIGKILL while the payments service holds its reply."""
+    payments.set("hold_after_paying")
+    payload = {
+        "store": dataclasses.asdict(seeded),
+        "payments": payments.path,
+        "callTimeout": CALL_TIMEOUT,
+        "event": {"recordId": RECORD},
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.examples.refund_worker", json.dumps(payload)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not payments.payments() and time.monotonic() < deadline:
+            assert proc.poll() is None, "the worker ended before paying"
+            time.sleep(0.1)
+        assert payments.payments(), "the worker never paid"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    payments.set("hold_after_paying", on=False)
+
+    code, result = run_worker(seeded, Path(payments.path))
+    assert code == 0 and result["outcome"] == "waiting", result
+    time.sleep(CALL_TIMEOUT + 1.5)
+    assert reconcile(seeded, payments) == ["recorded"]
+    assert payments.requests() == 1 and len(payments.payments()) == 1
+    assert refunded_commits(seeded) == 1
