@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -33,6 +32,7 @@ from agent_framework import WorkflowCheckpoint
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 from agent_framework.exceptions import WorkflowCheckpointException
 
+from casekeeper._numbers import inexact_numbers
 from shared.core.cases import CaseRepository
 from shared.core.ports import DocumentStore
 from shared.workflow.capture import (
@@ -47,35 +47,11 @@ from shared.workflow.checkpoints import CaseCheckpointStorage, CheckpointRecord,
 
 log = logging.getLogger("casekeeper.agent")
 
-EXACT_INTEGER_LIMIT = 2**53
-"""Integers beyond ± this do not survive a trip through a store that keeps JSON numbers as doubles."""
-
 
 def checkpoint_types(*classes: type) -> frozenset[str]:
     """The allow-list entries (``"module:QualName"``) for ``classes``: the message and state types of your
     workflow that are not plain dicts, lists, strings, numbers or ``None``."""
     return frozenset(type_key(cls) for cls in classes)
-
-
-def inexact_numbers(value: Any, path: str = "$") -> list[str]:
-    """Where ``value`` (JSON-shaped) holds a number a double-based store would not give back as it was:
-    an ``int`` beyond ±2^53, or a ``float`` with an integral value (``2.0`` comes back as ``2``)."""
-    found: list[str] = []
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return found
-    if isinstance(value, int):
-        if abs(value) > EXACT_INTEGER_LIMIT:
-            found.append(f"{path} = {value} (integer beyond 2^53)")
-    elif isinstance(value, float):
-        if math.isfinite(value) and value.is_integer():
-            found.append(f"{path} = {value!r} (would load back as {int(value)})")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            found.extend(inexact_numbers(v, f"{path}.{k}"))
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            found.extend(inexact_numbers(v, f"{path}[{i}]"))
-    return found
 
 
 class RecordCheckpoints(CaseCheckpointStorage):

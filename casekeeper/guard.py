@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from casekeeper import _reconcile, approvals
+from casekeeper._numbers import inexact_numbers
 from casekeeper.approvals import ApprovalRequest
 from casekeeper.clock import SystemClock
 from casekeeper.errors import MissingCommitIntent
@@ -419,6 +420,10 @@ class Guard:
         if decision.guard_id not in (0, id(self)):
             raise ValueError("this decision was made by another guard")
         canonical_json(args)  # refuses what JSON cannot carry (NaN, sets, objects) before anything is written
+        # A reconciliation retry rebuilds the call from the stored args: they must come back unchanged.
+        inexact = inexact_numbers(args, "args", integral_floats=False)
+        if inexact:
+            raise ValueError(f"{declared.action}: {'; '.join(inexact)}: pass such numbers as strings")
         intent = {"status": declared.commit_status(args), "reason": reason or f"{declared.action} done"}
         record_id = decision.record_id
         try:
