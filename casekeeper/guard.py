@@ -188,8 +188,9 @@ class Guard:
     effect is still in flight is judged by the **store's** clock. ``call_timeout`` (seconds): a ``started``
     effect younger than this may still be mid-call; older, its outcome is unknown. Set it above the
     call's own client timeout. ``on_escalate`` hears every effect handed to a person. ``review_status`` is
-    the status a record is moved to when a person must look. ``probe`` is a test hook, called at the
-    failure points F1, F2, F4, F5 and F6 (docs/design.md#failure-points)."""
+    the status a record is moved to when a person must look. ``observer(event, effect)`` hears the
+    ledger's ``started``, ``done``, ``failed`` and ``stale`` (for telemetry). ``probe`` is a test hook,
+    called at the failure points F1, F2, F4, F5 and F6 (docs/design.md#failure-points)."""
 
     def __init__(
         self,
@@ -200,11 +201,12 @@ class Guard:
         on_escalate: Escalate | None = None,
         review_status: str = "needs_review",
         probe: Callable[[str], None] | None = None,
+        observer: Callable[[str, Effect], None] | None = None,
     ) -> None:
         self.store = store
         self.records = CaseRepository(store, clock or SystemClock())
         self._probe = probe or (lambda point: None)
-        self.ledger = Ledger(store, self.records, call_timeout=call_timeout, probe=self._probe)
+        self.ledger = Ledger(store, self.records, call_timeout=call_timeout, probe=self._probe, observer=observer)
         self.review_status = review_status
         self._finisher = CommitFinisher(self.records, self.ledger, review_status)
         self._on_escalate = on_escalate

@@ -294,3 +294,10 @@ def test_approval_is_asked_on_a_version_and_answered_once(store: SqliteDocumentS
     assert down.requests == 1
     with pytest.raises(ApprovalNotPending):
         guard.answer("r1", request.request_id, approve=False, by="bob", on_version=2)
+
+
+def test_the_observer_hears_the_ledger(store: SqliteDocumentStore, down: Downstream) -> None:
+    heard: list[tuple[str, str]] = []
+    guard, pay = make(store, down, observer=lambda event, effect: heard.append((event, effect.action)))
+    pay.run(guard.decide("r1"), {"amount": "1"})
+    assert heard == [("started", "pay"), ("done", "pay")]
