@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +19,18 @@ BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("cosmos", id="cosmos", marks=pytest.mark.cosmos),
 ]
+STORE_FACTORY_ENV = "CASEKEEPER_STORE_FACTORY"
+"""``module:function`` of a third store, ``function(directory: str) -> DocumentStore``: with it set, every
+contract suite also runs on that store (docs/guard.md#stores). ``directory`` is a fresh empty folder per
+test; calling the function twice with one directory must open the same data (a child process does)."""
+if os.environ.get(STORE_FACTORY_ENV):
+    BACKENDS.append(pytest.param("factory", id="factory"))
+
+
+def _store_factory(spec: str) -> Callable[[str], DocumentStore]:
+    module, _, name = spec.partition(":")
+    factory: Callable[[str], DocumentStore] = getattr(importlib.import_module(module), name)
+    return factory
 
 
 @dataclass(frozen=True)
@@ -28,8 +42,12 @@ class StoreSpec:
     cosmos_endpoint: str | None = None
     cosmos_key: str | None = None
     cosmos_database: str | None = None
+    factory: str | None = None
 
     def open(self) -> DocumentStore:
+        if self.kind == "factory":
+            assert self.factory is not None and self.sqlite_path is not None
+            return _store_factory(self.factory)(self.sqlite_path)
         if self.kind == "sqlite":
             assert self.sqlite_path is not None
             return SqliteDocumentStore(self.sqlite_path)
@@ -66,6 +84,8 @@ def cosmos_server() -> Iterator[object]:
 def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
     if request.param == "sqlite":
         return StoreSpec("sqlite", sqlite_path=str(tmp_path / "store.sqlite"))
+    if request.param == "factory":
+        return StoreSpec("factory", sqlite_path=str(tmp_path), factory=os.environ[STORE_FACTORY_ENV])
     from shared.localhost.cosmos_server import make_cosmos_store
 
     server = request.getfixturevalue("cosmos_server")

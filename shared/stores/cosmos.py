@@ -373,15 +373,23 @@ class CosmosDocumentStore:
         *,
         credential: str | TokenCredential | None = None,
         owns_credential: bool = False,
+        container_names: Mapping[str, str] | None = None,
         **client_options: Any,
     ) -> None:
         """``owns_credential=True`` makes :meth:`close` also close ``credential`` (when it can be closed).
+        ``container_names`` maps the port's container names (``cases``, ``effects``, ...) to the Cosmos DB
+        containers that hold them, so two applications can share a database; unmapped names are used as
+        they are.
 
         Raises ``ValueError`` when ``database`` is empty, when an endpoint comes without a credential, or
         when a ready client comes with a credential or client options."""
         if not isinstance(database, str) or not database:
             raise ValueError("database name must be a non-empty string")
         self._database_name = database
+        unknown = sorted(set(container_names or {}) - set(CONTAINERS))
+        if unknown:
+            raise ValueError(f"container_names maps unknown container(s) {unknown}; known: {sorted(CONTAINERS)}")
+        self._names: dict[str, str] = {name: (container_names or {}).get(name, name) for name in CONTAINERS}
         self._lock = threading.Lock()
         self._containers: dict[str, ContainerProxy] = {}
         self._closed = False
@@ -437,7 +445,7 @@ class CosmosDocumentStore:
             # get_*_client builds proxies only; no request is sent until an item call.
             proxy = self._containers.get(name)
             if proxy is None:
-                proxy = client.get_database_client(self._database_name).get_container_client(name)
+                proxy = client.get_database_client(self._database_name).get_container_client(self._names[name])
                 self._containers[name] = proxy
             return proxy
 
@@ -455,13 +463,14 @@ class CosmosDocumentStore:
             database = client.create_database_if_not_exists(id=self._database_name)
             for name, path in wanted.items():
                 proxy = database.create_container_if_not_exists(
-                    id=name,
+                    id=self._names.get(name, name),  # a lease container keeps its own name
                     partition_key=PartitionKey(path=path),
                 )
                 paths = (proxy.read().get("partitionKey") or {}).get("paths")
                 if paths != [path]:
                     expected = [path]
-                    raise ConfigurationError(f"container {name!r} has partition key {paths}, not {expected}")
+                    physical = self._names.get(name, name)
+                    raise ConfigurationError(f"container {physical!r} has partition key {paths}, not {expected}")
                 if name in CONTAINERS:
                     with self._lock:
                         self._containers[name] = proxy
@@ -610,19 +619,28 @@ class CosmosDocumentStore:
         self.close()
 
 
-def cosmos_store_from_settings(endpoint: str, database: str, key: str | None) -> CosmosDocumentStore:
+def cosmos_store_from_settings(
+    endpoint: str, database: str, key: str | None, *, container_names: Mapping[str, str] | None = None
+) -> CosmosDocumentStore:
     """A store for ``endpoint``/``database``: with ``key`` (a local or test server, or the emulator, whose
     ``CosmosDBConnection`` string the settings split into endpoint and key) key auth, without it
     (``None`` or empty, as an unset setting reads) ``DefaultAzureCredential()`` (managed identity in
     Azure, a developer login locally), which the store then owns and closes. No network I/O happens here.
 
+    ``container_names``: see :class:`CosmosDocumentStore`.
     Raises ``ConfigurationError`` when ``endpoint`` or ``database`` is empty."""
     missing = tuple(name for name, value in (("endpoint", endpoint), ("database", database)) if not value)
     if missing:
         raise ConfigurationError(f"Cosmos DB settings missing: {', '.join(missing)}", missing=missing)
     if key:
-        return CosmosDocumentStore(endpoint, database, credential=key)
+        return CosmosDocumentStore(endpoint, database, credential=key, container_names=container_names)
     # Imported here so that key-only use (tests, local runs) does not need azure-identity at import time.
     from azure.identity import DefaultAzureCredential
 
-    return CosmosDocumentStore(endpoint, database, credential=DefaultAzureCredential(), owns_credential=True)
+    return CosmosDocumentStore(
+        endpoint,
+        database,
+        credential=DefaultAzureCredential(),
+        owns_credential=True,
+        container_names=container_names,
+    )

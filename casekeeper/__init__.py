@@ -1,0 +1,92 @@
+"""Casekeeper's guard for agent workflows: every external effect at most once, on the facts it was decided on.
+
+Everything a user needs is importable from here::
+
+    from casekeeper import Guard, open_sqlite, DownstreamRejected, OutcomeUnknown
+
+    guard = Guard(open_sqlite("app.sqlite"), call_timeout=30)
+
+    @guard.effect("refund", commit="refunded", lookup=payments.find, retry_same_key=True)
+    def refund(key, args):
+        return payments.pay(amount=args["amount"], idempotency_key=key)
+
+    decision = guard.decide("refund-42")
+    refund.run(decision, {"amount": "12.50"})
+
+See docs/guard.md for the call contract, approvals, reconciliation, checkpoints and stores.
+The Agent Framework pieces are in :mod:`casekeeper.agent` (imported on demand: they need
+``agent-framework-core``).
+"""
+
+from __future__ import annotations
+
+from casekeeper.approvals import ApprovalRequest
+from casekeeper.clock import Clock, ManualClock, SystemClock
+from casekeeper.errors import (
+    AlreadyExists,
+    ApprovalNotPending,
+    CaseError,
+    CasekeeperError,
+    ConcurrencyConflict,
+    ConfigurationError,
+    DownstreamError,
+    DownstreamRejected,
+    EffectError,
+    EffectFailed,
+    EffectInFlight,
+    InvalidDocumentId,
+    MissingCommitIntent,
+    NeedsReconciliation,
+    OutcomeAlreadyRecorded,
+    OutcomeUnknown,
+    RecordNotFound,
+    StaleApproval,
+    StaleDecision,
+    StoreError,
+    StoreUnavailable,
+)
+from casekeeper.guard import Call, Decision, EffectResult, Guard, GuardedEffect, Lookup, Record
+from casekeeper.stores import CONTAINERS, Document, DocumentStore, Query, open_cosmos, open_sqlite
+from shared.core.reconcile import RecheckResult
+
+__all__ = [
+    "CONTAINERS",
+    "AlreadyExists",
+    "ApprovalNotPending",
+    "ApprovalRequest",
+    "Call",
+    "CaseError",
+    "CasekeeperError",
+    "Clock",
+    "ConcurrencyConflict",
+    "ConfigurationError",
+    "Decision",
+    "Document",
+    "DocumentStore",
+    "DownstreamError",
+    "DownstreamRejected",
+    "EffectError",
+    "EffectFailed",
+    "EffectInFlight",
+    "EffectResult",
+    "Guard",
+    "GuardedEffect",
+    "InvalidDocumentId",
+    "Lookup",
+    "ManualClock",
+    "MissingCommitIntent",
+    "NeedsReconciliation",
+    "OutcomeAlreadyRecorded",
+    "OutcomeUnknown",
+    "Query",
+    "RecheckResult",
+    "Record",
+    "RecordNotFound",
+    "StaleApproval",
+    "StaleDecision",
+    "StoreError",
+    "StoreUnavailable",
+    "SystemClock",
+    "open_cosmos",
+    "open_sqlite",
+]

@@ -1,0 +1,169 @@
+"""Agent Framework pieces for any workflow: per-record checkpoints (R7, R8, R9), usable from your executors.
+
+- :class:`RecordCheckpoints`: a ``CheckpointStorage`` holding one record's checkpoints (container
+  ``checkpoints``, partition = record id). Pass a new one per run: ``workflow.run(msg,
+  checkpoint_storage=RecordCheckpoints(store, record_id, checkpoint_types(MyMessage, ...)))``.
+- :func:`checkpoint_types`: the allow-list of your own types that checkpoints may hold.
+- :func:`capture_failures` / :func:`capturing`: Agent Framework does not fail a run whose checkpoint save
+  failed (it logs one warning); these record each failure durably (container ``health``) and tell the run.
+- :func:`resumable`: the newest checkpoint of the record that this build can resume, or ``None`` when
+  there is none worth resuming or it cannot be used (graph changed, a type no longer loads): then rebuild
+  the run from the record, which is the truth (rule R9); the record gets a note saying so, once.
+
+Differences from Agent Framework's own storages, on purpose (the rest of the ``CheckpointStorage``
+contract holds, see ``tests/casekeeper/test_checkpoint_contract.py``):
+
+- **save refuses what would not load back**: a type outside the allow-list, NaN or infinity, a document
+  over 1.5 MB, and numbers the Cosmos DB protocol would change (JSON numbers are doubles there: an
+  integer beyond ±2^53 comes back rounded, ``2.0`` comes back as ``2``). Keep such values as strings or
+  ``Decimal`` (pickled, exact). The refusal is what a failed save is: captured (R7), never silent.
+- **a different checkpoint under an existing id is refused**, not overwritten (the very same one is a no-op).
+- **a damaged newest checkpoint raises** from ``get_latest`` instead of falling back to an older one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from agent_framework import WorkflowCheckpoint
+from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
+from agent_framework.exceptions import WorkflowCheckpointException
+
+from casekeeper._numbers import inexact_numbers
+from shared.core.cases import CaseRepository
+from shared.core.ports import DocumentStore
+from shared.workflow.capture import (
+    CheckpointFailure,
+    RunCapture,
+    capturing,
+    failures_since,
+    install,
+    mark_alerted,
+)
+from shared.workflow.checkpoints import CaseCheckpointStorage, CheckpointRecord, CheckpointUnusable, type_key
+
+log = logging.getLogger("casekeeper.agent")
+
+
+def checkpoint_types(*classes: type) -> frozenset[str]:
+    """The allow-list entries (``"module:QualName"``) for ``classes``: the message and state types of your
+    workflow that are not plain dicts, lists, strings, numbers or ``None``."""
+    return frozenset(type_key(cls) for cls in classes)
+
+
+class RecordCheckpoints(CaseCheckpointStorage):
+    """Agent Framework ``CheckpointStorage`` for one record's runs, over any document store.
+
+    ``allowed_types``: your message and state classes (or :func:`checkpoint_types` keys). Save refuses,
+    with ``WorkflowCheckpointException`` and nothing written, anything that would not load back exactly
+    (see the module docstring). Load, list, delete and ``get_latest`` behave as the framework's storages
+    do. Also offers ``records()`` and ``latest_record()`` (metadata without decoding), ``try_decode()``
+    and ``prune(keep)``."""
+
+    def __init__(
+        self,
+        store: DocumentStore,
+        record_id: str,
+        allowed_types: Iterable[str | type] = frozenset(),
+        **options: Any,
+    ) -> None:
+        if isinstance(allowed_types, str | type):
+            raise TypeError("allowed_types must be an iterable of types or 'module:QualName' strings")
+        keys = [t if isinstance(t, str) else type_key(t) for t in allowed_types]
+        super().__init__(store, record_id, keys, **options)
+
+    @property
+    def record_id(self) -> str:
+        """The record whose checkpoints this storage holds."""
+        return self.case_id
+
+    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
+        """Store ``checkpoint`` and return its id; refuses (``WorkflowCheckpointException``) what would not
+        load back exactly. Saving the very same checkpoint twice is a no-op."""
+        await asyncio.to_thread(self._check_exact, checkpoint)
+        return await super().save(checkpoint)
+
+    def _check_exact(self, checkpoint: WorkflowCheckpoint) -> None:
+        try:
+            encoded = encode_checkpoint_value(checkpoint.to_dict())
+        except Exception:
+            return  # the base save reports what cannot be encoded
+        problems = inexact_numbers(encoded)
+        if problems:
+            shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+            raise WorkflowCheckpointException(
+                f"Checkpoint {checkpoint.checkpoint_id} of record {self.case_id} holds numbers a store of JSON "
+                f"doubles would change: {shown}. Keep them as strings or Decimal; refusing to save"
+            )
+
+
+class _Named(Protocol):
+    name: str
+    graph_signature_hash: str
+
+
+def capture_failures(store: DocumentStore) -> object:
+    """Record every failed checkpoint save in ``store`` (container ``health``) from now on, process-wide;
+    idempotent. Wrap each run in :func:`capturing` so a failure names its record."""
+    return install(store)
+
+
+def resumable(
+    storage: CaseCheckpointStorage,
+    workflow: _Named,
+    *,
+    records: CaseRepository | None = None,
+) -> WorkflowCheckpoint | None:
+    """The newest checkpoint of ``workflow`` for the storage's record if a run is left in it (interrupted
+    mid-run, or paused on requests) and this build can resume it; ``None`` otherwise.
+
+    A checkpoint this build cannot use (its graph hash differs from ``workflow.graph_signature_hash``, a
+    type no longer loads, it was pruned) gives ``None`` too (rule R8): start a fresh run from the record.
+    With ``records`` (``guard.records``) the record gets a note saying so, once per checkpoint. Store
+    failures propagate (``StoreUnavailable``): retry later; do not rebuild because the store is down."""
+    record = storage.latest_record(workflow.name)
+    if record is None:
+        return None
+    try:
+        checkpoint = storage.try_decode(record, expected_graph_hash=workflow.graph_signature_hash)
+    except CheckpointUnusable as exc:
+        log.warning(
+            "record %s: checkpoint %s unusable (%s): rebuilding from the record",
+            storage.case_id,
+            exc.checkpoint_id,
+            exc.reason,
+        )
+        if records is not None:
+            _note_rebuilt(records, storage.case_id, exc)
+        return None
+    if record.pending_request_ids or any(checkpoint.messages.values()):
+        return checkpoint
+    return None
+
+
+def _note_rebuilt(records: CaseRepository, record_id: str, exc: CheckpointUnusable) -> None:
+    record = records.get(record_id)
+    if record is None or any(n.get("checkpointId") == exc.checkpoint_id for n in record.notes):
+        return
+    records.note(
+        record_id, "run rebuilt from the record", reason=exc.reason, checkpointId=exc.checkpoint_id, kind=exc.kind
+    )
+
+
+__all__ = [
+    "CheckpointFailure",
+    "CheckpointRecord",
+    "CheckpointUnusable",
+    "RecordCheckpoints",
+    "RunCapture",
+    "capture_failures",
+    "capturing",
+    "checkpoint_types",
+    "failures_since",
+    "inexact_numbers",
+    "mark_alerted",
+    "resumable",
+]

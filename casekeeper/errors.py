@@ -1,0 +1,106 @@
+"""The error tree of the guard, in one place.
+
+Every error the guard raises on purpose is a :class:`CasekeeperError`; ``retryable`` says whether trying
+the same thing again later can help. The tree is Casekeeper's own (``shared.core.errors``), re-exported,
+plus three errors of the public API:
+
+- :class:`MissingCommitIntent`: a ``done`` effect without the commit it should lead to (never silent);
+- :class:`ApprovalNotPending`: an answer to a request that is not the record's pending one (answered
+  already, withdrawn, or never asked);
+- :class:`StaleApproval`: an answer given on a record version the record has left (rule R6).
+
+What a guarded call raises to tell the guard what happened downstream:
+
+- :class:`DownstreamRejected`: a definite refusal (a 4xx). Recorded ``failed``; the guard raises
+  :class:`EffectFailed`.
+- :class:`OutcomeUnknown` (or any other exception): the effect may or may not have happened. The ledger
+  row stays ``started``; only a lookup by key (reconciliation) or a person settles it.
+"""
+
+from __future__ import annotations
+
+from shared.core.errors import (
+    AlreadyExists,
+    CaseError,
+    CasekeeperError,
+    CaseNotFound,
+    ConcurrencyConflict,
+    ConfigurationError,
+    DownstreamError,
+    DownstreamRejected,
+    EffectError,
+    EffectFailed,
+    EffectInFlight,
+    InvalidDocumentId,
+    NeedsReconciliation,
+    OutcomeAlreadyRecorded,
+    OutcomeUnknown,
+    StaleDecision,
+    StoreError,
+    StoreUnavailable,
+)
+
+RecordNotFound = CaseNotFound
+"""No record with this id (the guard's records are Casekeeper's cases)."""
+
+
+class MissingCommitIntent(EffectError):
+    """A ``done`` effect whose ledger row names no commit: the guard cannot tell what the record should
+    become. Raised instead of silently leaving the record's gate open; a person settles it."""
+
+    def __init__(self, *, key: str, case_id: str, action: str) -> None:
+        super().__init__(
+            f"effect {action} ({key[:12]}) of record {case_id!r} is done but names no commit intent",
+            key=key,
+            case_id=case_id,
+            action=action,
+        )
+
+
+class ApprovalNotPending(CaseError):
+    """The answered request is not the record's pending approval: it was answered already (one answer per
+    request), withdrawn, or never asked. Nothing was changed."""
+
+    def __init__(self, *, case_id: str, request_id: str, detail: str) -> None:
+        super().__init__(f"approval {request_id} of record {case_id!r} is not pending: {detail}", case_id=case_id)
+        self.request_id = request_id
+        self.detail = detail
+
+
+class StaleApproval(CaseError):
+    """The answer was given on a record version the record has left (rule R6): the approver saw other
+    facts. Nothing was changed; decide again and ask again."""
+
+    def __init__(self, *, case_id: str, request_id: str, answered_on: int, current_version: int) -> None:
+        super().__init__(
+            f"approval {request_id} of record {case_id!r} answered on v{answered_on}, record is at v{current_version}",
+            case_id=case_id,
+        )
+        self.request_id = request_id
+        self.answered_on = answered_on
+        self.current_version = current_version
+
+
+__all__ = [
+    "AlreadyExists",
+    "ApprovalNotPending",
+    "CaseError",
+    "CasekeeperError",
+    "ConcurrencyConflict",
+    "ConfigurationError",
+    "DownstreamError",
+    "DownstreamRejected",
+    "EffectError",
+    "EffectFailed",
+    "EffectInFlight",
+    "InvalidDocumentId",
+    "MissingCommitIntent",
+    "NeedsReconciliation",
+    "OutcomeAlreadyRecorded",
+    "OutcomeUnknown",
+    "RecordNotFound",
+    "StaleApproval",
+    "StaleDecision",
+    "StoreError",
+    "StoreUnavailable",
+]

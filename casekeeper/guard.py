@@ -1,0 +1,464 @@
+"""The guard: decide on a pinned (record, version), run each external effect at most once, commit it.
+
+A **record** is one business object a workflow acts on (a refund request, an invoice case): a JSON
+document with ``id``, ``status``, ``version`` and ``facts``. Every change of status or facts is
+conditional on the version and moves it by one (rule R5).
+
+One decision, in four steps::
+
+    decision = guard.decide(record_id)          # pinned to the record's version; settles leftovers first
+    ... look at decision.facts, decide ...
+    result = refund.run(decision, {"amount": "12.50"})   # at most one call per (record, action, version)
+    # result.commit: "committed" | "already" | "needs_review" | "with_person"
+
+What :meth:`Guard.decide` settles first (rules R3, R4; F5): a ``done`` effect whose commit a crash left
+unfinished has its commit finished now; an effect of an **earlier** version without a known outcome makes
+it refuse (``EffectInFlight`` while another attempt may be mid-call, ``NeedsReconciliation`` after the
+call timeout). An open effect of the record's **current** version is this decision's own (a crash after
+its claim): it is left out, because running the effect again replays it through the ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from casekeeper import _reconcile, approvals
+from casekeeper._numbers import inexact_numbers
+from casekeeper.approvals import ApprovalRequest
+from casekeeper.clock import SystemClock
+from casekeeper.errors import MissingCommitIntent
+from shared.core.cases import Case, CaseRepository
+from shared.core.clock import Clock
+from shared.core.commits import CommitFinisher
+from shared.core.errors import EffectFailed, EffectInFlight, NeedsReconciliation
+from shared.core.keys import canonical_json
+from shared.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, Effect, EffectStatus, Ledger
+from shared.core.ports import DocumentStore
+from shared.core.reconcile import RecheckResult
+
+log = logging.getLogger("casekeeper.guard")
+
+Record = Case
+"""A record as read from the store: ``id``, ``status``, ``version``, ``facts``, ``data``, ``history``."""
+
+CallResult = Mapping[str, Any]
+Call = Callable[[str, Mapping[str, Any]], CallResult | Awaitable[CallResult]]
+"""A guarded call: ``call(key, args)``. ``key`` (64 hex characters) is the same for every attempt of one
+decision: forward it as the downstream's idempotency key. ``args`` are the JSON arguments given to
+:meth:`GuardedEffect.run`. Returns a JSON object (the downstream's record of the effect). Raises
+``DownstreamRejected`` for a definite refusal and ``OutcomeUnknown`` (or anything else) when it cannot
+tell whether the effect happened. May be ``async``."""
+Lookup = Callable[[str], CallResult | Awaitable[CallResult | None] | None]
+"""``lookup(key)``: the downstream's record of the effect made with ``key``, ``None`` when it has none;
+raises ``OutcomeUnknown`` when it cannot tell. May be ``async``."""
+Escalate = Callable[[str, dict[str, Any]], object]
+"""``on_escalate(message, fields)``: a person must settle an effect (fields: recordId, effectKey, action,
+reason)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A decision pinned to one version of one record, from :meth:`Guard.decide` or an approval.
+
+    ``effects`` are the record's effects of earlier versions (this decision's own, on ``version``, are
+    left out: they are the ones this decision will replay). ``approval`` is the answered approval this
+    decision carries (``None`` when it was not approved by a person)."""
+
+    record: Record
+    effects: tuple[Effect, ...] = ()
+    approval: dict[str, Any] | None = None
+    guard_id: int = field(default=0, repr=False)
+    pinned_version: int | None = None
+    """Set by :meth:`Guard.pinned`: the version decided on, when the record read since may be newer."""
+
+    @property
+    def record_id(self) -> str:
+        """The record's id."""
+        return self.record.id
+
+    @property
+    def version(self) -> int:
+        """The version this decision is pinned to: its effects' keys and commits are on this version."""
+        return self.record.version if self.pinned_version is None else self.pinned_version
+
+    def to_json(self) -> dict[str, Any]:
+        """What to carry in a workflow message (plain JSON): give it back to :meth:`Guard.pinned`."""
+        return {"recordId": self.record_id, "version": self.version, "approval": self.approval}
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """The record's facts at :attr:`version`."""
+        return self.record.facts
+
+    def done(self, action: str | None = None) -> list[Effect]:
+        """Earlier ``done`` effects (of ``action``, or all), oldest first: what was already done for the
+        record, for instance to subtract amounts already refunded."""
+        return [e for e in self.effects if e.status is EffectStatus.DONE and action in (None, e.action)]
+
+
+@dataclass(frozen=True)
+class EffectResult:
+    """What :meth:`GuardedEffect.run` returns for an effect that happened.
+
+    ``result`` is the call's JSON result (recorded in the ledger); ``replayed`` is True when it came from
+    the ledger and no call was made now. ``commit`` says what happened to the record: ``committed`` (now),
+    ``already`` (an earlier attempt committed it), ``needs_review`` (the record moved on before the commit:
+    handed to a person) or ``with_person`` (a person has it already). ``record`` is the record after."""
+
+    key: str
+    result: dict[str, Any]
+    replayed: bool
+    commit: str
+    record: Record | None
+
+
+class GuardedEffect:
+    """One declared effect (see :meth:`Guard.effect`). Run it with :meth:`run` or :meth:`arun`."""
+
+    def __init__(
+        self,
+        guard: Guard,
+        action: str,
+        call: Call,
+        *,
+        commit: str | Callable[[Mapping[str, Any]], str],
+        lookup: Lookup | None,
+        retry_same_key: bool,
+        commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None,
+    ) -> None:
+        if not action:
+            raise ValueError("action must be a non-empty string")
+        if not commit:
+            raise ValueError(f"effect {action!r} needs a commit: the status the record moves to once it is done")
+        if retry_same_key and lookup is None:
+            raise ValueError(f"effect {action!r}: retry_same_key needs a lookup (retry only what was not found)")
+        self._guard = guard
+        self.action = action
+        self.call = call
+        self._commit = commit
+        self.lookup = lookup
+        self.retry_same_key = retry_same_key
+        self._commit_data = commit_data
+        self.__doc__ = getattr(call, "__doc__", None) or f"Guarded effect {action!r}."
+
+    def __repr__(self) -> str:
+        return f"GuardedEffect({self.action!r})"
+
+    def commit_status(self, args: Mapping[str, Any]) -> str:
+        """The status the record moves to once the effect made with ``args`` is done."""
+        return self._commit(args) if callable(self._commit) else self._commit
+
+    def data_for(self, effect: Effect) -> dict[str, Any]:
+        """The record ``data`` fields written with the commit (from ``commit_data``, given the result)."""
+        if self._commit_data is None or effect.result is None:
+            return {}
+        return dict(self._commit_data(effect.result))
+
+    def run(
+        self, decision: Decision | Mapping[str, Any], args: Mapping[str, Any], *, reason: str | None = None
+    ) -> EffectResult:
+        """Run the effect for ``decision`` (or its :meth:`Decision.to_json`) at most once, then commit the record.
+
+        Raises ``StaleDecision`` (the record moved since the decision: nothing called; decide again),
+        ``EffectFailed`` (definite refusal, now or earlier: the record goes to the guard's review
+        status), ``EffectInFlight`` (another attempt may be mid-call: try later), ``NeedsReconciliation``
+        (outcome unknown past the call timeout: reconciliation settles it), ``MissingCommitIntent``, and
+        re-raises the call's ``OutcomeUnknown`` (or other exception) with the ledger row left ``started``.
+        """
+        return self._guard._run(self, self._guard.pin(decision), dict(args), reason, loop=None)
+
+    async def arun(
+        self, decision: Decision | Mapping[str, Any], args: Mapping[str, Any], *, reason: str | None = None
+    ) -> EffectResult:
+        """:meth:`run` off the event loop; an ``async`` call runs on this loop."""
+        loop = asyncio.get_running_loop()
+        guard = self._guard
+        return await asyncio.to_thread(lambda: guard._run(self, guard.pin(decision), dict(args), reason, loop=loop))
+
+
+class Guard:
+    """The guard over one store: records, effects, approvals, reconciliation.
+
+    ``store``: any :class:`~casekeeper.DocumentStore` (SQLite, Cosmos DB, or one passing the contract
+    suite). ``clock`` stamps history for people (defaults to :class:`~casekeeper.SystemClock`); whether an
+    effect is still in flight is judged by the **store's** clock. ``call_timeout`` (seconds): a ``started``
+    effect younger than this may still be mid-call; older, its outcome is unknown. Set it above the
+    call's own client timeout. ``on_escalate`` hears every effect handed to a person. ``review_status`` is
+    the status a record is moved to when a person must look. ``observer(event, effect)`` hears the
+    ledger's ``started``, ``done``, ``failed`` and ``stale`` (for telemetry). ``probe`` is a test hook,
+    called at the failure points F1, F2, F4, F5 and F6 (docs/design.md#failure-points)."""
+
+    def __init__(
+        self,
+        store: DocumentStore,
+        *,
+        clock: Clock | None = None,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        on_escalate: Escalate | None = None,
+        review_status: str = "needs_review",
+        probe: Callable[[str], None] | None = None,
+        observer: Callable[[str, Effect], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.records = CaseRepository(store, clock or SystemClock())
+        self._probe = probe or (lambda point: None)
+        self.ledger = Ledger(store, self.records, call_timeout=call_timeout, probe=self._probe, observer=observer)
+        self.review_status = review_status
+        self._finisher = CommitFinisher(self.records, self.ledger, review_status)
+        self._on_escalate = on_escalate
+        self._effects: dict[str, GuardedEffect] = {}
+
+    # --- declaring effects ----------------------------------------------------------------------
+
+    def effect(
+        self,
+        action: str,
+        *,
+        commit: str | Callable[[Mapping[str, Any]], str],
+        lookup: Lookup | None = None,
+        retry_same_key: bool = False,
+        commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    ) -> Callable[[Call], GuardedEffect]:
+        """Decorator declaring the guarded call of ``action``, once.
+
+        ``commit``: the status the record moves to once the effect is done (or a function of the args).
+        ``lookup``: how reconciliation asks the downstream by key (see :data:`Lookup`); without one, an
+        unknown outcome goes to a person. ``retry_same_key``: after a lookup found nothing, call again with
+        the same key (only if the downstream honours idempotency keys). ``commit_data(result)``: record
+        ``data`` fields written with the commit. Raises ``ValueError`` for a second declaration of
+        ``action`` or a missing commit."""
+
+        def declare(call: Call) -> GuardedEffect:
+            return self.register(
+                action, call, commit=commit, lookup=lookup, retry_same_key=retry_same_key, commit_data=commit_data
+            )
+
+        return declare
+
+    def register(
+        self,
+        action: str,
+        call: Call,
+        *,
+        commit: str | Callable[[Mapping[str, Any]], str],
+        lookup: Lookup | None = None,
+        retry_same_key: bool = False,
+        commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    ) -> GuardedEffect:
+        """:meth:`effect` without the decorator."""
+        if action in self._effects:
+            raise ValueError(f"effect {action!r} is already declared")
+        declared = GuardedEffect(
+            self, action, call, commit=commit, lookup=lookup, retry_same_key=retry_same_key, commit_data=commit_data
+        )
+        self._effects[action] = declared
+        return declared
+
+    # --- records ----------------------------------------------------------------------------------
+
+    def create(self, record_id: str, facts: Mapping[str, Any], *, status: str = "open") -> tuple[Record, bool]:
+        """Create the record at version 1, or return the existing one; the flag says whether it was created."""
+        return self.records.create_if_absent(record_id, facts, status=status)
+
+    def get(self, record_id: str) -> Record | None:
+        """The record, or ``None``."""
+        return self.records.get(record_id)
+
+    def update(
+        self, record_id: str, expected_version: int, changes: Mapping[str, Any], *, reason: str
+    ) -> Record | None:
+        """Change facts if the record is at ``expected_version`` (moves the version: decisions and approvals
+        made on the old version go stale). ``None`` when the record moved on. Raises ``RecordNotFound``."""
+        return self.records.update_facts(record_id, expected_version, changes, reason=reason)
+
+    def commit(
+        self, decision: Decision, status: str, *, reason: str | None = None, data: Mapping[str, Any] | None = None
+    ) -> Record | None:
+        """Move the record to ``status`` without an effect, if it is still at the decision's version.
+        ``None`` when it moved on (decide again)."""
+        return self.records.commit_status(decision.record_id, decision.version, status, reason=reason, data=data)
+
+    # --- approvals (rule R6) ---------------------------------------------------------------------
+
+    def ask(
+        self,
+        decision: Decision | Mapping[str, Any],
+        action: str,
+        details: Mapping[str, Any],
+        *,
+        status: str = "awaiting_approval",
+    ) -> ApprovalRequest:
+        """Ask a person to approve ``action`` (with JSON ``details``) before it runs: commits the record to
+        ``status`` with the request pending, conditionally on the decision's version. Returns the request
+        (asked on the decision's version plus one). Asking again for the same decision returns the same
+        request. Raises ``StaleDecision`` when the record moved on (decide again)."""
+        return approvals.ask(self, self.pin(decision), action, details, status=status)
+
+    def answer(
+        self,
+        record_id: str,
+        request_id: str,
+        *,
+        approve: bool,
+        by: str,
+        on_version: int,
+        reason: str | None = None,
+        approved_status: str = "approved",
+        rejected_status: str = "rejected",
+    ) -> Decision | None:
+        """Answer a pending request, given on record version ``on_version`` (the request's ``version``).
+
+        Approve: commits ``approved_status`` and returns the decision to run the approved effect on (pinned
+        to the version after the answer). Reject: commits ``rejected_status`` and returns ``None``. One
+        answer per request: raises ``ApprovalNotPending`` for a request answered already (a redelivery of
+        the same approval, before anything else happened, returns the same decision again) or not pending,
+        and ``StaleApproval`` when the record has left the version the answer was given on."""
+        return approvals.answer(
+            self,
+            record_id,
+            request_id,
+            approve=approve,
+            by=by,
+            on_version=on_version,
+            reason=reason,
+            approved_status=approved_status,
+            rejected_status=rejected_status,
+        )
+
+    async def aask(
+        self,
+        decision: Decision | Mapping[str, Any],
+        action: str,
+        details: Mapping[str, Any],
+        *,
+        status: str = "awaiting_approval",
+    ) -> ApprovalRequest:
+        """:meth:`ask` off the event loop."""
+        return await asyncio.to_thread(self.ask, decision, action, details, status=status)
+
+    async def aanswer(self, record_id: str, request_id: str, **kwargs: Any) -> Decision | None:
+        """:meth:`answer` off the event loop (same keyword arguments)."""
+        return await asyncio.to_thread(lambda: self.answer(record_id, request_id, **kwargs))
+
+    # --- deciding ----------------------------------------------------------------------------------
+
+    def decide(self, record_id: str) -> Decision:
+        """Pin a decision to the record's current version, after settling what earlier runs left.
+
+        Finishes a crash-left commit first (the returned decision is then on the version after it).
+        Raises ``RecordNotFound``; ``EffectInFlight`` (``retry_after`` seconds) or ``NeedsReconciliation``
+        while an earlier effect's outcome is unknown; ``MissingCommitIntent``."""
+        for _ in range(4):
+            record = self.records.require(record_id)
+            effects = self.ledger.for_case(record_id)
+            gate = record.gate
+            left = next(
+                (e for e in effects if gate and e.key == gate.effect_key and e.status is EffectStatus.DONE), None
+            )
+            if left is None:
+                break
+            self._finish(left)  # then look again: the record moved
+        else:  # pragma: no cover - a record whose gates keep reopening is a bug elsewhere
+            raise RuntimeError(f"record {record_id!r}: crash-left commits keep appearing")
+        for effect in effects:
+            if effect.status in OPEN_STATUSES and effect.case_version != record.version:
+                self._refuse_open(effect)
+        earlier = tuple(e for e in effects if e.case_version != record.version)
+        return Decision(record, earlier, None, id(self))
+
+    def pinned(self, record_id: str, version: int, *, approval: Mapping[str, Any] | None = None) -> Decision:
+        """The decision made earlier on ``version`` (from :meth:`Decision.to_json`, carried in a workflow
+        message), for running its effect in a later step. Reads the record but keeps the version: if the
+        record has moved since, the effect is refused (``StaleDecision``), never run on other facts."""
+        record = self.records.require(record_id)
+        earlier = tuple(e for e in self.ledger.for_case(record_id) if e.case_version != version)
+        return Decision(record, earlier, dict(approval) if approval else None, id(self), version)
+
+    def pin(self, decision: Decision | Mapping[str, Any]) -> Decision:
+        """``decision`` itself, or the decision its :meth:`Decision.to_json` describes (see :meth:`pinned`)."""
+        if isinstance(decision, Decision):
+            return decision
+        return self.pinned(str(decision["recordId"]), int(decision["version"]), approval=decision.get("approval"))
+
+    async def adecide(self, record_id: str) -> Decision:
+        """:meth:`decide` off the event loop."""
+        return await asyncio.to_thread(self.decide, record_id)
+
+    def _refuse_open(self, effect: Effect) -> None:
+        remaining = self.ledger.in_flight_for(effect)
+        if remaining is not None:
+            raise EffectInFlight(key=effect.key, case_id=effect.case_id, action=effect.action, retry_after=remaining)
+        raise NeedsReconciliation(
+            key=effect.key,
+            case_id=effect.case_id,
+            action=effect.action,
+            age=self.ledger.age(effect),
+            reason=f"effect {effect.action} on v{effect.case_version} is {effect.status.value}: settle it first",
+        )
+
+    def _finish(self, effect: Effect, *, expected: Record | None = None, suffix: str = "") -> tuple[str, Record | None]:
+        if not isinstance(effect.request.get("commit"), Mapping):
+            raise MissingCommitIntent(key=effect.key, case_id=effect.case_id, action=effect.action)
+        declared = self._effects.get(effect.action)
+        data = declared.data_for(effect) if declared is not None else {}
+        finished = self._finisher.finish(effect, data=data, expected=expected, reason_suffix=suffix)
+        return finished.outcome, finished.case
+
+    # --- running an effect ----------------------------------------------------------------------
+
+    def _run(
+        self,
+        declared: GuardedEffect,
+        decision: Decision,
+        args: dict[str, Any],
+        reason: str | None,
+        *,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> EffectResult:
+        if decision.guard_id not in (0, id(self)):
+            raise ValueError("this decision was made by another guard")
+        canonical_json(args)  # refuses what JSON cannot carry (NaN, sets, objects) before anything is written
+        # A reconciliation retry rebuilds the call from the stored args: they must come back unchanged.
+        inexact = inexact_numbers(args, "args", integral_floats=False)
+        if inexact:
+            raise ValueError(f"{declared.action}: {'; '.join(inexact)}: pass such numbers as strings")
+        intent = {"status": declared.commit_status(args), "reason": reason or f"{declared.action} done"}
+        record_id = decision.record_id
+        try:
+            outcome = self.ledger.run(
+                case_id=record_id,
+                action=declared.action,
+                decided_on_version=decision.version,
+                call=lambda key: _reconcile.resolved(declared.call(key, args), loop),
+                request={"args": args, "commit": intent},
+            )
+        except EffectFailed as exc:
+            self._finisher.to_review(record_id, f"{declared.action} refused: {exc.reason}", {}, effect_key=exc.key)
+            raise
+        effect = outcome.effect
+        self._probe("F5")
+        commit, record = self._finish(effect, expected=outcome.case)
+        self._probe("F6")
+        return EffectResult(effect.key, dict(effect.result or {}), outcome.replayed, commit, record)
+
+    # --- reconciliation ----------------------------------------------------------------------------
+
+    def reconcile(self) -> list[RecheckResult]:
+        """One sweep, from your own timer: every effect whose outcome is unknown past the call timeout is
+        looked up by key (found: recorded and committed; not found: retried with the same key if declared
+        safe, else handed to a person), and every commit a crash left unfinished is finished. Harmless to
+        run any number of times, concurrently with workflow runs. Returns what each re-check did."""
+        return _reconcile.sweep(self, loop=None)
+
+    async def areconcile(self) -> list[RecheckResult]:
+        """:meth:`reconcile` off the event loop; ``async`` lookups and calls run on this loop."""
+        return await asyncio.to_thread(_reconcile.sweep, self, loop=asyncio.get_running_loop())
+
+    def reconcile_effect(self, record_id: str, key: str) -> RecheckResult:
+        """Re-check one effect (from a change feed that saw its ledger row): in flight (``retry_after``
+        says when to look again), settled, recorded, retried, escalated. Harmless to repeat."""
+        return _reconcile.recheck(self, _reconcile.reconciler(self, None), record_id, key)

@@ -1,0 +1,1 @@
+"""Workflows built on the public guard API (``casekeeper``)."""

@@ -1,0 +1,1 @@
+"""The customer-refund example: a second workflow on the public guard API (see README.md here)."""

@@ -1,0 +1,214 @@
+"""The Agent Framework pieces on both backends: the ``CheckpointStorage`` contract as the framework's own
+storages keep it, the deliberate differences (numbers a store of JSON doubles would change are refused at
+save), the rebuild path (R8) and failure capture (R7) in a user's own workflow."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Never
+
+import pytest
+from agent_framework import Executor, WorkflowBuilder, WorkflowCheckpoint, WorkflowContext, handler
+from agent_framework.exceptions import WorkflowCheckpointException
+
+from casekeeper import DocumentStore, Guard
+from casekeeper.agent import (
+    RecordCheckpoints,
+    capture_failures,
+    capturing,
+    checkpoint_types,
+    failures_since,
+    inexact_numbers,
+    resumable,
+)
+from shared.workflow import capture
+
+NAME = "user-workflow"
+
+
+def cp(state: dict[str, Any] | None = None, *, name: str = NAME, graph: str = "g1", **kw: Any) -> WorkflowCheckpoint:
+    return WorkflowCheckpoint(workflow_name=name, graph_signature_hash=graph, state=state or {}, **kw)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# --- the framework's CheckpointStorage contract --------------------------------------------------------------
+
+
+def test_save_then_load_gives_the_same_checkpoint(store: DocumentStore) -> None:
+    storage = RecordCheckpoints(store, "r1")
+    saved = cp({"n": 1, "text": "x", "nested": {"list": [1, "a", None, True]}, "ratio": 0.25})
+    assert run(storage.save(saved)) == saved.checkpoint_id
+    loaded = run(storage.load(saved.checkpoint_id))
+    assert loaded.to_dict() == saved.to_dict()
+
+
+def test_list_and_latest_are_per_workflow_name_oldest_first(store: DocumentStore) -> None:
+    storage = RecordCheckpoints(store, "r1")
+    first, second, other = cp({"i": 1}), cp({"i": 2}), cp({"i": 3}, name="other")
+    for c in (first, second, other):
+        run(storage.save(c))
+    assert [c.checkpoint_id for c in run(storage.list_checkpoints(workflow_name=NAME))] == [
+        first.checkpoint_id,
+        second.checkpoint_id,
+    ]
+    assert run(storage.list_checkpoint_ids(workflow_name="other")) == [other.checkpoint_id]
+    assert run(storage.get_latest(workflow_name=NAME)).checkpoint_id == second.checkpoint_id
+    assert run(storage.get_latest(workflow_name="none")) is None
+
+
+def test_delete_says_whether_there_was_one_and_load_of_a_missing_one_raises(store: DocumentStore) -> None:
+    storage = RecordCheckpoints(store, "r1")
+    saved = cp()
+    run(storage.save(saved))
+    assert run(storage.delete(saved.checkpoint_id)) is True
+    assert run(storage.delete(saved.checkpoint_id)) is False
+    with pytest.raises(WorkflowCheckpointException):
+        run(storage.load(saved.checkpoint_id))
+
+
+def test_records_keep_their_own_checkpoints(store: DocumentStore) -> None:
+    one, two = RecordCheckpoints(store, "r1"), RecordCheckpoints(store, "r2")
+    run(one.save(cp({"who": 1})))
+    assert run(two.list_checkpoints(workflow_name=NAME)) == []
+
+
+# --- deliberate differences ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [2**53 + 1, -(2**53) - 7, 2.0, [1, {"deep": 10.0}]],
+    ids=["int-above-2^53", "int-below-minus-2^53", "integral-float", "nested"],
+)
+def test_numbers_a_double_based_store_would_change_are_refused_at_save(store: DocumentStore, value: Any) -> None:
+    storage = RecordCheckpoints(store, "r1")
+    refused = cp({"value": value})
+    with pytest.raises(WorkflowCheckpointException, match="numbers a store of JSON doubles would change"):
+        run(storage.save(refused))
+    assert storage.records() == []  # nothing written
+
+
+def test_numbers_at_the_edge_come_back_exactly_after_a_trip_through_the_store(store: DocumentStore) -> None:
+    storage = RecordCheckpoints(store, "r1")
+    saved = cp({"max": 2**53, "min": -(2**53), "ratio": 0.1, "small": 3})
+    run(storage.save(saved))
+    # A new storage reads what the store holds: no cache between save and load.
+    state = run(RecordCheckpoints(store, "r1").load(saved.checkpoint_id)).state
+    assert state == {"max": 2**53, "min": -(2**53), "ratio": 0.1, "small": 3}
+    assert all(type(state[k]) is type(v) for k, v in saved.state.items())
+
+
+def test_inexact_numbers_names_where_they_are() -> None:
+    assert inexact_numbers({"a": [1, 2.5, {"b": 4.0}], "c": 2**60, "d": True}) == [
+        "$.a[2].b = 4.0 (would load back as 4)",
+        f"$.c = {2**60} (integer beyond 2^53)",
+    ]
+
+
+def test_a_different_checkpoint_under_an_existing_id_is_refused_and_the_same_one_is_a_no_op(
+    store: DocumentStore,
+) -> None:
+    storage = RecordCheckpoints(store, "r1")
+    saved = cp({"i": 1})
+    run(storage.save(saved))
+    run(storage.save(saved))
+    with pytest.raises(WorkflowCheckpointException, match="different content"):
+        run(storage.save(cp({"i": 2}, checkpoint_id=saved.checkpoint_id)))
+
+
+# --- in a user's own workflow: allow-list, capture (R7), rebuild (R8) ---------------------------------------
+
+
+@dataclass
+class Ask:
+    record_id: str
+
+
+@dataclass
+class Done:
+    record_id: str
+
+
+class Start(Executor):
+    @handler
+    async def on_ask(self, msg: Ask, ctx: WorkflowContext[Done]) -> None:
+        await ctx.send_message(Done(msg.record_id))
+
+
+class Finish(Executor):
+    @handler
+    async def on_done(self, msg: Done, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(msg.record_id)
+
+
+def build(finish_id: str = "finish") -> Any:
+    start = Start(id="start")
+    return WorkflowBuilder(name=NAME, start_executor=start).add_edge(start, Finish(id=finish_id)).build()
+
+
+@pytest.fixture
+def captured(store: DocumentStore) -> Iterator[DocumentStore]:
+    capture_failures(store)
+    yield store
+    capture.uninstall()
+
+
+def test_a_type_outside_the_allow_list_fails_the_save_loudly_not_the_run(captured: DocumentStore) -> None:
+    storage = RecordCheckpoints(captured, "r1", [Ask])  # Done is missing from the allow-list
+    with capturing("r1", NAME) as run_capture:
+        result = run(build().run(Ask("r1"), checkpoint_storage=storage))
+    assert result.get_outputs() == ["r1"]  # the framework carries on
+    assert run_capture.failures and "Done" in run_capture.failures[0].error_message
+    assert [f.case_id for f in failures_since(captured, None)] == ["r1"] * len(run_capture.failures)
+
+
+def test_with_the_allow_list_complete_every_save_lands(captured: DocumentStore) -> None:
+    storage = RecordCheckpoints(captured, "r1", checkpoint_types(Ask, Done))
+    with capturing("r1", NAME) as run_capture:
+        run(build().run(Ask("r1"), checkpoint_storage=storage))
+    assert run_capture.failures == []
+    assert storage.records(NAME)
+
+
+def test_a_checkpoint_of_another_graph_is_not_resumed_and_the_record_says_it_is_rebuilt(
+    store: DocumentStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    guard = Guard(store)
+    guard.create("r1", {})
+    storage = RecordCheckpoints(store, "r1", [Ask, Done])
+    old = build()
+    # A run left mid-way: its newest checkpoint still holds a message to deliver.
+    pending = cp(graph=old.graph_signature_hash, messages={"start": []}, iteration_count=1)
+    run(storage.save(pending))
+    assert resumable(storage, old, records=guard.records) is None  # no message waiting: nothing to resume
+    changed = build(finish_id="finish-v2")
+    assert changed.graph_signature_hash != old.graph_signature_hash
+    with caplog.at_level(logging.WARNING):
+        assert resumable(storage, changed, records=guard.records) is None
+        assert resumable(storage, changed, records=guard.records) is None
+    record = guard.get("r1")
+    assert record is not None
+    notes = [n for n in record.notes if n.get("kind") == "graph_changed"]
+    assert len(notes) == 1 and notes[0]["checkpointId"] == pending.checkpoint_id
+
+
+def test_a_run_interrupted_mid_way_is_resumable_on_the_same_graph(store: DocumentStore) -> None:
+    storage = RecordCheckpoints(store, "r1", [Ask, Done])
+    workflow = build()
+    run(workflow.run(Ask("r1"), checkpoint_storage=storage))
+    assert resumable(storage, build()) is None  # the run finished: nothing to resume
+    # Keep only the checkpoints up to the one that still holds the Done message: as if the process died next.
+    records = storage.records(NAME)
+    interrupted = next(r for r in records if any(run(storage.load(r.checkpoint_id)).messages.values()))
+    for later in records[records.index(interrupted) + 1 :]:
+        run(storage.delete(later.checkpoint_id))
+    resumed_from = resumable(storage, build())
+    assert resumed_from is not None and resumed_from.checkpoint_id == interrupted.checkpoint_id
+    result = run(build().run(checkpoint_id=resumed_from.checkpoint_id, checkpoint_storage=storage))
+    assert result.get_outputs() == ["r1"]
