@@ -50,8 +50,8 @@ def test_the_whole_error_tree_is_importable_from_the_package() -> None:
         for name, obj in vars(core_errors).items()
         if inspect.isclass(obj) and issubclass(obj, core_errors.CasekeeperError)
     }
-    # The queue's errors and the invoice app's event/proposal errors are the app's, not the guard's.
-    app_only = {"QueueError", "QueueUnavailable", "InvalidEvent", "InvalidProposal"}
+    # The queue's errors and the invoice app's event, proposal and model errors are the app's, not the guard's.
+    app_only = {"QueueError", "QueueUnavailable", "InvalidEvent", "InvalidProposal", "ModelUnavailable"}
     exported = set(casekeeper.__all__) | {"CaseNotFound"}  # exported as RecordNotFound
     assert tree - app_only <= exported
     assert casekeeper.RecordNotFound is core_errors.CaseNotFound
