@@ -286,7 +286,15 @@ class CaseCheckpointStorage:
         if not isinstance(stored, dict):
             return [state_schemas.Incompatibility("stateSchemas", None, "the stored schemas are malformed")]
         held = {key: schema for key, schema in stored.items() if key in self._allowed}
-        return state_schemas.incompatibilities(held, state_schemas.current(held))
+        # A type a build recorded writing that this build no longer has (renamed or removed) is a deploy's
+        # change, named here before anything is unpickled; decoding would refuse it too, but as a type
+        # outside the allow-list, which is also how a planted value looks (and is alerted as such).
+        gone = [
+            state_schemas.Incompatibility(key, None, "a state type this build no longer has (renamed or removed)")
+            for key in sorted(stored)
+            if key not in self._allowed
+        ]
+        return gone + state_schemas.incompatibilities(held, state_schemas.current(held))
 
     def prune(self, keep: int) -> int:
         """Delete all but the newest ``keep`` checkpoints of this case (every workflow name); return how many

@@ -350,6 +350,16 @@ def test_try_decode_reports_a_type_this_build_no_longer_allows(store: DocumentSt
     new_build = CaseCheckpointStorage(store, "case-1", ALL_TYPES - {type_key(CaseNote)})
     record = new_build.latest_record(WORKFLOW_NAME)
     assert record is not None
+    # The checkpoint's stored schemas name the type: refused as a changed state type, before anything is
+    # unpickled (and without the alert a planted, unlisted type raises).
+    with pytest.raises(CheckpointUnusable, match=r"tests\.support\.tiny_workflow:CaseNote") as caught:
+        new_build.try_decode(record)
+    assert caught.value.kind == "schema_changed"
+    # A checkpoint from before stored schemas: decoding finds the type and refuses it.
+    doc = store.read(CHECKPOINTS, "case-1", record.checkpoint_id)
+    assert doc is not None
+    body = {k: v for k, v in doc.body.items() if k != "stateSchemas"}
+    store.replace(CHECKPOINTS, "case-1", record.checkpoint_id, body, etag=doc.etag)
     with pytest.raises(CheckpointUnusable, match=r"tests\.support\.tiny_workflow:CaseNote") as caught:
         new_build.try_decode(record)
     assert caught.value.kind == "undecodable"

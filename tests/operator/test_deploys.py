@@ -60,7 +60,7 @@ CHANGES = {
         build_v2, None, {PAUSED: "graph_changed", IN_FLIGHT: "graph_changed"}, "checkpoint graph"
     ),
     "state type renamed": Change(
-        build_workflow, deploy_renamed_request, {PAUSED: "undecodable"}, "shared.workflow.messages:ApprovalRequest"
+        build_workflow, deploy_renamed_request, {PAUSED: "schema_changed"}, "shared.workflow.messages:ApprovalRequest"
     ),
     "default_factory field added": Change(
         build_workflow,
