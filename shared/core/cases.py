@@ -166,8 +166,15 @@ class CaseRepository:
         self._store = store
         self._clock = clock
 
-    def create(self, case_id: str, facts: Mapping[str, Any], *, status: str = "open") -> Case:
-        """Create a case at version 1. Raises ``AlreadyExists`` when the case exists."""
+    def now(self) -> float:
+        """The time this repository stamps on what it writes (its clock), for a caller that records it too."""
+        return self._clock.now()
+
+    def create(
+        self, case_id: str, facts: Mapping[str, Any], *, status: str = "open", data: Mapping[str, Any] | None = None
+    ) -> Case:
+        """Create a case at version 1 (``data``: its first ``data`` fields). Raises ``AlreadyExists`` when the
+        case exists."""
         body = {
             "id": case_id,
             "kind": "case",
@@ -175,16 +182,18 @@ class CaseRepository:
             "version": 1,
             "schemaVersion": CASE_SCHEMA_VERSION,
             "facts": dict(facts),
-            "data": {},
+            "data": dict(data or {}),
             "history": [],
             "notes": [],
         }
         return Case.from_document(self._store.create(CASES, case_id, case_id, body))
 
-    def create_if_absent(self, case_id: str, facts: Mapping[str, Any], *, status: str = "open") -> tuple[Case, bool]:
+    def create_if_absent(
+        self, case_id: str, facts: Mapping[str, Any], *, status: str = "open", data: Mapping[str, Any] | None = None
+    ) -> tuple[Case, bool]:
         """Create the case, or return the existing one; the flag says whether this call created it."""
         try:
-            return self.create(case_id, facts, status=status), True
+            return self.create(case_id, facts, status=status, data=data), True
         except AlreadyExists:
             return self.require(case_id), False
 
@@ -252,6 +261,22 @@ class CaseRepository:
             return _replace(advanced, facts=facts)
 
         return self._conditional(case_id, expected_version, mutate, expected=expected)
+
+    def annotate(
+        self,
+        case_id: str,
+        version: int,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        expected: Case | None = None,
+    ) -> Case | None:
+        """Replace the case's ``data`` with ``change(data)`` if the case is still at ``version``, without
+        moving the version: what is written is bookkeeping about the facts (their order, a report set aside
+        as superseded), not a change of facts or status. ``change`` is applied again to the case as re-read
+        when a note raced the write. Returns ``None`` when the version moved. Raises ``CaseNotFound``."""
+        return self._conditional(
+            case_id, version, lambda case: _replace(case, data=change(dict(case.data))), expected=expected
+        )
 
     def escalate(
         self,
