@@ -43,6 +43,8 @@ class Transition:
     """The facts this transition changed, with their new values (``None`` when it changed none)."""
     escalation: bool = False
     """Made by :meth:`CaseRepository.escalate`: the case handed to a person, not a decision."""
+    delivery_id: str | None = None
+    """The delivery whose report made this change of facts (``None``: not a reported fact)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class Case:
                     at=float(t.get("at", 0.0)),
                     changes=dict(t["changes"]) if t.get("changes") else None,
                     escalation=bool(t.get("escalation", False)),
+                    delivery_id=t.get("deliveryId"),
                 )
                 for t in body.get("history") or ()
             ),
@@ -151,6 +154,7 @@ class Case:
                     "at": t.at,
                     **({"changes": t.changes} if t.changes else {}),
                     **({"escalation": True} if t.escalation else {}),
+                    **({"deliveryId": t.delivery_id} if t.delivery_id is not None else {}),
                 }
                 for t in self.history
             ],
@@ -245,18 +249,27 @@ class CaseRepository:
         new_status: str | None = None,
         data: Mapping[str, Any] | None = None,
         expected: Case | None = None,
+        delivery_id: str | None = None,
     ) -> Case | None:
         """Change facts (a PO edit, a credit note) if the case is at ``expected_version``; bumps the version.
 
         Returns the case as written, or ``None`` when the case moved on. The transition records the
-        changed facts (``changes``). ``expected`` saves a read. Raises ``CaseNotFound``.
+        changed facts (``changes``) and the delivery that reported them. ``expected`` saves a read.
+        Raises ``CaseNotFound``.
         """
 
         def mutate(case: Case) -> Case:
             facts = {**case.facts, **changes}
             merged = {**case.data, **(data or {})}
             advanced = _advance(
-                case, new_status or case.status, reason, None, self._clock.now(), data=merged, changes=dict(changes)
+                case,
+                new_status or case.status,
+                reason,
+                None,
+                self._clock.now(),
+                data=merged,
+                changes=dict(changes),
+                delivery_id=delivery_id,
             )
             return _replace(advanced, facts=facts)
 
@@ -418,6 +431,7 @@ def _advance(
     data: dict[str, Any],
     changes: dict[str, Any] | None = None,
     escalation: bool = False,
+    delivery_id: str | None = None,
 ) -> Case:
     transition = Transition(
         from_version=case.version,
@@ -428,6 +442,7 @@ def _advance(
         at=at,
         changes=changes,
         escalation=escalation,
+        delivery_id=delivery_id,
     )
     history = _trimmed((*case.history, transition))
     # A transition naming the effect that passed the gate settles it; any other keeps the gate open.

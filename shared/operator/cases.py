@@ -115,6 +115,7 @@ def case_document(ops: Operations, case: Case, *, with_ages: bool = False) -> di
                 "factsChanged": t.facts_changed,
                 "escalation": t.escalation,
                 "changes": t.changes,
+                "deliveryId": t.delivery_id,
                 "at": t.at,
             }
             for t in case.history

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from shared.core.cases import Case
@@ -89,7 +90,7 @@ class FactEvents:
             facts = InvoiceFacts.from_dict(case.facts)
             return transitions.po_updated(case.status, facts, po_amount, order=order, orders=_orders(case))
 
-        return await self._apply(storage, plan, ev.PO_UPDATED, needs_requests=False)
+        return await self._apply(storage, plan, ev.PO_UPDATED, needs_requests=False, delivery_id=event.delivery_id)
 
     async def credit_note_issued(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         credit_id = str(event.data["creditNoteId"])
@@ -110,7 +111,9 @@ class FactEvents:
                 orders=_orders(case),
             )
 
-        return await self._apply(storage, plan, ev.CREDIT_NOTE_ISSUED, needs_requests=True)
+        return await self._apply(
+            storage, plan, ev.CREDIT_NOTE_ISSUED, needs_requests=True, delivery_id=event.delivery_id
+        )
 
     async def request_withdrawn(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         """A person takes an outstanding credit-note request off the books (recorded with who and why)."""
@@ -129,7 +132,13 @@ class FactEvents:
         return await self._apply(storage, plan, ev.REQUEST_WITHDRAWN, needs_requests=True)
 
     async def _apply(
-        self, storage: CaseCheckpointStorage, plan: Plan, event_type: str, *, needs_requests: bool
+        self,
+        storage: CaseCheckpointStorage,
+        plan: Plan,
+        event_type: str,
+        *,
+        needs_requests: bool,
+        delivery_id: str | None = None,
     ) -> list[RunOutcome]:
         """Apply ``plan`` (a rule of ``shared.domain.transitions``) with a conditional write, re-planning on
         a lost race; then decide again if it says so. A change withdraws a pending approval: it was asked on
@@ -141,6 +150,11 @@ class FactEvents:
             case = await asyncio.to_thread(self._require, case_id)
             requests = credit_requests(await asyncio.to_thread(ledger.for_case, case_id)) if needs_requests else ()
             planned = plan(case, requests)
+            if planned.superseded is not None and _applied_before(case, delivery_id):
+                # A copy of a report that was applied when it first came (its decision failed, say), since
+                # replaced by a newer one: not a late report, only old news. Nothing to record.
+                why = f"delivery {delivery_id} was applied when it came, and a newer report has replaced it since"
+                planned = replace(planned, superseded=None, reason=why)
             if not planned.changes:
                 if _needs_bookkeeping(case, planned):
                     now = cases.now()
@@ -172,6 +186,7 @@ class FactEvents:
                 new_status=planned.new_status,
                 data=data or None,
                 expected=case,
+                delivery_id=delivery_id,
             )
             if after is not None:
                 changed = RunOutcome(case_id, "facts_changed", after.status, after.version, planned.reason)
@@ -201,6 +216,10 @@ _INVOICE_FIELDS = ("invoiceId", "supplierId", "poNumber", "invoiceAmount", "poAm
 def _orders(case: Case) -> dict[str, Any]:
     orders = case.data.get(FACT_ORDER)
     return dict(orders) if isinstance(orders, dict) else {}
+
+
+def _applied_before(case: Case, delivery_id: str | None) -> bool:
+    return delivery_id is not None and any(t.delivery_id == delivery_id for t in case.history)
 
 
 def _needs_bookkeeping(case: Case, planned: FactPlan) -> bool:

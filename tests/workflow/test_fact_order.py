@@ -93,15 +93,19 @@ def check_property(
     first_arrival = {index: arrival.index(index) for index in set(arrival)}
     held = -1  # the invoice's report: older than every PO report
     superseded: set[str] = set()
+    applied: set[str] = set()
+    current = initial["poAmount"]
     for index in arrival:
         delivery = f"{case_id}-po-{index}"
         stamp = ACCEPTED + 10 + (first_arrival[index] if sender else index)
         extra = {"occurredAt": at(index + 1, offset_hours=index % 3)} if sender else {}
         handle(app, ev.PO_UPDATED, case_id, delivery, stamp, poAmount=source[index], **extra)
         if index > held:
-            held = index
-        elif index < held:
-            superseded.add(delivery)
+            if source[index] != current:
+                applied.add(delivery)  # it changed the facts: the history names its delivery
+            held, current = index, source[index]
+        elif index < held and delivery not in applied:
+            superseded.add(delivery)  # a copy of a report that changed the facts before is old news
     case = app.cases.require(case_id)
     assert case.facts["poAmount"] == source[-1]
     records = case.data.get("supersededEvents") or []
