@@ -11,8 +11,8 @@ source's order in one of two ways:
 :class:`FactOrder` is that order, stamped once. Two orders compare by the key
 ``(occurredAt or acceptedAt, acceptedAt, deliveryId)``: the fact's time first, then, between facts of the
 same time, the one Casekeeper accepted later, then the delivery id, so that no two different deliveries
-are ever equal and every copy of one delivery is equal to itself. Times compare as exact instants (UTC,
-every fractional digit the sender gave).
+are ever equal. One delivery id is one report: its copies are equal to it, whatever their stamps. Times
+compare as exact instants (UTC, every fractional digit the sender gave).
 
 Pure: no clock, no I/O. The ingress and the case worker supply the times.
 """
@@ -72,12 +72,16 @@ class FactOrder:
 
     def newer_than(self, held: FactOrder | None) -> bool:
         """Whether a fact of this order replaces one of order ``held``. A fact recorded before orders were
-        kept (``held`` is ``None``) is replaced by any."""
-        return held is None or self.key() > held.key()
+        kept (``held`` is ``None``) is replaced by any; the report ``held`` came from replaces nothing."""
+        return held is None or (not self.same_as(held) and self.key() > held.key())
 
     def same_as(self, held: FactOrder | None) -> bool:
-        """Whether this is the very report ``held`` came from (a redelivery, a copy, a redrive)."""
-        return held is not None and self.key() == held.key()
+        """Whether this is the very report ``held`` came from (a redelivery, a copy, a redrive): the same
+        order, or the same delivery id (a delivery the sender posted again after the broker's duplicate
+        window has a later stamp, and is still the one report)."""
+        if held is None:
+            return False
+        return self.key() == held.key() or (self.delivery_id is not None and self.delivery_id == held.delivery_id)
 
     def to_json(self) -> dict[str, Any]:
         return {"occurredAt": self.occurred_at, "acceptedAt": self.accepted_at, "deliveryId": self.delivery_id}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any, Protocol
 
 from shared.core.cases import Case
@@ -150,11 +149,12 @@ class FactEvents:
             case = await asyncio.to_thread(self._require, case_id)
             requests = credit_requests(await asyncio.to_thread(ledger.for_case, case_id)) if needs_requests else ()
             planned = plan(case, requests)
-            if planned.superseded is not None and _applied_before(case, delivery_id):
-                # A copy of a report that was applied when it first came (its decision failed, say), since
-                # replaced by a newer one: not a late report, only old news. Nothing to record.
-                why = f"delivery {delivery_id} was applied when it came, and a newer report has replaced it since"
-                planned = replace(planned, superseded=None, reason=why)
+            if (planned.changes or planned.superseded is not None) and _judged_before(case, delivery_id):
+                # One delivery is one report, judged once: a copy of one that changed the facts when it first
+                # came (its decision failed, say) and was replaced since is old news, and so is a copy of one
+                # already recorded as superseded, even if posted again with a later stamp.
+                why = f"delivery {delivery_id} was judged when it first came; a copy changes nothing"
+                planned = FactPlan({}, None, why, investigate=case.status in INVESTIGABLE)
             if not planned.changes:
                 if _needs_bookkeeping(case, planned):
                     now = cases.now()
@@ -218,8 +218,14 @@ def _orders(case: Case) -> dict[str, Any]:
     return dict(orders) if isinstance(orders, dict) else {}
 
 
-def _applied_before(case: Case, delivery_id: str | None) -> bool:
-    return delivery_id is not None and any(t.delivery_id == delivery_id for t in case.history)
+def _judged_before(case: Case, delivery_id: str | None) -> bool:
+    """Whether the case already shows this delivery: a change of facts it made, or its superseded record."""
+    if delivery_id is None:
+        return False
+    recorded = case.data.get(SUPERSEDED) or ()
+    return any(t.delivery_id == delivery_id for t in case.history) or any(
+        isinstance(r, dict) and r.get("deliveryId") == delivery_id for r in recorded
+    )
 
 
 def _needs_bookkeeping(case: Case, planned: FactPlan) -> bool:
@@ -231,7 +237,7 @@ def _needs_bookkeeping(case: Case, planned: FactPlan) -> bool:
 
 
 def _same_report(a: Any, b: dict[str, Any]) -> bool:
-    return isinstance(a, dict) and all(a.get(k) == b.get(k) for k in ("type", "order", "fact", "creditNoteId"))
+    return isinstance(a, dict) and all(a.get(k) == b.get(k) for k in ("type", "deliveryId", "fact", "creditNoteId"))
 
 
 def _bookkept(data: dict[str, Any], *, planned: FactPlan, version: int, at: float) -> dict[str, Any]:

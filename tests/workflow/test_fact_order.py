@@ -222,3 +222,17 @@ def test_a_case_written_before_orders_were_kept_takes_any_report_then_keeps_its_
     # An unstamped report (handed over without its acceptance time) is taken as it comes, as before.
     asyncio.run(app.worker.handle(CaseEvent(ev.PO_UPDATED, "C-old", {"poAmount": "970.00"})))
     assert app.cases.require("C-old").facts["poAmount"] == "970.00"
+
+
+def test_a_delivery_posted_again_after_the_duplicate_window_is_still_the_one_report(app: Harness) -> None:
+    """The broker forgets a message id after its duplicate window; a sender retrying that late gets a new
+    acceptance stamp. The delivery id says it is the report already judged."""
+    handle(app, ev.INVOICE_RECEIVED, "C-1", "d-1", ACCEPTED, **invoice("1000.00"))
+    handle(app, ev.PO_UPDATED, "C-1", "d-2", ACCEPTED + 1, poAmount="900.00")
+    handle(app, ev.PO_UPDATED, "C-1", "d-3", ACCEPTED + 2, poAmount="1100.00")
+    handle(app, ev.PO_UPDATED, "C-1", "d-2", ACCEPTED + 900, poAmount="900.00")
+    handle(app, ev.PO_UPDATED, "C-1", "d-4", ACCEPTED + 0.5, poAmount="950.00")  # late: superseded
+    handle(app, ev.PO_UPDATED, "C-1", "d-4", ACCEPTED + 950, poAmount="950.00")  # and posted again, later
+    case = app.cases.require("C-1")
+    assert case.facts["poAmount"] == "1100.00"
+    assert [r["deliveryId"] for r in case.data["supersededEvents"]] == ["d-4"]
