@@ -264,3 +264,22 @@ def deliver_all_once(functions: dict[str, Any], queue: LocalSessionQueue, clock:
     [pending] = queue.peek(QUEUE)
     clock.advance(max(0.0, pending.enqueued_time - clock.now()) + 0.001)
     assert deliver_next(functions, queue) == "completed"
+
+
+def test_an_invoice_resent_with_another_po_is_set_aside_and_shown_with_the_reason(
+    functions: dict[str, Any],
+    world: tuple[Services, PartialOutage, LocalSessionQueue],
+    clock: ManualClock,
+) -> None:
+    svc, _, queue = world
+    post(functions, clock, "invoice.received", "d-1", **INVOICE)
+    deliver_all(functions, queue, clock)
+    before = svc.cases.require("C-9")
+    post(functions, clock, "invoice.received", "d-2", **{**INVOICE, "poAmount": "900.00", "poNumber": "PO-2"})
+    deliver_all(functions, queue, clock)
+    shown = view(functions)
+    assert shown["case"]["version"] == before.version and shown["case"]["facts"]["poAmount"] == "1099.00"
+    [rejected] = shown["rejectedEvents"]
+    assert rejected["id"] == "webhook:d-2"
+    assert set(rejected["fields"]) == {"data.poAmount", "data.poNumber"}
+    assert "another invoice" in rejected["reason"] and "poAmount is 900.00" in rejected["reason"]
