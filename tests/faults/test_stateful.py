@@ -19,6 +19,13 @@ nothing catches ``kill -9``; the message is left locked, the services are built 
 checkpoint save that fails (``StoreUnavailable`` from the checkpoints container) for one delivery. The
 real ``kill -9`` of real processes is the chaos command's (``tests/chaos``) and ``test_crash_resume``'s.
 
+**Late facts.** The network in front of the queue can hold fact events back and release them later, in any
+order, perhaps twice; the store can be down for a few deliveries (past the waits in place: each event is
+deferred as a delayed copy and later ones overtake it) or past ``RETRY_FOR_SECONDS`` (the event is
+dead-lettered, and ``events redrive`` puts it back); a sender that dates its facts (``occurredAt``, chosen
+per example: always or never) can deliver an old one late. The final facts must equal the facts applied in
+the sender's order (:func:`_facts_in_source_order`), whatever order they came in.
+
 **The reference model** is what the test itself sent and what the supplier logged, never the code under
 test: :mod:`shared.chaos.checks` rebuilds the facts at every case version from the accepted events and the
 case history the API shows (``GET /api/cases/{id}``), and reads what was asked for from the supplier
