@@ -133,3 +133,21 @@ def test_credit_note_reports_in_any_order_leave_the_newest_amount(
     assert len(superseded) == len(set(superseded))
     applied_after = {o.delivery_id for o, _ in arrival} - set(superseded)
     assert newest[0].delivery_id in applied_after
+
+
+@given(st.floats(1e9, 3e9, allow_nan=False), st.integers(0, 60))
+def test_the_acceptance_stamp_survives_the_wire_format_and_every_copy(stamp: float, retries: int) -> None:
+    """Both senders write the body with ``encode`` and the worker reads it with ``decode``; a delayed copy
+    is made from the envelope read back, so the stamp of the first acceptance is what every copy carries."""
+    import json
+    from dataclasses import replace as copy_of
+
+    from shared.messaging import Envelope, decode, encode
+
+    event = ev.CaseEvent(ev.PO_UPDATED, "C-1", {"poAmount": "1.00"}, "d-1", Envelope(accepted_at=stamp).fields())
+    for number in range(1, retries + 1):
+        _, delivery, envelope = decode(json.loads(encode(event)))
+        again = copy_of(envelope, retry=number, root=envelope.root_or("webhook:d-1"))
+        event = ev.CaseEvent(event.type, event.case_id, event.data, delivery, again.fields())
+    _, delivery, envelope = decode(json.loads(encode(event)))
+    assert (delivery, envelope.accepted_at, envelope.retry) == ("d-1", stamp, retries)
