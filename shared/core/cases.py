@@ -46,6 +46,8 @@ class Transition:
     proposed_by: str | None = None
     """Who proposed the decision this transition commits, as the proposer labels itself (``rules``,
     ``model <deployment>``); ``None`` for changes nobody proposed (facts, a person's answer)."""
+    delivery_id: str | None = None
+    """The delivery whose report made this change of facts (``None``: not a reported fact)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class Case:
                     changes=dict(t["changes"]) if t.get("changes") else None,
                     escalation=bool(t.get("escalation", False)),
                     proposed_by=t.get("proposedBy"),
+                    delivery_id=t.get("deliveryId"),
                 )
                 for t in body.get("history") or ()
             ),
@@ -156,6 +159,7 @@ class Case:
                     **({"changes": t.changes} if t.changes else {}),
                     **({"escalation": True} if t.escalation else {}),
                     **({"proposedBy": t.proposed_by} if t.proposed_by else {}),
+                    **({"deliveryId": t.delivery_id} if t.delivery_id is not None else {}),
                 }
                 for t in self.history
             ],
@@ -171,8 +175,15 @@ class CaseRepository:
         self._store = store
         self._clock = clock
 
-    def create(self, case_id: str, facts: Mapping[str, Any], *, status: str = "open") -> Case:
-        """Create a case at version 1. Raises ``AlreadyExists`` when the case exists."""
+    def now(self) -> float:
+        """The time this repository stamps on what it writes (its clock), for a caller that records it too."""
+        return self._clock.now()
+
+    def create(
+        self, case_id: str, facts: Mapping[str, Any], *, status: str = "open", data: Mapping[str, Any] | None = None
+    ) -> Case:
+        """Create a case at version 1 (``data``: its first ``data`` fields). Raises ``AlreadyExists`` when the
+        case exists."""
         body = {
             "id": case_id,
             "kind": "case",
@@ -180,16 +191,18 @@ class CaseRepository:
             "version": 1,
             "schemaVersion": CASE_SCHEMA_VERSION,
             "facts": dict(facts),
-            "data": {},
+            "data": dict(data or {}),
             "history": [],
             "notes": [],
         }
         return Case.from_document(self._store.create(CASES, case_id, case_id, body))
 
-    def create_if_absent(self, case_id: str, facts: Mapping[str, Any], *, status: str = "open") -> tuple[Case, bool]:
+    def create_if_absent(
+        self, case_id: str, facts: Mapping[str, Any], *, status: str = "open", data: Mapping[str, Any] | None = None
+    ) -> tuple[Case, bool]:
         """Create the case, or return the existing one; the flag says whether this call created it."""
         try:
-            return self.create(case_id, facts, status=status), True
+            return self.create(case_id, facts, status=status, data=data), True
         except AlreadyExists:
             return self.require(case_id), False
 
@@ -252,22 +265,47 @@ class CaseRepository:
         new_status: str | None = None,
         data: Mapping[str, Any] | None = None,
         expected: Case | None = None,
+        delivery_id: str | None = None,
     ) -> Case | None:
         """Change facts (a PO edit, a credit note) if the case is at ``expected_version``; bumps the version.
 
         Returns the case as written, or ``None`` when the case moved on. The transition records the
-        changed facts (``changes``). ``expected`` saves a read. Raises ``CaseNotFound``.
+        changed facts (``changes``) and the delivery that reported them. ``expected`` saves a read.
+        Raises ``CaseNotFound``.
         """
 
         def mutate(case: Case) -> Case:
             facts = {**case.facts, **changes}
             merged = {**case.data, **(data or {})}
             advanced = _advance(
-                case, new_status or case.status, reason, None, self._clock.now(), data=merged, changes=dict(changes)
+                case,
+                new_status or case.status,
+                reason,
+                None,
+                self._clock.now(),
+                data=merged,
+                changes=dict(changes),
+                delivery_id=delivery_id,
             )
             return _replace(advanced, facts=facts)
 
         return self._conditional(case_id, expected_version, mutate, expected=expected)
+
+    def annotate(
+        self,
+        case_id: str,
+        version: int,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        expected: Case | None = None,
+    ) -> Case | None:
+        """Replace the case's ``data`` with ``change(data)`` if the case is still at ``version``, without
+        moving the version: what is written is bookkeeping about the facts (their order, a report set aside
+        as superseded), not a change of facts or status. ``change`` is applied again to the case as re-read
+        when a note raced the write. Returns ``None`` when the version moved. Raises ``CaseNotFound``."""
+        return self._conditional(
+            case_id, version, lambda case: _replace(case, data=change(dict(case.data))), expected=expected
+        )
 
     def escalate(
         self,
@@ -410,6 +448,7 @@ def _advance(
     changes: dict[str, Any] | None = None,
     escalation: bool = False,
     proposed_by: str | None = None,
+    delivery_id: str | None = None,
 ) -> Case:
     transition = Transition(
         from_version=case.version,
@@ -421,6 +460,7 @@ def _advance(
         changes=changes,
         escalation=escalation,
         proposed_by=proposed_by,
+        delivery_id=delivery_id,
     )
     history = _trimmed((*case.history, transition))
     # A transition naming the effect that passed the gate settles it; any other keeps the gate open.

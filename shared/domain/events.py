@@ -15,6 +15,7 @@ from typing import Any
 from shared.core.errors import InvalidEvent
 from shared.core.ids import id_problem
 from shared.domain.invoice import parse_amount
+from shared.domain.order import FactOrder, occurred_at_problem
 
 INVOICE_RECEIVED = "invoice.received"
 PO_UPDATED = "po.updated"
@@ -37,6 +38,16 @@ class CaseEvent:
     delivery_id: str | None = None
     envelope: dict[str, Any] = field(default_factory=dict)
     """Transport fields carried beside the event (a retry count, the original message id)."""
+    accepted_at: float | None = None
+    """When Casekeeper first accepted the event (epoch seconds): stamped once, carried by every copy."""
+
+    def order(self) -> FactOrder:
+        """Where this fact stands in its source's order (docs/design.md#fact-order): ``data.occurredAt`` if
+        the sender gave one, else when Casekeeper accepted it. Raises ``ValueError`` if never stamped."""
+        if self.accepted_at is None:
+            raise ValueError(f"{self.type} for case {self.case_id} was never stamped with its acceptance time")
+        occurred = self.data.get("occurredAt")
+        return FactOrder(occurred if isinstance(occurred, str) else None, self.accepted_at, self.delivery_id)
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.type, "caseId": self.case_id, "data": self.data}
@@ -105,8 +116,16 @@ SCHEMAS: dict[str, dict[str, Check]] = {
     REQUEST_WITHDRAWN: {"effectKey": _identifier, "by": _text, "why": _text, "at": _timestamp},
     EFFECT_RECHECK: {"key": _identifier},
 }
-OPTIONAL: dict[str, dict[str, Check]] = {APPROVAL_ANSWERED: {"reason": _text}}
-"""Fields a type may carry but need not: a rejection's reason (the approval page requires one)."""
+OPTIONAL: dict[str, dict[str, Check]] = {
+    APPROVAL_ANSWERED: {"reason": _text},
+    INVOICE_RECEIVED: {"occurredAt": occurred_at_problem},
+    PO_UPDATED: {"occurredAt": occurred_at_problem},
+    CREDIT_NOTE_ISSUED: {"occurredAt": occurred_at_problem},
+}
+"""Fields a type may carry but need not: a rejection's reason (the approval page requires one); a fact's
+``occurredAt``, its time in the sender's source (``shared.domain.order``)."""
+ORDERED_TYPES = (INVOICE_RECEIVED, PO_UPDATED, CREDIT_NOTE_ISSUED)
+"""Fact events applied by their order (docs/design.md#fact-order): an older report never replaces a newer."""
 PUBLIC_TYPES = (INVOICE_RECEIVED, PO_UPDATED, CREDIT_NOTE_ISSUED, CASE_INVESTIGATE)
 """Types a webhook may send; approvals, withdrawals and re-checks come from Casekeeper's own functions."""
 

@@ -25,16 +25,25 @@ request withdrawn by a person     any but ``closed``              recorded; ``ne
 An event whose facts are already recorded (a redelivery) changes nothing, but still asks for the
 follow-up decision when the status is investigable: the first delivery may have died between writing
 the facts and deciding, and deciding again at the same version is idempotent.
+
+Every fact is applied by its order (docs/design.md#fact-order): the case keeps, in ``factOrder``, the
+order of the report each fact came from (the PO amount; each credit note by its id), and a report applies
+only if it is newer. An older one changes nothing and is recorded as superseded (:class:`FactPlan`'s
+``superseded``), with what it said and what the case holds instead; it still asks for the follow-up
+decision like a redelivery. A newer report of a credit note already recorded with another amount is a
+correction: the amount is replaced, old and new in the reason.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
 from shared.domain.credit import CreditRequest, RequestState, position
 from shared.domain.invoice import INVESTIGABLE, Credit, InvoiceFacts, Rules, Status, Withdrawal
+from shared.domain.order import FactOrder, describe
 
 _REDECIDE = frozenset({Status.APPROVED, Status.AWAITING_APPROVAL, Status.CREDIT_REQUESTED})
 
@@ -48,22 +57,58 @@ class FactPlan:
     new_status: str | None
     reason: str
     investigate: bool
+    order: dict[str, Any] | None = None
+    """The case's new ``factOrder`` (``None``: unchanged), written with the facts, or alone when a newer
+    report repeated the value the case holds."""
+    superseded: dict[str, Any] | None = None
+    """The record of a report older than the one the case holds: never applied, kept on the case."""
 
 
 class NotWithdrawable(ValueError):
     """A withdrawal that the case's requests do not allow (unknown key, received, already withdrawn...)."""
 
 
-def po_updated(status: str, facts: InvoiceFacts, po_amount: Decimal) -> FactPlan:
+PO_AMOUNT = "poAmount"
+CREDITS = "credits"
+INVOICE = "invoice"
+"""The keys of ``factOrder``: ``{"invoice": order, "poAmount": order, "credits": {creditNoteId: order}}``."""
+
+
+def po_updated(
+    status: str,
+    facts: InvoiceFacts,
+    po_amount: Decimal,
+    *,
+    order: FactOrder | None = None,
+    orders: Mapping[str, Any] | None = None,
+) -> FactPlan:
+    """``order``: the report's; ``orders``: the case's ``factOrder``. Without ``order`` (a caller that keeps
+    none), the report is taken as the newest."""
+    orders = orders or {}
+    held = FactOrder.from_json(orders.get(PO_AMOUNT))
+    if order is not None and not order.newer_than(held):
+        if order.same_as(held):
+            return _unchanged(status, f"PO amount {po_amount} already recorded from this report")
+        return _superseded(
+            status,
+            "po.updated",
+            order,
+            held,
+            fact=PO_AMOUNT,
+            value=str(po_amount),
+            held_value=str(facts.po_amount),
+            what=f"PO amount {po_amount}",
+        )
+    new_orders = {**orders, PO_AMOUNT: order.to_json()} if order is not None else None
     if facts.po_amount == po_amount:
-        return _unchanged(status, f"PO amount already {po_amount}")
+        return replace(_unchanged(status, f"PO amount already {po_amount}"), order=new_orders)
     change = {"poAmount": str(po_amount)}
     reason = f"PO amount {facts.po_amount} -> {po_amount}"
     if status == Status.CLOSED:
-        return FactPlan(change, None, f"{reason} on a closed case: recorded only", investigate=False)
+        return FactPlan(change, None, f"{reason} on a closed case: recorded only", False, new_orders)
     if status in _REDECIDE:
-        return FactPlan(change, Status.OPEN, f"{reason}: the decision is made again", investigate=True)
-    return FactPlan(change, None, reason, investigate=True)
+        return FactPlan(change, Status.OPEN, f"{reason}: the decision is made again", True, new_orders)
+    return FactPlan(change, None, reason, True, new_orders)
 
 
 def credit_note_issued(
@@ -74,22 +119,55 @@ def credit_note_issued(
     amount: Decimal,
     requests: tuple[CreditRequest, ...],
     rules: Rules,
+    order: FactOrder | None = None,
+    orders: Mapping[str, Any] | None = None,
 ) -> FactPlan:
-    if facts.has_credit(credit_note_id):
-        return _unchanged(status, f"credit note {credit_note_id} already recorded")
-    updated = replace(facts, credits=(*facts.credits, Credit(credit_note_id, amount)))
+    """A credit note received, or reported again. ``order`` and ``orders`` as for :func:`po_updated`; the
+    order is kept per credit-note id."""
+    orders = orders or {}
+    credit_orders = dict(orders.get(CREDITS) or {})
+    held = FactOrder.from_json(credit_orders.get(credit_note_id))
+    known = next((c.amount for c in facts.credits if c.credit_note_id == credit_note_id), None)
+    new_orders: dict[str, Any] | None = None
+    if order is not None:
+        if known is not None and not order.newer_than(held):
+            if order.same_as(held):
+                return _unchanged(status, f"credit note {credit_note_id} already recorded from this report")
+            return _superseded(
+                status,
+                "credit_note.issued",
+                order,
+                held,
+                fact=CREDITS,
+                value=str(amount),
+                held_value=str(known),
+                what=f"credit note {credit_note_id} for {amount}",
+                credit_note_id=credit_note_id,
+            )
+        new_orders = {**orders, CREDITS: {**credit_orders, credit_note_id: order.to_json()}}
+    if known == amount:
+        return replace(_unchanged(status, f"credit note {credit_note_id} already recorded"), order=new_orders)
+    credit = Credit(credit_note_id, amount)
+    if known is None:
+        credits = (*facts.credits, credit)
+    else:
+        credits = tuple(credit if c.credit_note_id == credit_note_id else c for c in facts.credits)
+    updated = replace(facts, credits=credits)
     change = {"credits": updated.to_dict()["credits"]}
     settles = next((r for r in requests if r.credit_note_id == credit_note_id), None)
     what = f"answers request {settles.effect_key[:12]} for {settles.amount}" if settles else "external credit"
-    received = f"credit note {credit_note_id} for {amount} received ({what})"
+    if known is None:
+        received = f"credit note {credit_note_id} for {amount} received ({what})"
+    else:
+        received = f"credit note {credit_note_id} corrected from {known} to {amount} ({what}; {describe(order)})"
     if status == Status.CREDIT_REQUESTED:
         target, why = _after_credit(updated, requests, rules)
-        return FactPlan(change, target, f"{received}; {why}", investigate=False)
+        return FactPlan(change, target, f"{received}; {why}", False, new_orders)
     if status == Status.CLOSED:
-        return FactPlan(change, None, f"{received} on a closed case: recorded only", investigate=False)
+        return FactPlan(change, None, f"{received} on a closed case: recorded only", False, new_orders)
     if status in _REDECIDE:
-        return FactPlan(change, Status.OPEN, f"{received}: the decision is made again", investigate=True)
-    return FactPlan(change, None, received, investigate=True)
+        return FactPlan(change, Status.OPEN, f"{received}: the decision is made again", True, new_orders)
+    return FactPlan(change, None, received, True, new_orders)
 
 
 def request_withdrawn(
@@ -137,3 +215,36 @@ def _after_credit(facts: InvoiceFacts, requests: tuple[CreditRequest, ...], rule
 
 def _unchanged(status: str, reason: str) -> FactPlan:
     return FactPlan({}, None, reason, investigate=status in INVESTIGABLE)
+
+
+def _superseded(
+    status: str,
+    event_type: str,
+    order: FactOrder,
+    held: FactOrder | None,
+    *,
+    fact: str,
+    value: str,
+    held_value: str,
+    what: str,
+    credit_note_id: str | None = None,
+) -> FactPlan:
+    """A report older than the one the case holds: nothing changes; the record says what it said, what
+    the case holds instead, and both orders. It still asks for the follow-up decision, as a redelivery
+    does: the case's own newest facts decide."""
+    reason = (
+        f"{what} ({describe(order)}) is older than the {held_value} the case holds ({describe(held)}): "
+        "superseded, not applied"
+    )
+    record = {
+        "type": event_type,
+        "deliveryId": order.delivery_id,
+        "fact": fact,
+        **({"creditNoteId": credit_note_id} if credit_note_id is not None else {}),
+        "value": value,
+        "order": order.to_json(),
+        "heldValue": held_value,
+        "heldOrder": held.to_json() if held is not None else None,
+        "reason": reason,
+    }
+    return FactPlan({}, None, reason, investigate=status in INVESTIGABLE, superseded=record)

@@ -175,6 +175,9 @@ async def _handle(
         reason = f"session id {session_id!r} does not match caseId {event.case_id!r}"
         return await aside(event.case_id, reason, {"caseId": "does not match the session"})
     envelope = replace(envelope, root=envelope.root_or(message_id))
+    # The ingress stamped when it accepted the event; every copy carries the stamp (docs/design.md#fact-order).
+    # A message without one (sent before stamps existed, or by Casekeeper itself) is applied as it comes.
+    event = replace(event, accepted_at=envelope.accepted_at)
 
     async def attempt() -> Settlement:
         if event.type == ev.EFFECT_RECHECK:

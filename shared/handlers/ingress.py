@@ -37,8 +37,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.core.cases import CaseRepository
@@ -48,7 +49,7 @@ from shared.core.ids import id_problem
 from shared.core.ports import DocumentStore
 from shared.domain import events as ev
 from shared.handlers import door
-from shared.messaging import EventSender, derived_message_id
+from shared.messaging import Envelope, EventSender, derived_message_id
 
 SIGNATURE_HEADER = "Casekeeper-Signature"
 DELIVERY_HEADER = "Casekeeper-Delivery"
@@ -158,6 +159,15 @@ class Ingress:
         self._clock = clock
         self._store = store
         self._v1_until = v1_signatures_until
+        self._last_stamp = 0.0
+        self._stamp_lock = threading.Lock()
+
+    def _stamp(self) -> float:
+        """The acceptance time of an event: the clock, but strictly after the previous stamp of this
+        instance, so two events accepted here one after the other are never taken for simultaneous."""
+        with self._stamp_lock:
+            self._last_stamp = max(self._clock.now(), self._last_stamp + 1e-6)
+            return self._last_stamp
 
     def accept_event(self, headers: Mapping[str, str], body: bytes) -> Response:
         """``POST /api/events``. ``headers`` must be case-insensitive (as the Functions host's are)."""
@@ -188,6 +198,9 @@ class Ingress:
             event = ev.parse_event(raw, allowed_types=ev.PUBLIC_TYPES, delivery_id=delivery)
         except InvalidEvent as exc:
             return _error(400, exc.reason, fields=exc.fields)
+        # The order of a fact that carries no occurredAt is when it was first accepted: stamped here, once,
+        # and carried unchanged by every copy of the message (docs/design.md#fact-order).
+        event = replace(event, envelope=Envelope(accepted_at=self._stamp()).fields())
         # Namespaced, so a sender's delivery id can never collide with the ids Casekeeper gives its own
         # messages (approval:..., recheck:...); the same delivery still maps to the same message id.
         message_id = derived_message_id("webhook", delivery)

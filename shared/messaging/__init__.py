@@ -17,7 +17,7 @@ SQLite session queue).
 
 Wire format (:func:`encode` / :func:`decode`): the body is the event's JSON (``type``, ``caseId``,
 ``data``) plus ``deliveryId`` and the transport fields of :attr:`CaseEvent.envelope` (a retry count,
-the first message's id, when the event first failed).
+the first message's id, when the event first failed, when Casekeeper first accepted it).
 
 Trace context (:func:`message_properties` / :func:`sender_context`): every message carries, in its
 application properties, the W3C trace context of the span that sent it (the webhook's, or the case
@@ -51,10 +51,19 @@ class Envelope:
     retry: int = 0
     root: str | None = None
     first_failed_at: float | None = None
+    accepted_at: float | None = None
+    """When Casekeeper first accepted the event (``acceptedAt``): stamped once, by the ingress (or by the
+    worker, for a message that came without it), and copied unchanged into every delayed copy; a redrive
+    puts the body back as it was. A fact's order rests on it (``shared.domain.order``)."""
 
     def fields(self) -> dict[str, Any]:
         """``CaseEvent.envelope`` for this envelope: the body's transport fields, absent ones left out."""
-        fields = {"retry": self.retry, "rootMessageId": self.root, "firstFailedAt": self.first_failed_at}
+        fields = {
+            "retry": self.retry,
+            "rootMessageId": self.root,
+            "firstFailedAt": self.first_failed_at,
+            "acceptedAt": self.accepted_at,
+        }
         return {k: v for k, v in fields.items() if v is not None}
 
     def root_or(self, message_id: str) -> str:
@@ -72,10 +81,13 @@ class Envelope:
     def from_body(cls, raw: Mapping[str, Any]) -> Envelope:
         failed = raw.get("firstFailedAt")
         root = raw.get("rootMessageId")
+        accepted = raw.get("acceptedAt")
         return cls(
             retry=int(raw.get("retry") or 0),
             root=str(root) if root else None,
             first_failed_at=float(failed) if failed is not None else None,
+            # A body from outside might carry anything here: only a number is a stamp.
+            accepted_at=float(accepted) if isinstance(accepted, int | float) and accepted is not True else None,
         )
 
 

@@ -37,6 +37,7 @@ from shared.operator.runs import RUN_TEXT, Build, CheckpointView, graph_hash_of,
 from shared.workflow.actions import money_position
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.checkpoints import CaseCheckpointStorage
+from shared.workflow.fact_events import FACT_ORDER, SUPERSEDED
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
 PROG = "casekeeper case"
@@ -88,6 +89,10 @@ def _show(ops: Operations, args: argparse.Namespace, build: Build, allowed_types
     return 0
 
 
+_SHOWN_APART = frozenset({"pendingApproval", SUPERSEDED, FACT_ORDER})
+"""``data`` fields the case's document shows under their own names."""
+
+
 def case_document(ops: Operations, case: Case, *, with_ages: bool = False) -> dict[str, Any]:
     """The case as one JSON-ready document: ``GET /api/cases/{id}`` answers with it, and ``casekeeper case
     show`` adds the checkpoints. The money rule's numbers (``credit``) are ``None`` while the facts are
@@ -111,6 +116,7 @@ def case_document(ops: Operations, case: Case, *, with_ages: bool = False) -> di
                 "escalation": t.escalation,
                 "proposedBy": t.proposed_by,
                 "changes": t.changes,
+                "deliveryId": t.delivery_id,
                 "at": t.at,
             }
             for t in case.history
@@ -128,9 +134,12 @@ def case_document(ops: Operations, case: Case, *, with_ages: bool = False) -> di
             else None
         ),
         "approvals": {"pending": pending, "history": _approval_history(case)},
-        "data": {k: v for k, v in case.data.items() if k != "pendingApproval"},
+        "data": {k: v for k, v in case.data.items() if k not in _SHOWN_APART},
         "notes": list(case.notes),
         "rejectedEvents": rejected_events(ops.store, case.id),
+        # Reports older than the fact the case holds: accepted, never applied, never dropped.
+        "supersededEvents": list(case.data.get(SUPERSEDED) or ()),
+        "factOrder": case.data.get(FACT_ORDER),
     }
 
 
@@ -220,6 +229,8 @@ def render(view: dict[str, Any]) -> str:
     lines += _section("approvals", _approval_lines(view["approvals"]))
     lines += _section("notes", [_note_line(n) for n in view["notes"]])
     lines += _section("rejected events", [f"{r['id']}: {r['reason']}" for r in view["rejectedEvents"]])
+    superseded = [f"{r.get('deliveryId')}: {r.get('reason')}" for r in view.get("supersededEvents") or ()]
+    lines += _section("superseded events (older than the fact held; not applied)", superseded)
     cps = view["checkpoints"]
     title = f"checkpoints (oldest first; this build's graph {cps['graphHash'][:12]})"
     lines += _section(title, [_checkpoint_line(c) for c in cps["list"]])

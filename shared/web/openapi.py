@@ -39,20 +39,21 @@ ID = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_ID_LENGTH,
-    "pattern": f"^[^{_NOT_ID}](?:[^{_NOT_ID_INNER}]*[^{_NOT_ID}])?$",
-    "description": "1-128 characters, no / \\ ? # nor control characters, no leading or trailing whitespace "
-    "(the same rule on every backend)",
+    "pattern": f"^(?!\\.{{1,2}}$)[^{_NOT_ID}](?:[^{_NOT_ID_INNER}]*[^{_NOT_ID}])?$",
+    "description": "1-128 characters, no / \\ ? # nor control characters, no leading or trailing whitespace, "
+    "not . or .. (the same rule on every backend)",
     "examples": ["INV-2026-0042"],
 }
 AMOUNT = {
     "type": "string",
-    "pattern": r"^-?0+(?:\.0{1,2})?$|^[0-9]+(?:\.[0-9]{1,2})?$",
-    "description": "a decimal string with at most two decimals, never a JSON number; not negative",
+    "pattern": r"^-?0+(?:\.0{1,2})?$|^0*[0-9]{1,15}(?:\.[0-9]{1,2})?$",
+    "description": "a decimal string with at most two decimals and at most 15 digits before the point, never a "
+    "JSON number; not negative",
     "examples": ["1250.40"],
 }
 POSITIVE_AMOUNT = {
     **AMOUNT,
-    "pattern": r"^(?=[0-9.]*[1-9])[0-9]+(?:\.[0-9]{1,2})?$",
+    "pattern": r"^(?=[0-9.]*[1-9])0*[0-9]{1,15}(?:\.[0-9]{1,2})?$",
     "description": "as Amount, above 0",
 }
 CURRENCY = {"type": "string", "pattern": "^[A-Z]{3}$", "description": "an ISO 4217 code", "examples": ["EUR"]}
@@ -67,6 +68,15 @@ CHECKS: dict[str, dict[str, Any]] = {
     "_decision": {"type": "string", "enum": ["approve", "reject"]},
     "_version": {"type": "integer", "minimum": 1},
     "_timestamp": {"type": "number", "minimum": 0},
+    "occurred_at_problem": {
+        "type": "string",
+        "format": "date-time",
+        "pattern": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
+        r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})$",
+        "description": "when the fact became true in the sender's system: RFC 3339 with an offset; orders reports "
+        "of the same fact (docs/design.md#fact-order)",
+        "examples": ["2026-12-03T10:15:00+01:00"],
+    },
 }
 
 
@@ -191,10 +201,11 @@ def _events() -> dict[str, Any]:
                     "name": SIGNATURE_HEADER,
                     "in": "header",
                     "required": True,
-                    "description": f'`t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" keyed by the secret>`; '
-                    f"several `v1=` may be sent, any configured secret may match; refused more than "
-                    f"{TOLERANCE_SECONDS} s from now",
-                    "schema": {"type": "string", "pattern": r"^t=[0-9]+(,v1=[0-9a-f]{64})+$"},
+                    "description": '`t=<unix seconds>,v2=<hex HMAC-SHA256 of "<t>.<delivery id>\\n<raw body>" keyed '
+                    "by the secret>`; several `v2=` may be sent, any configured secret may match; refused more than "
+                    f"{TOLERANCE_SECONDS} s from now. The older `v1=` (no delivery id) counts only until "
+                    "`WEBHOOK_SIGNATURE_V1_UNTIL`",
+                    "schema": {"type": "string", "pattern": r"^t=[0-9]+(,v[12]=[0-9a-f]{64})+$"},
                 },
                 {
                     "name": DELIVERY_HEADER,
@@ -213,9 +224,13 @@ def _events() -> dict[str, Any]:
                 "202": {"description": "enqueued", "content": _json("EventAccepted")},
                 "400": _answer("not a valid event, or no delivery id: `fields` names every offending field"),
                 "401": _answer("signature missing, malformed, wrong or expired"),
+                "409": _answer("the delivery id was already accepted with another body (an idempotency key reused)"),
                 "413": _answer(f"body over {MAX_BODY_BYTES} bytes"),
                 "415": _answer("not application/json, or not valid JSON"),
-                "503": _answer("the queue could not be reached: nothing was accepted, send again"),
+                "503": _answer(
+                    "the queue, or the store that records delivery ids, could not be reached: nothing was "
+                    "accepted, send again"
+                ),
             },
         }
     }
@@ -259,9 +274,13 @@ def _approvals() -> dict[str, Any]:
                 "401": _answer("an unreadable principal header"),
                 "403": _answer("signed in without the app role Casekeeper.Approver"),
                 "404": _answer("no such case"),
+                "409": _answer(
+                    "an unknown request, a request no longer pending, an answer on another version, or a request "
+                    "already answered otherwise (the first accepted answer closes it): `error` says which"
+                ),
                 "413": _answer("body too large"),
-                "415": _answer("not valid JSON"),
-                "503": _answer("the queue could not be reached: nothing was accepted, send again"),
+                "415": _answer("not application/json, or not valid JSON"),
+                "503": _answer("the queue or the store could not be reached: nothing was accepted, send again"),
             },
         }
     }
@@ -297,6 +316,7 @@ def _withdraw() -> dict[str, Any]:
             "responses": {
                 "202": {"description": "enqueued", "content": _json("WithdrawalAccepted")},
                 "400": _answer("invalid withdrawal: `fields` names every offending field"),
+                "403": _answer("signed in without the app role Casekeeper.Operator"),
                 "404": _answer("no such case"),
                 "413": _answer("body too large"),
                 "415": _answer("not valid JSON"),

@@ -9,8 +9,9 @@ credit-note requests), applies the rule's plan, and re-plans when it loses a rac
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from shared.core.cases import Case
 from shared.core.errors import ConcurrencyConflict, InvalidEvent
@@ -18,6 +19,7 @@ from shared.domain import events as ev
 from shared.domain import transitions
 from shared.domain.credit import CreditRequest
 from shared.domain.invoice import INVESTIGABLE, InvoiceFacts, parse_amount
+from shared.domain.order import FactOrder
 from shared.domain.transitions import FactPlan
 from shared.workflow.actions import credit_requests
 from shared.workflow.checkpoints import CaseCheckpointStorage
@@ -57,6 +59,8 @@ class FactEvents:
         }
 
     async def invoice_received(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
+        """Create the case, its facts' orders starting at this report's; a report of the same case that
+        describes another invoice is set aside with each difference named (``InvalidEvent``)."""
         data = event.data
         facts = InvoiceFacts(
             invoice_id=data["invoiceId"],
@@ -66,41 +70,49 @@ class FactEvents:
             po_amount=parse_amount(data["poAmount"], "poAmount"),
             currency=data["currency"],
         )
-        case, created = await asyncio.to_thread(self._deps.cases.create_if_absent, event.case_id, facts.to_dict())
+        order = self._order(event)
+        orders = {transitions.INVOICE: order.to_json(), transitions.PO_AMOUNT: order.to_json()} if order else {}
+        received = {k: v for k, v in facts.to_dict().items() if k in _INVOICE_FIELDS}
+        first = {FACT_ORDER: orders, INVOICE_AS_RECEIVED: received}
+        case, created = await asyncio.to_thread(
+            self._deps.cases.create_if_absent, event.case_id, facts.to_dict(), data=first
+        )
         if not created:
-            known = InvoiceFacts.from_dict(case.facts)
-            if (known.invoice_id, known.invoice_amount, known.currency) != (
-                facts.invoice_id,
-                facts.invoice_amount,
-                facts.currency,
-            ):
-                raise InvalidEvent(
-                    f"case {event.case_id} already exists for invoice {known.invoice_id} "
-                    f"({known.invoice_amount} {known.currency}); this event describes another invoice",
-                    case_id=event.case_id,
-                )
+            _refuse_another_invoice(case, received)
         return await self._investigate(storage, "invoice received", known=case, new_case=created)
 
     async def po_updated(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         po_amount = parse_amount(event.data["poAmount"], "poAmount")
+        order = self._order(event)
 
         def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
-            return transitions.po_updated(case.status, InvoiceFacts.from_dict(case.facts), po_amount)
+            facts = InvoiceFacts.from_dict(case.facts)
+            return transitions.po_updated(case.status, facts, po_amount, order=order, orders=_orders(case))
 
-        return await self._apply(storage, plan, ev.PO_UPDATED, needs_requests=False)
+        return await self._apply(storage, plan, ev.PO_UPDATED, needs_requests=False, delivery_id=event.delivery_id)
 
     async def credit_note_issued(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         credit_id = str(event.data["creditNoteId"])
         amount = parse_amount(event.data["amount"], "amount")
         rules = self._deps.rules
+        order = self._order(event)
 
         def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
             facts = InvoiceFacts.from_dict(case.facts)
             return transitions.credit_note_issued(
-                case.status, facts, credit_note_id=credit_id, amount=amount, requests=requests, rules=rules
+                case.status,
+                facts,
+                credit_note_id=credit_id,
+                amount=amount,
+                requests=requests,
+                rules=rules,
+                order=order,
+                orders=_orders(case),
             )
 
-        return await self._apply(storage, plan, ev.CREDIT_NOTE_ISSUED, needs_requests=True)
+        return await self._apply(
+            storage, plan, ev.CREDIT_NOTE_ISSUED, needs_requests=True, delivery_id=event.delivery_id
+        )
 
     async def request_withdrawn(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         """A person takes an outstanding credit-note request off the books (recorded with who and why)."""
@@ -119,7 +131,13 @@ class FactEvents:
         return await self._apply(storage, plan, ev.REQUEST_WITHDRAWN, needs_requests=True)
 
     async def _apply(
-        self, storage: CaseCheckpointStorage, plan: Plan, event_type: str, *, needs_requests: bool
+        self,
+        storage: CaseCheckpointStorage,
+        plan: Plan,
+        event_type: str,
+        *,
+        needs_requests: bool,
+        delivery_id: str | None = None,
     ) -> list[RunOutcome]:
         """Apply ``plan`` (a rule of ``shared.domain.transitions``) with a conditional write, re-planning on
         a lost race; then decide again if it says so. A change withdraws a pending approval: it was asked on
@@ -131,13 +149,34 @@ class FactEvents:
             case = await asyncio.to_thread(self._require, case_id)
             requests = credit_requests(await asyncio.to_thread(ledger.for_case, case_id)) if needs_requests else ()
             planned = plan(case, requests)
+            if (planned.changes or planned.superseded is not None) and _judged_before(case, delivery_id):
+                # One delivery is one report, judged once: a copy of one that changed the facts when it first
+                # came (its decision failed, say) and was replaced since is old news, and so is a copy of one
+                # already recorded as superseded, even if posted again with a later stamp.
+                why = f"delivery {delivery_id} was judged when it first came; a copy changes nothing"
+                planned = FactPlan({}, None, why, investigate=case.status in INVESTIGABLE)
             if not planned.changes:
-                unchanged = RunOutcome(case_id, "nothing_to_do", case.status, case.version, planned.reason)
+                if _needs_bookkeeping(case, planned):
+                    now = cases.now()
+                    written = await asyncio.to_thread(
+                        cases.annotate,
+                        case_id,
+                        case.version,
+                        functools.partial(_bookkept, planned=planned, version=case.version, at=now),
+                        expected=case,
+                    )
+                    if written is None:
+                        continue  # the case moved on: judge the report again against what it holds now
+                    case = written
+                outcome = "fact_superseded" if planned.superseded is not None else "nothing_to_do"
+                unchanged = RunOutcome(case_id, outcome, case.status, case.version, planned.reason)
                 if not planned.investigate:
                     return [unchanged]
                 reason = f"{event_type} (facts already recorded)"
                 return [unchanged, *await self._investigate(storage, reason, known=case)]
-            data = {"pendingApproval": None} if case.data.get("pendingApproval") else None
+            data: dict[str, Any] = {"pendingApproval": None} if case.data.get("pendingApproval") else {}
+            if planned.order is not None:
+                data[FACT_ORDER] = planned.order
             after = await asyncio.to_thread(
                 cases.update_facts,
                 case_id,
@@ -145,8 +184,9 @@ class FactEvents:
                 planned.changes,
                 reason=f"{event_type}: {planned.reason}",
                 new_status=planned.new_status,
-                data=data,
+                data=data or None,
                 expected=case,
+                delivery_id=delivery_id,
             )
             if after is not None:
                 changed = RunOutcome(case_id, "facts_changed", after.status, after.version, planned.reason)
@@ -154,3 +194,84 @@ class FactEvents:
                     return [changed]
                 return [changed, *await self._investigate(storage, event_type, known=after)]
         raise ConcurrencyConflict(f"case {case_id} kept changing while applying {event_type}", doc_id=case_id)
+
+    @staticmethod
+    def _order(event: ev.CaseEvent) -> FactOrder | None:
+        """The report's order; ``None`` for an event handed over without its acceptance time (a direct call,
+        not the queue, which stamps every message): it is taken as the newest, as it was handed over."""
+        return event.order() if event.accepted_at is not None else None
+
+
+FACT_ORDER = "factOrder"
+"""The case ``data`` field that holds each fact's order: ``{"invoice": order, "poAmount": order, "credits":
+{creditNoteId: order}}``, each order ``{"occurredAt", "acceptedAt", "deliveryId"}``."""
+SUPERSEDED = "supersededEvents"
+"""The case ``data`` field listing the reports that arrived after a newer one (see ``FactPlan.superseded``)."""
+INVOICE_AS_RECEIVED = "invoice"
+"""The case ``data`` field with the invoice as its ``invoice.received`` said it (the PO amount may change later)."""
+MAX_SUPERSEDED = 100
+_INVOICE_FIELDS = ("invoiceId", "supplierId", "poNumber", "invoiceAmount", "poAmount", "currency")
+
+
+def _orders(case: Case) -> dict[str, Any]:
+    orders = case.data.get(FACT_ORDER)
+    return dict(orders) if isinstance(orders, dict) else {}
+
+
+def _judged_before(case: Case, delivery_id: str | None) -> bool:
+    """Whether the case already shows this delivery: a change of facts it made, or its superseded record."""
+    if delivery_id is None:
+        return False
+    recorded = case.data.get(SUPERSEDED) or ()
+    return any(t.delivery_id == delivery_id for t in case.history) or any(
+        isinstance(r, dict) and r.get("deliveryId") == delivery_id for r in recorded
+    )
+
+
+def _needs_bookkeeping(case: Case, planned: FactPlan) -> bool:
+    """Whether an unchanged-facts plan still has something to write: a newer order, or a superseded report
+    not yet recorded (a redelivery of one is recorded once)."""
+    if planned.superseded is not None:
+        return not any(_same_report(r, planned.superseded) for r in case.data.get(SUPERSEDED) or ())
+    return planned.order is not None and planned.order != _orders(case)
+
+
+def _same_report(a: Any, b: dict[str, Any]) -> bool:
+    return isinstance(a, dict) and all(a.get(k) == b.get(k) for k in ("type", "deliveryId", "fact", "creditNoteId"))
+
+
+def _bookkept(data: dict[str, Any], *, planned: FactPlan, version: int, at: float) -> dict[str, Any]:
+    if planned.order is not None:
+        data[FACT_ORDER] = planned.order
+    record = planned.superseded
+    if record is not None:
+        earlier = [r for r in data.get(SUPERSEDED) or () if not _same_report(r, record)]
+        data[SUPERSEDED] = [*earlier, {**record, "at": at, "atVersion": version}][-MAX_SUPERSEDED:]
+    return data
+
+
+def _refuse_another_invoice(case: Case, received: dict[str, Any]) -> None:
+    """Raise ``InvalidEvent`` (the event is set aside with the reason) when ``received`` is not the invoice
+    the case was opened with. The PO amount is compared with the invoice's own, not with the case's
+    current one (a ``po.updated`` may have changed that since); a case opened before the invoice was kept
+    is compared on what its facts still show."""
+    recorded = case.data.get(INVOICE_AS_RECEIVED)
+    if not isinstance(recorded, dict):
+        recorded = {k: v for k, v in case.facts.items() if k in _INVOICE_FIELDS and k != "poAmount"}
+    differs = {}
+    for name, held in recorded.items():
+        given = received.get(name)
+        if name.endswith("Amount"):
+            same = parse_amount(str(given), name) == parse_amount(str(held), name)
+        else:
+            same = given == held
+        if not same:
+            differs[f"data.{name}"] = f"is {given}, but the case's invoice has {held}"
+    if differs:
+        summary = "; ".join(f"{k.removeprefix('data.')} {v}" for k, v in differs.items())
+        raise InvalidEvent(
+            f"case {case.id} already exists for invoice {recorded.get('invoiceId', '?')}; this event describes "
+            f"another invoice ({summary}): set aside, nothing changed",
+            case_id=case.id,
+            fields=differs,
+        )

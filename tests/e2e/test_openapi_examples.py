@@ -52,8 +52,9 @@ def send(host: DevHost, method: str, template: str, example: dict[str, Any]) -> 
     body = json.dumps(example["value"]).encode()
     headers = {"Content-Type": "application/json"}
     if template == "/events":  # signed as the description's header parameters say
-        headers[SIGNATURE_HEADER] = sign(SECRET, body, int(time.time()))
-        headers[DELIVERY_HEADER] = f"openapi-{uuid.uuid4().hex}"
+        delivery = f"openapi-{uuid.uuid4().hex}"
+        headers[SIGNATURE_HEADER] = sign(SECRET, body, int(time.time()), delivery)
+        headers[DELIVERY_HEADER] = delivery
     return httpx.post(url, content=body, headers=headers, timeout=10)
 
 

@@ -19,6 +19,13 @@ nothing catches ``kill -9``; the message is left locked, the services are built 
 checkpoint save that fails (``StoreUnavailable`` from the checkpoints container) for one delivery. The
 real ``kill -9`` of real processes is the chaos command's (``tests/chaos``) and ``test_crash_resume``'s.
 
+**Late facts.** The network in front of the queue can hold fact events back and release them later, in any
+order, perhaps twice; the store can be down for a few deliveries (past the waits in place: each event is
+deferred as a delayed copy and later ones overtake it) or past ``RETRY_FOR_SECONDS`` (the event is
+dead-lettered, and ``events redrive`` puts it back); a sender that dates its facts (``occurredAt``, chosen
+per example: always or never) can deliver an old one late. The final facts must equal the facts applied in
+the sender's order (:func:`_facts_in_source_order`), whatever order they came in.
+
 **The reference model** is what the test itself sent and what the supplier logged, never the code under
 test: :mod:`shared.chaos.checks` rebuilds the facts at every case version from the accepted events and the
 case history the API shows (``GET /api/cases/{id}``), and reads what was asked for from the supplier
@@ -41,6 +48,8 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -51,7 +60,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import function_app
 from shared.app import bootstrap
@@ -65,11 +81,13 @@ from shared.chaos.checks import (
     check_no_request_for_existing_note,
     timelines_of,
 )
+from shared.chaos.consistency import set_aside_delivery
 from shared.chaos.evidence import Evidence, Sent
 from shared.core.clock import ManualClock
 from shared.core.errors import StoreUnavailable
 from shared.core.ports import Document, DocumentStore, Query
 from shared.domain import events as ev
+from shared.domain.order import instant
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 from shared.localhost.changefeed import LocalChangeFeed, to_document_list
 from shared.localhost.schedule import timer_request
@@ -88,6 +106,8 @@ MAX_DELIVERIES = 10
 CRASH_POINTS = ("F1", "F2", "F3", "F4", "F5", "F6", "F7")
 SUPPLIER_FAULTS = ("fail_before_create", "fail_after_create", "drop_after_create", "reject", "lookup_down")
 SETTLE_ROUNDS = 12
+MAX_LONG_OUTAGES = 2
+"""Outages past the retry window per example: each costs a dozen deliveries, and two already interleave."""
 _ids = itertools.count(1)
 DELIVER = st.integers(0, 3)
 """How many messages the host takes right after a rule acts (0: they wait, and other rules interleave)."""
@@ -103,6 +123,14 @@ def event(text: str) -> None:
         hypothesis_event(text)
 
 
+SOURCE_EPOCH = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+
+
+def source_time(minute: int) -> str:
+    """The sender's ``occurredAt`` for its ``minute``-th fact (written in its own offset, +01:00)."""
+    return (SOURCE_EPOCH + timedelta(minutes=minute)).astimezone(timezone(timedelta(hours=1))).isoformat()
+
+
 def cents(low: int, high: int) -> st.SearchStrategy[Decimal]:
     return st.integers(low, high).map(lambda c: (Decimal(c) / 100).quantize(Decimal("0.01")))
 
@@ -115,8 +143,14 @@ class CheckpointFaults:
         self.inner = inner
         self.failing = False
         self.refused = 0
+        self.down = False
+        """The whole store unreachable (an outage): every call raises, reads too."""
+        self.outage = 0
+        """How many of the next deliveries find the store down, for longer than their waits in place."""
 
     def _check(self, container: str) -> None:
+        if self.down:
+            raise StoreUnavailable("injected: the store is unreachable (outage)")
         if self.failing and container == "checkpoints":
             self.refused += 1
             raise StoreUnavailable("injected: the checkpoint save failed (F7)")
@@ -126,6 +160,8 @@ class CheckpointFaults:
         return self.inner.create(container, partition, doc_id, body)
 
     def read(self, container: str, partition: str, doc_id: str) -> Document | None:
+        if self.down:
+            raise StoreUnavailable("injected: the store is unreachable (outage)")
         return self.inner.read(container, partition, doc_id)
 
     def replace(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str) -> Document:
@@ -145,6 +181,8 @@ class CheckpointFaults:
         return self.inner.delete(container, partition, doc_id, etag=etag)
 
     def query(self, container: str, query: Query) -> list[Document]:
+        if self.down:
+            raise StoreUnavailable("injected: the store is unreachable (outage)")
         return self.inner.query(container, query)
 
     def now(self) -> float:
@@ -152,6 +190,36 @@ class CheckpointFaults:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class HoldingSender:
+    """The ingress's sender, with a network in front of it that can hold fact events back: while ``hold``
+    is above zero, each fact event the ingress accepts (answered 202, its acceptance stamped) is kept in
+    ``held`` instead of reaching the queue, to be released later, in any order, perhaps twice. Everything
+    else (the worker's delayed copies and re-checks, approvals) passes straight through. It outlives a
+    host restart, as a network does."""
+
+    def __init__(self) -> None:
+        self.inner: LocalQueueEventSender | None = None
+        self.hold = 0
+        self.held: list[tuple[ev.CaseEvent, str]] = []
+
+    def send(self, event: ev.CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
+        assert self.inner is not None
+        if self.hold > 0 and schedule_at is None and event.type in ev.ORDERED_TYPES:
+            self.hold -= 1
+            self.held.append((event, message_id))
+            return
+        self.inner.send(event, message_id=message_id, schedule_at=schedule_at)
+
+    def release(self, index: int, *, twice: bool) -> None:
+        """Let a held event through; ``twice``: a second copy under another message id, as a redrive or a
+        proxy's retry makes (the broker cannot drop it as a duplicate)."""
+        assert self.inner is not None
+        event, message_id = self.held.pop(index)
+        self.inner.send(event, message_id=message_id)
+        if twice:
+            self.inner.send(event, message_id=f"{message_id}:again")
 
 
 class World:
@@ -193,6 +261,7 @@ class World:
         )
         self.crash_at: str | None = None
         self.crashes: list[str] = []
+        self.network = HoldingSender()
         self.services = self._build()
 
     def _probe(self, point: str) -> None:
@@ -202,10 +271,11 @@ class World:
             raise Crash(point)
 
     def _build(self) -> Services:
+        self.network.inner = LocalQueueEventSender(self.queue, QUEUE)
         services = bootstrap.build(
             self.settings,
             store=self.store,  # type: ignore[arg-type]  # a DocumentStore by shape (the port is a Protocol)
-            sender=LocalQueueEventSender(self.queue, QUEUE),
+            sender=self.network,
             dead_letters=LocalDeadLetters(self.queue, QUEUE),
             clock=self.clock,
             probe=self._probe,
@@ -273,6 +343,12 @@ class CaseMachine(RuleBasedStateMachine):
         self.answers: list[dict[str, Any]] = []  # approval requests seen, oldest first
         self.answered: dict[str, str] = {}  # request id -> the decision the door accepted first
 
+        self.occurred = False
+        """Whether the sender gives every fact its ``occurredAt`` (always or never, as the sender's rule says)."""
+        self.source_minute = 0
+        """The sender's clock: each new fact happens a minute after the last."""
+        self.long_outages = 0
+
     # --- what the outside world does -----------------------------------------------------------
 
     def _post(self, kind: str, event_type: str, data: dict[str, Any], delivery: str) -> None:
@@ -296,7 +372,16 @@ class CaseMachine(RuleBasedStateMachine):
         assert response.status_code == 202, (kind, event_type, response.status_code, response.get_body())
 
     def _event(self, event_type: str, **data: Any) -> None:
-        self._post("event", event_type, data, f"d-{self.case_id}-{self.step + 1}")
+        self._post("event", event_type, self._dated(event_type, data), f"d-{self.case_id}-{self.step + 1}")
+
+    def _dated(self, event_type: str, data: dict[str, Any], *, minutes_back: int = 0) -> dict[str, Any]:
+        """``data`` with the fact's ``occurredAt`` when this sender gives them: a new fact happens now on the
+        sender's clock; ``minutes_back``: a fact that happened that long before the newest (sent late)."""
+        if not self.occurred or event_type not in ev.ORDERED_TYPES:
+            return data
+        if minutes_back == 0:
+            self.source_minute += 1
+        return {**data, "occurredAt": source_time(self.source_minute - minutes_back)}
 
     def _view(self) -> dict[str, Any] | None:
         url = f"http://localhost/api/cases/{self.case_id}"
@@ -320,10 +405,12 @@ class CaseMachine(RuleBasedStateMachine):
         over=cents(-50_000, 250_000),
         crash=st.none() | st.sampled_from(CRASH_POINTS),
         then=DELIVER,
+        occurred=st.booleans(),
     )
-    def invoice(self, po: Decimal, over: Decimal, crash: str | None, then: int) -> None:
+    def invoice(self, po: Decimal, over: Decimal, crash: str | None, then: int, occurred: bool = False) -> None:
         """The invoice arrives; perhaps the run it starts dies at a failure point (its first request is
-        where most of the money is)."""
+        where most of the money is). ``occurred``: this sender dates every fact (``occurredAt``)."""
+        self.occurred = occurred
         amount = max(Decimal("0.00"), po + over)
         self._event(
             ev.INVOICE_RECEIVED,
@@ -356,7 +443,7 @@ class CaseMachine(RuleBasedStateMachine):
             self._post(
                 "credit_for_request",
                 ev.CREDIT_NOTE_ISSUED,
-                {"creditNoteId": note_id, "amount": str(amount)},
+                self._dated(ev.CREDIT_NOTE_ISSUED, {"creditNoteId": note_id, "amount": str(amount)}),
                 f"d-{self.case_id}-{self.step}",
             )
         self.deliver(then)
@@ -445,6 +532,66 @@ class CaseMachine(RuleBasedStateMachine):
         self._post("resend" if same_id else "copy", again.event_type, dict(again.data), delivery)
         self.deliver(then)
 
+    @precondition(lambda self: self.occurred)
+    @rule(back=st.integers(1, 6), move=cents(-100_000, 100_000), then=DELIVER)
+    def a_late_po_from_the_source(self, back: int, move: Decimal, then: int) -> None:
+        """The sender delivers, late, a PO edit that happened ``back`` facts ago on its own clock (a webhook
+        retried after newer ones went out). Only a sender that dates its facts can say so."""
+        view = self._view()
+        current = Decimal(str(view["case"]["facts"]["poAmount"])) if view else Decimal("1000.00")
+        data = self._dated(ev.PO_UPDATED, {"poAmount": str(max(Decimal("0.00"), current + move))}, minutes_back=back)
+        self._post("event", ev.PO_UPDATED, data, f"d-{self.case_id}-{self.step + 1}")
+        self.deliver(then)
+
+    @rule(count=st.integers(1, 3))
+    def the_network_holds_facts_back(self, count: int) -> None:
+        """The next ``count`` fact events are accepted but delayed on their way to the queue."""
+        self.world.network.hold = count
+
+    @precondition(lambda self: bool(self.world.network.held))
+    @rule(pick=st.integers(0, 5), twice=st.booleans(), then=DELIVER)
+    def a_held_fact_arrives(self, pick: int, twice: bool, then: int) -> None:
+        """One held fact event reaches the queue, behind whatever was sent after it; perhaps twice."""
+        held = self.world.network.held
+        if held:
+            self.world.network.release(pick % len(held), twice=twice)
+        self.deliver(then)
+
+    @rule(deliveries=st.integers(1, 3))
+    def the_store_goes_down(self, deliveries: int) -> None:
+        """The next deliveries find the store unreachable for longer than their waits in place: each event
+        is deferred as a delayed copy, and events sent after it may be handled first."""
+        self.world.store.outage = deliveries
+
+    @precondition(lambda self: self.long_outages < MAX_LONG_OUTAGES)
+    @rule()
+    def an_outage_outlasts_the_retry_window(self) -> None:
+        """The store stays down past ``RETRY_FOR_SECONDS``: the next event goes to the dead-letter queue."""
+        world = self.world
+        if not world.queue.peek(QUEUE):
+            return
+        self.long_outages += 1
+        world.store.outage = 1
+        first = self._deliver_next_ready()
+        if not first:
+            world.store.outage = 0
+            return
+        world.pass_time(world.services.settings.backoff.give_up_after + 1)
+        for _ in range(MAX_DELIVERIES + 2):
+            world.store.outage = 1
+            if not self._deliver_next_ready():
+                break
+            if world.services.dead_letters.counts().get("dead_lettered"):
+                break
+        world.store.outage = 0
+
+    @rule(then=DELIVER)
+    def redrive_the_dead_letters(self, then: int) -> None:
+        """``casekeeper events redrive --all``, as the dead-letter alert says."""
+        if self.world.services.dead_letters.counts().get("dead_lettered"):
+            self.world.services.dead_letters.redrive(None)
+        self.deliver(then)
+
     # --- faults ----------------------------------------------------------------------------------
 
     @rule(fault=st.sampled_from(SUPPLIER_FAULTS))
@@ -483,18 +630,31 @@ class CaseMachine(RuleBasedStateMachine):
         msg = self.world.queue.receive(QUEUE)
         if msg is None:
             return False
+        store = self.world.store
+        store.down, store.outage = store.outage > 0, max(0, store.outage - 1)
         try:
             asyncio.run(function("case_worker")(to_service_bus_message(msg)))
         except Crash:
+            store.down = False
             self._crashed()
             return True
         except Exception:  # the host abandons the message: delivered again, dead-lettered past the limit
-            self.world.store.failing = False
+            store.failing = store.down = False
             self.world.queue.abandon(msg)
             return True
-        self.world.store.failing = False
+        store.failing = store.down = False
         self.world.queue.complete(msg)
         return True
+
+    def _deliver_next_ready(self) -> bool:
+        """Deliver the next message, moving time to it if it is a copy scheduled for later."""
+        if self._deliver_one():
+            return True
+        pending = self.world.queue.peek(QUEUE)
+        if not pending:
+            return False
+        self.world.pass_time(max(0.0, min(p.enqueued_time for p in pending) - self.world.clock.now()) + 0.01)
+        return self._deliver_one()
 
     def _crashed(self) -> None:
         """The host died holding the message's lock: it comes back, and the lock expires."""
@@ -536,10 +696,45 @@ class CaseMachine(RuleBasedStateMachine):
 
     # --- what must hold ----------------------------------------------------------------------------
 
+    def _in_source_order(self, view: dict[str, Any] | None) -> list[Sent]:
+        """What the sender sent, as the case must reflect it: in the sender's order (for a sender that dates
+        its facts, by ``occurredAt``; otherwise by when each was accepted), without the reports the case
+        recorded as superseded or set aside (never applied: the final check judges them against the model).
+        The chaos checks read ``accepted_at`` as the order of the PO edits."""
+        late = {str(r.get("deliveryId")) for r in (view or {}).get("supersededEvents") or ()}
+        # Set aside (a fact for a case whose invoice is still in the dead-letter queue): its reason is shown,
+        # and the checks below must not expect it in the facts (a set-aside delayed copy has its own id).
+        late |= {d for r in (view or {}).get("rejectedEvents") or () if (d := set_aside_delivery(r)) is not None}
+        kept = [s for s in self.sent if not (s.event_type in ev.ORDERED_TYPES and s.delivery in late)]
+        if not self.occurred:
+            return kept
+        first = self._first_acceptance()
+        return [
+            replace(s, accepted_at=float(self._source_key(s, first)[0]) + s.step * 1e-6)
+            if s.event_type in ev.ORDERED_TYPES and s.accepted
+            else s
+            for s in kept
+        ]
+
+    def _first_acceptance(self) -> dict[str, Sent]:
+        """Each delivery's first accepted send: its acceptance stamp is the order of all its copies."""
+        first: dict[str, Sent] = {}
+        for sent in self.sent:
+            if sent.accepted and sent.event_type in ev.ORDERED_TYPES:
+                first.setdefault(sent.delivery, sent)
+        return first
+
+    def _source_key(self, sent: Sent, first: dict[str, Sent]) -> tuple[Decimal, float, int]:
+        """The sender's order of a report: ``(occurredAt or acceptance, acceptance, step)`` of its delivery."""
+        origin = first.get(sent.delivery, sent)
+        accepted = origin.accepted_at or 0.0
+        occurred = origin.data.get("occurredAt")
+        return (instant(occurred) if occurred else Decimal(repr(accepted)), accepted, origin.step)
+
     def evidence(self, *, full: bool = False) -> Evidence:
         view = self._view()
         evidence = Evidence(
-            sent=list(self.sent),
+            sent=self._in_source_order(view),
             supplier=[
                 r
                 for r in self.world.supplier.requests
@@ -571,6 +766,23 @@ class CaseMachine(RuleBasedStateMachine):
         violations = [*check_no_request_for_existing_note(evidence), *check_money(evidence, timelines_of(evidence))]
         assert violations == [], _explain(violations)
 
+    def _check_the_newest_facts_stand(self, view: dict[str, Any] | None) -> None:
+        """The final facts equal the facts applied in the sender's order, and every report the case set
+        aside as superseded is older than the report it holds for the same fact."""
+        assert view is not None, "the case cannot be read"
+        first = self._first_acceptance()
+        set_aside = {d for r in view.get("rejectedEvents") or () if (d := set_aside_delivery(r)) is not None}
+        po, credits = _facts_in_source_order(self.sent, lambda s: self._source_key(s, first), set_aside)
+        facts = view["case"]["facts"]
+        shown = {str(c["creditNoteId"]): str(c["amount"]) for c in facts.get("credits") or ()}
+        assert (facts["poAmount"], shown) == (po, credits), _trail(view)
+        by_delivery = {s.delivery: s for s in first.values()}
+        for record in view.get("supersededEvents") or ():
+            late = by_delivery[str(record["deliveryId"])]
+            held = by_delivery.get(str((record.get("heldOrder") or {}).get("deliveryId")))
+            assert held is not None and self._source_key(late, first) < self._source_key(held, first), record
+            event("a late fact was superseded")
+
     def teardown(self) -> None:
         try:
             if self.sent:
@@ -584,8 +796,14 @@ class CaseMachine(RuleBasedStateMachine):
         world.crash_at = None
         world.store.failing = False
         world.supplier.set_faults(Faults())
+        world.store.outage = 0
+        world.network.hold = 0
+        while world.network.held:  # everything held back arrives in the end, in the order it was sent
+            world.network.release(0, twice=False)
         quiet = False
         for _ in range(SETTLE_ROUNDS):
+            if world.services.dead_letters.counts().get("dead_lettered"):
+                world.services.dead_letters.redrive(None)  # as the dead-letter alert says
             while self._deliver_one():
                 pass
             world.pass_time(world.call_timeout + 1)
@@ -613,10 +831,34 @@ class CaseMachine(RuleBasedStateMachine):
         initial = dict(self.sent[0].data)
         problems = money_violations(initial, case, svc.ledger.for_case(self.case_id), evidence.supplier)
         assert problems == [], problems
+        self._check_the_newest_facts_stand(evidence.view(self.case_id))
         unalerted = failures_since(world.store, None, alerted=False)
         assert unalerted == [], f"checkpoint failures never alerted: {unalerted}"
         if world.store.refused:
             assert failures_since(world.store, None), "checkpoint saves failed and nothing was recorded"
+
+
+def _facts_in_source_order(
+    sent: list[Sent], key: Callable[[Sent], tuple[Decimal, float, int]], set_aside: set[str]
+) -> tuple[str, dict[str, str]]:
+    """The reference model: the PO amount and each credit note's amount that the accepted reports leave
+    when applied in the sender's order (the newest report of each fact wins), whatever order they came in."""
+    po: tuple[tuple[Decimal, float, int], str] | None = None
+    credits: dict[str, tuple[tuple[Decimal, float, int], str]] = {}
+    for report in sent:
+        if not report.accepted or report.delivery in set_aside:
+            continue
+        order = key(report)
+        if report.event_type in (ev.INVOICE_RECEIVED, ev.PO_UPDATED):
+            amount = str(Decimal(str(report.data["poAmount"])))
+            if po is None or order > po[0]:
+                po = (order, amount)
+        elif report.event_type == ev.CREDIT_NOTE_ISSUED:
+            note = str(report.data["creditNoteId"])
+            if note not in credits or order > credits[note][0]:
+                credits[note] = (order, str(Decimal(str(report.data["amount"]))))
+    assert po is not None, "no invoice was accepted"
+    return po[1], {note: amount for note, (_, amount) in credits.items()}
 
 
 def _trail(view: dict[str, Any] | None) -> str:
