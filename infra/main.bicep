@@ -67,6 +67,7 @@
 // Deliberately not set in Azure (local development and tests only):
 //   CASEKEEPER_SQLITE_PATH, CASEKEEPER_LOCAL_QUEUE_PATH, and COSMOS_KEY (keys are disabled on the
 //   account; unset, the code uses managed identity).
+//   STORE_TIMEOUT_SECONDS: unset, each store keeps its own timeout (tests and chaos runs shorten it).
 //   OTEL_EXPORTER_OTLP_ENDPOINT and CASEKEEPER_TELEMETRY_FILE: telemetry goes to Application Insights
 //   here (shared/app/telemetry.configure); these pick OTLP or a console file where it is not configured.
 

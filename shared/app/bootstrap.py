@@ -117,9 +117,14 @@ def open_store(settings: Settings) -> DocumentStore:
         from shared.stores.cosmos import cosmos_store_from_settings
 
         assert settings.cosmos_endpoint is not None
-        return cosmos_store_from_settings(settings.cosmos_endpoint, settings.cosmos_database, settings.cosmos_key)
+        options = {"read_timeout": settings.store_timeout} if settings.store_timeout is not None else {}
+        return cosmos_store_from_settings(
+            settings.cosmos_endpoint, settings.cosmos_database, settings.cosmos_key, **options
+        )
     from shared.stores.sqlite import SqliteDocumentStore
 
+    if settings.store_timeout is not None:
+        return SqliteDocumentStore(settings.sqlite_path, busy_timeout=settings.store_timeout)
     return SqliteDocumentStore(settings.sqlite_path)
 
 

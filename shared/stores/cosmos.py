@@ -607,18 +607,23 @@ class CosmosDocumentStore:
         self.close()
 
 
-def cosmos_store_from_settings(endpoint: str, database: str, key: str | None) -> CosmosDocumentStore:
+def cosmos_store_from_settings(
+    endpoint: str, database: str, key: str | None, **client_options: Any
+) -> CosmosDocumentStore:
     """A store for ``endpoint``/``database``: with ``key`` (a local or test server) key auth, without it
     (``None`` or empty, as an unset setting reads) ``DefaultAzureCredential()`` (managed identity in
     Azure, a developer login locally), which the store then owns and closes. No network I/O happens here.
+    ``client_options`` go to ``CosmosClient`` (``read_timeout``, say).
 
     Raises ``ConfigurationError`` when ``endpoint`` or ``database`` is empty."""
     missing = tuple(name for name, value in (("endpoint", endpoint), ("database", database)) if not value)
     if missing:
         raise ConfigurationError(f"Cosmos DB settings missing: {', '.join(missing)}", missing=missing)
     if key:
-        return CosmosDocumentStore(endpoint, database, credential=key)
+        return CosmosDocumentStore(endpoint, database, credential=key, **client_options)
     # Imported here so that key-only use (tests, local runs) does not need azure-identity at import time.
     from azure.identity import DefaultAzureCredential
 
-    return CosmosDocumentStore(endpoint, database, credential=DefaultAzureCredential(), owns_credential=True)
+    return CosmosDocumentStore(
+        endpoint, database, credential=DefaultAzureCredential(), owns_credential=True, **client_options
+    )
