@@ -6,10 +6,12 @@
    of K answered 404 between the previous ``POST`` of K and this one.
 2. **Money.** For each credit-note request R (the first ``POST`` of key K, amount a, case C) let v be
    the case version its decision was made on (the API's ``effects[].caseVersion`` for K) and F(v) the
-   facts then (:mod:`shared.chaos.facts`). Then a + the case's earlier requests (keys first posted
-   before R whose note the supplier created; each at its requested amount, or at the received amount
-   if F(v) shows its note received; not at all if F(v) shows it withdrawn by a person) + the external
-   credits in F(v) must not exceed F(v)'s invoice amount - PO amount.
+   facts that were true then (:mod:`shared.chaos.facts`: the newest in source order the case had seen;
+   what the case showed, unless it had applied an older fact over a newer one). Then a + the case's
+   earlier requests (keys first posted before R whose note the supplier created; each at its requested
+   amount, or at the received amount if F(v) shows its note received; not at all if F(v) shows it
+   withdrawn by a person) + the external credits in F(v) must not exceed F(v)'s invoice amount - PO
+   amount.
 5. **No 5xx to a valid signed request outside a kill window.** Every ``POST`` the driver made (events,
    approval answers; all valid and signed) that got a 5xx or no answer at all, at a time when its host
    was not inside a kill window (from just before the kill until the restarted host answered its
@@ -28,6 +30,7 @@ from typing import Any
 from shared.chaos.evidence import Evidence
 from shared.chaos.facts import Timeline, rebuild
 from shared.chaos.journal import is_credit_post, is_lookup
+from shared.chaos.order import set_aside_delivery
 
 KILL_MARGIN = 1.0
 """Seconds after a kill window in which a failed request is still the kill's (a request sent to the
@@ -68,8 +71,10 @@ def timelines_of(evidence: Evidence) -> dict[str, Timeline]:
     for case_id in sorted({s.case_id for s in evidence.sent}):
         view = evidence.view(case_id)
         if view is not None:
-            rejected = {str(r.get("id")) for r in evidence.rejected(case_id)}
-            timelines[case_id] = rebuild(view, evidence.sent_for(case_id), rejected)
+            rejected = evidence.rejected(case_id)
+            ids = {str(r.get("id")) for r in rejected}
+            aside = {d for d in (set_aside_delivery(r) for r in rejected) if d}
+            timelines[case_id] = rebuild(view, evidence.sent_for(case_id), ids, aside)
     return timelines
 
 
@@ -121,12 +126,15 @@ def check_money(evidence: Evidence, timelines: dict[str, Timeline]) -> list[Viol
         timeline = timelines.get(case_id)
         if view is None or timeline is None:
             continue  # invariant 3 reports a case the API cannot show
+        # Judged on the facts that were true (the newest the case had seen), not on what the case
+        # showed: a decision made on a fact that a newer one replaced breaks the rule.
         versions = {e.get("key"): e.get("caseVersion") for e in view.get("effects") or []}
         case_notes = {n["creditNoteId"] for n in notes.values() if n.get("caseId") == case_id}
         for position, request in enumerate(requests):
             key, amount = request["idempotencyKey"], Decimal(str(request["body"].get("amount")))
             version = versions.get(key)
-            facts = timeline.at.get(int(version)) if isinstance(version, int) else None
+            facts_version = int(version) if isinstance(version, int) else 0
+            facts = timeline.true_at.get(facts_version)
             if facts is None:
                 continue  # the key unknown to the ledger is invariant 4's; unknown facts are noted there
             total, parts = amount, [f"this request {amount}"]
@@ -156,6 +164,7 @@ def check_money(evidence: Evidence, timelines: dict[str, Timeline]) -> list[Viol
                             "key": key,
                             "caseVersion": version,
                             "facts": facts.to_json(),
+                            "caseShowed": timeline.at[facts_version].to_json(),
                             "total": str(total),
                             "justified": str(facts.justified),
                             "factsSource": timeline.source,

@@ -95,7 +95,7 @@ def test_an_accepted_po_change_missing_from_the_case_is_a_violation() -> None:
     story.transition("needs_review", "under-billed")
     found = violations(story.done(), 3)
     assert any("PO amount was never 800.00" in v.summary for v in found)
-    assert any("1 PO changes accepted, 0 in the history" in v.summary for v in found)
+    assert any("last fact: PO amount 1000.00, but the last PO in source order is 800.00" in v.summary for v in found)
 
 
 def test_an_event_set_aside_with_a_reason_is_reflected_and_without_one_is_not() -> None:
