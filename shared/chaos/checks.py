@@ -15,7 +15,9 @@
 5. **No 5xx to a valid signed request outside a kill window.** Every ``POST`` the driver made (events,
    approval answers; all valid and signed) that got a 5xx or no answer at all, at a time when its host
    was not inside a kill window (from just before the kill until the restarted host answered its
-   health check, plus :data:`KILL_MARGIN`), is a violation; so is a host that exited by itself.
+   health check, plus :data:`KILL_MARGIN`), is a violation; so is a host that exited by itself. While
+   the store is down (a store outage, plus the margin) a 503 is the honest answer ("nothing was
+   accepted; retry"); any other 5xx, or no answer, is still a violation.
 
 Invariants 3 and 4 are in :mod:`shared.chaos.consistency`.
 """
@@ -210,6 +212,10 @@ def check_no_5xx(evidence: Evidence) -> list[Violation]:
             w.host == attempt.host and attempt.started <= w.end + KILL_MARGIN and attempt.ended >= w.start
             for w in evidence.kill_windows
             if w.mode != "died"
+        )
+        excused = excused or (
+            attempt.status == 503
+            and any(attempt.started <= o.end + KILL_MARGIN and attempt.ended >= o.start for o in evidence.outages)
         )
         if excused:
             continue

@@ -42,11 +42,13 @@ class SqliteLockHolder:
     """An outside process holding ``path``'s write lock, from :meth:`begin` to :meth:`end`."""
 
     path: Path
+    grace: float = HOLD_GRACE_SECONDS
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def begin(self, seconds: float) -> float:
         """Take the lock; returns when it is held (epoch seconds). Raises :class:`OutageError`."""
         argv = [sys.executable, "-m", "shared.chaos.outage", "--sqlite", str(self.path), "--seconds", f"{seconds:.1f}"]
+        argv += ["--grace", f"{self.grace:.1f}"]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
         self.proc = subprocess.Popen(
             argv,
@@ -126,8 +128,9 @@ def _read_line(stream: IO[bytes] | None, timeout: float) -> str:
     return stream.readline().decode(errors="replace").strip() if ready else ""
 
 
-def hold(path: Path, seconds: float) -> int:
-    """The holder process: take the write lock, say so, keep it until stdin closes or ``seconds`` pass."""
+def hold(path: Path, seconds: float, grace: float = HOLD_GRACE_SECONDS) -> int:
+    """The holder process: take the write lock, say so, keep it until stdin closes or ``seconds`` and
+    ``grace`` have passed."""
     conn = sqlite3.connect(path, timeout=TAKE_LOCK_SECONDS, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -135,7 +138,7 @@ def hold(path: Path, seconds: float) -> int:
         print(f"failed {exc}", flush=True)
         return 1
     print(f"held {time.time():.3f}", flush=True)
-    deadline = time.monotonic() + seconds + HOLD_GRACE_SECONDS
+    deadline = time.monotonic() + seconds + grace
     while (left := deadline - time.monotonic()) > 0:
         ready, _, _ = select.select([sys.stdin], [], [], left)
         if ready and not os.read(sys.stdin.fileno(), 4096):
@@ -150,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shared.chaos.outage")
     parser.add_argument("--sqlite", type=Path, required=True, help="the store file whose write lock to hold")
     parser.add_argument("--seconds", type=float, required=True, help="the planned length (bounded by it plus a grace)")
+    parser.add_argument("--grace", type=float, default=HOLD_GRACE_SECONDS, help="seconds past --seconds at most")
     args = parser.parse_args(argv)
-    return hold(args.sqlite, args.seconds)
+    return hold(args.sqlite, args.seconds, args.grace)
 
 
 if __name__ == "__main__":

@@ -211,7 +211,7 @@ def make_plan(seed: int, *, cases: int, seconds: float, kills: int, hosts: int, 
     builder = _Builder(rng, seed, seconds, hosts, downs)
     specs = tuple(builder.case(n) for n in range(cases))
     faults = _fault_windows(rng, seconds)
-    kill_specs = _clear_of_outages(_kills(rng, seconds, kills, hosts), downs)
+    kill_specs = _clear_of_outages(_kills(rng, seconds, kills, hosts), downs, seconds)
     faults += tuple(_holds_for_kills(kill_specs))
     steps = builder.finish()
     ordered_faults = tuple(sorted(faults, key=lambda w: w.start))
@@ -454,7 +454,7 @@ def _outages(rng: random.Random, seconds: float, count: int) -> tuple[Outage, ..
     return tuple(outages)
 
 
-def _clear_of_outages(kills: tuple[KillSpec, ...], outages: tuple[Outage, ...]) -> tuple[KillSpec, ...]:
+def _clear_of_outages(kills: tuple[KillSpec, ...], outages: tuple[Outage, ...], seconds: float) -> tuple[KillSpec, ...]:
     """A host restarting while the store is down may not get up in time (its start writes): a kill due
     in an outage (or just before it, while it may still wait for its moment) waits for the outage's end."""
     moved: list[KillSpec] = []
@@ -463,7 +463,7 @@ def _clear_of_outages(kills: tuple[KillSpec, ...], outages: tuple[Outage, ...]) 
         kill = planned
         for i, outage in enumerate(outages):
             if outage.start - 9.0 <= kill.at <= outage.end + 1.0:
-                kill = replace(kill, at=outage.end + 1.0 + 3.0 * after[i])
+                kill = replace(kill, at=min(outage.end + 2.0 + 3.0 * after[i], _LATEST * seconds))
                 after[i] += 1
         moved.append(kill)
     return tuple(sorted(moved, key=lambda k: k.at))
