@@ -41,7 +41,7 @@ restarted host as it came up)."""
 INVARIANTS: dict[int, str] = {
     1: "no request for a key whose note already existed (unless a lookup said not found)",
     2: "money: requested + received never exceeds what the facts justified",
-    3: "every accepted event is reflected in its case, or set aside with a reason",
+    3: "every accepted event reflected or set aside; the last fact in source order stands",
     4: "every effect settled or escalated (alerted once); status consistent; queue drained",
     5: "no 5xx or dropped answer to a valid signed request outside a kill window",
 }
