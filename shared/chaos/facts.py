@@ -29,6 +29,8 @@ from typing import Any
 from shared.chaos.evidence import Sent
 from shared.chaos.order import SourceOrder, source_order, walk
 
+FACT_KEYS = frozenset({"poAmount", "credits", "withdrawn", "invoiceAmount"})
+"""The facts a transition's ``changes`` may change."""
 PO_REASON = "po.updated:"
 CREDIT_REASON = "credit_note.issued:"
 _CREDIT = re.compile(r"credit note (\S+) for (-?[0-9]+(?:\.[0-9]+)?) received")
@@ -79,8 +81,10 @@ class Timeline:
 
 
 def is_superseded(transition: dict[str, Any]) -> bool:
-    """A fact recorded as superseded by a newer one: in the history, with nothing changed."""
-    return not transition.get("changes") and "supersed" in str(transition.get("reason") or "").lower()
+    """A fact recorded as superseded by a newer one: in the history, with no fact changed."""
+    changes = transition.get("changes")
+    changed = set(changes) & FACT_KEYS if isinstance(changes, dict) else set()
+    return not changed and "supersed" in str(transition.get("reason") or "").lower()
 
 
 def is_facts_transition(transition: dict[str, Any]) -> bool:
