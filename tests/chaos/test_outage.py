@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from shared.app.bootstrap import open_store
+from shared.app.settings import Settings
 from shared.chaos.outage import ProcessPause, SqliteLockHolder
 from shared.core.errors import StoreUnavailable
+from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER, make_cosmos_store, start_cosmos_server
 from shared.stores.sqlite import SqliteDocumentStore
 
 
@@ -65,3 +68,38 @@ def test_a_pause_stops_the_process_until_it_ends() -> None:
         pause.end()
         sleeper.kill()
         sleeper.wait()
+
+
+@pytest.mark.cosmos
+@pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)
+def test_a_paused_cosmos_server_is_a_store_outage_bounded_by_the_store_timeout() -> None:
+    """Its own server (pausing the session's would stall other tests). With ``STORE_TIMEOUT_SECONDS`` a
+    write to the paused server fails as unavailable in about that time, not the SDK's 65 s; resumed, it
+    serves again."""
+    server = start_cosmos_server()
+    try:
+        make_cosmos_store(server, "pause").close()
+        env = {
+            "WEBHOOK_SECRET": "s",
+            "CASEKEEPER_QUEUE": "local",
+            "CASEKEEPER_STORE": "cosmos",
+            "CosmosDBConnection__accountEndpoint": server.endpoint,
+            "COSMOS_KEY": server.key,
+            "COSMOS_DATABASE": "pause",
+            "STORE_TIMEOUT_SECONDS": "1.5",
+        }
+        store = open_store(Settings.from_mapping(env))
+        store.create("cases", "C-1", "C-1", {"id": "C-1"})
+        pause = ProcessPause(server.process.pid)
+        pause.begin(20.0)
+        try:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                store.create("cases", "C-2", "C-2", {"id": "C-2"})
+            assert time.monotonic() - started < 10.0
+        finally:
+            pause.end()
+        assert store.read("cases", "C-1", "C-1") is not None
+        store.close()
+    finally:
+        server.stop()
