@@ -1,7 +1,7 @@
 """``casekeeper chaos``: run the plan against real processes, settle, collect, check, report.
 
-Phases: start (a fresh data folder, the stub, the hosts) -> inject (the driver's events, the faults and
-the kills, on their own threads, for ``--seconds``) -> settle (faults cleared, every host up, wait for
+Phases: start (a fresh data folder, the stub, the hosts) -> inject (the driver's events, the faults, the
+store outages and the kills, on their own threads, for ``--seconds``) -> settle (faults cleared, every host up, wait for
 quiescence, bounded) -> collect evidence from outside -> check the invariants -> print the table,
 write the JSON report. Exit 0 only when every invariant holds; 1 with violations; 2 when the run itself
 could not be carried out.
