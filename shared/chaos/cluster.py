@@ -16,10 +16,10 @@ from pathlib import Path
 
 from shared.chaos.alert_sink import AlertSink
 from shared.chaos.config import HOST_ENV, ChaosConfig
+from shared.chaos.disorder import Outage
 from shared.chaos.evidence import KillWindow, StoreOutage
 from shared.chaos.journal import Journal
 from shared.chaos.outage import ProcessPause, SqliteLockHolder
-from shared.chaos.plan import Outage
 from shared.chaos.processes import HostProcess, SupplierProcess
 
 

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime, timedelta, timezone
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from shared.chaos.config import HOLD_SECONDS
+from shared.chaos.disorder import Outage, Stamps, clear_of_outages, default_outages, outages_in, stamped
+from shared.chaos.order import OCCURRED_AT
 
 INVOICE = "invoice.received"
 PO = "po.updated"
@@ -57,13 +58,8 @@ RESEND_SHARE = 0.30
 COPY_SHARE = 0.10
 STAMPED_SHARE = 0.35
 """Cases whose fact events carry ``occurredAt`` (and get out-of-order bursts)."""
-OUTAGE_SECONDS = (20.0, 24.0)
-"""How long the store stays down: past the in-place retries (four attempts of ``STORE_TIMEOUT_SECONDS``
-each, :data:`shared.chaos.config.HOST_ENV`, plus their short waits), so events take the delayed copies."""
 OUTAGE_CASES = 5
 """Unstamped cases per outage that get ``po.updated`` sent while the store is down."""
-OCCURRED_AT = "occurredAt"
-_OFFSETS = (0, 2, -5, 5.5, -3)  # hours; 5.5 for the half-hour zones
 _LATEST = 0.97  # no step after this share of the injection phase: the last events still get handled
 
 
@@ -108,16 +104,6 @@ class FaultWindow:
     fault: str
     value: float | int | bool
     label: str
-
-
-@dataclass(frozen=True)
-class Outage:
-    """The store is down from ``start`` to ``end`` (seconds into the injection phase): on SQLite an
-    outside process holds the store's write lock (``BEGIN IMMEDIATE``; writes wait and fail, reads go on),
-    on the Cosmos DB test server the server is paused (``SIGSTOP``, then ``SIGCONT``)."""
-
-    start: float
-    end: float
 
 
 @dataclass(frozen=True)
@@ -199,19 +185,14 @@ class Plan:
         }
 
 
-def default_outages(seconds: float) -> int:
-    """Two outages in a default-length run, one in a short one."""
-    return 2 if seconds >= 100 else 1
-
-
 def make_plan(seed: int, *, cases: int, seconds: float, kills: int, hosts: int, outages: int | None = None) -> Plan:
     """The plan for ``seed``: a pure function of its arguments. ``outages``: default :func:`default_outages`."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible plan, not a secret
-    downs = _outages(rng, seconds, default_outages(seconds) if outages is None else outages)
+    downs = outages_in(rng, seconds, default_outages(seconds) if outages is None else outages)
     builder = _Builder(rng, seed, seconds, hosts, downs)
     specs = tuple(builder.case(n) for n in range(cases))
     faults = _fault_windows(rng, seconds)
-    kill_specs = _clear_of_outages(_kills(rng, seconds, kills, hosts), downs, seconds)
+    kill_specs = clear_of_outages(_kills(rng, seconds, kills, hosts), downs, latest=_LATEST * seconds)
     faults += tuple(_holds_for_kills(kill_specs))
     steps = builder.finish()
     ordered_faults = tuple(sorted(faults, key=lambda w: w.start))
@@ -258,7 +239,7 @@ class _Builder:
         outage = self._outage_for(kind)
         if outage is not None:  # the invoice handled before the store goes down
             t = max(0.0, outage.start - rng.uniform(3.0, 10.0))
-        stamps = _Stamps(rng, n) if outage is None and kind != "over_large" and rng.random() < STAMPED_SHARE else None
+        stamps = Stamps(rng, n) if outage is None and kind != "over_large" and rng.random() < STAMPED_SHARE else None
         if stamps is not None:
             invoice = {**invoice, OCCURRED_AT: stamps.next()}
         t = self._event(t, case_id, INVOICE, invoice)
@@ -279,7 +260,7 @@ class _Builder:
             self._during_outage(outage, case_id, po + variance)
         for item in script:
             t += rng.uniform(1.5, 4.0) if item[0] in ("credit_for_request", "approval") else rng.uniform(0.4, 2.5)
-            t = self._item(t, case_id, _stamped(item, stamps))
+            t = self._item(t, case_id, stamped(item, stamps))
         return CaseSpec(case_id, kind, invoice)
 
     def _outage_for(self, kind: str) -> Outage | None:
@@ -444,31 +425,6 @@ def _fault_windows(rng: random.Random, seconds: float) -> tuple[FaultWindow, ...
     return tuple(windows)
 
 
-def _outages(rng: random.Random, seconds: float, count: int) -> tuple[Outage, ...]:
-    """``count`` outages, spread over the first 60 % of the phase: the delayed copies they cause come back
-    and settle well before the end."""
-    outages = []
-    for i in range(count):
-        start = seconds * (0.1 + 0.5 * i / max(count, 1)) + rng.uniform(0.0, 0.05 * seconds)
-        outages.append(Outage(start, min(start + rng.uniform(*OUTAGE_SECONDS), 0.9 * seconds)))
-    return tuple(outages)
-
-
-def _clear_of_outages(kills: tuple[KillSpec, ...], outages: tuple[Outage, ...], seconds: float) -> tuple[KillSpec, ...]:
-    """A host restarting while the store is down may not get up in time (its start writes): a kill due
-    in an outage (or just before it, while it may still wait for its moment) waits for the outage's end."""
-    moved: list[KillSpec] = []
-    after: Counter[int] = Counter()  # kills moved behind each outage so far: spaced out there
-    for planned in kills:
-        kill = planned
-        for i, outage in enumerate(outages):
-            if outage.start - 9.0 <= kill.at <= outage.end + 1.0:
-                kill = replace(kill, at=min(outage.end + 2.0 + 3.0 * after[i], _LATEST * seconds))
-                after[i] += 1
-        moved.append(kill)
-    return tuple(sorted(moved, key=lambda k: k.at))
-
-
 def _kills(rng: random.Random, seconds: float, count: int, hosts: int) -> tuple[KillSpec, ...]:
     if count == 0:
         return ()
@@ -493,28 +449,3 @@ def _holds_for_kills(kills: tuple[KillSpec, ...]) -> list[FaultWindow]:
 def _pick(rng: random.Random, weighted: tuple[tuple[str, float], ...]) -> str:
     names = [name for name, _ in weighted]
     return rng.choices(names, weights=[w for _, w in weighted])[0]
-
-
-class _Stamps:
-    """``occurredAt`` values for one case, each later than the one before, in varying UTC offsets."""
-
-    def __init__(self, rng: random.Random, n: int) -> None:
-        self.rng = rng
-        self.at = datetime(2026, 1, 5, 8, 0, tzinfo=UTC) + timedelta(minutes=37 * n)
-
-    def next(self) -> str:
-        self.at += timedelta(seconds=self.rng.randint(1, 5400))
-        zone = timezone(timedelta(hours=self.rng.choice(_OFFSETS)))
-        return self.at.astimezone(zone).isoformat(timespec="milliseconds")
-
-
-def _stamped(item: tuple[Any, ...], stamps: _Stamps | None) -> tuple[Any, ...]:
-    """A stamped case's script item with ``occurredAt`` on its fact events, in script (source) order; a
-    burst's members are stamped in their order here and delivered in another by :meth:`_Builder._item`."""
-    if stamps is None:
-        return item
-    if item[0] == "event" and item[1] in (INVOICE, PO, CREDIT):
-        return ("event", item[1], {**item[2], OCCURRED_AT: stamps.next()})
-    if item[0] == "burst":
-        return ("burst", [(event_type, {**data, OCCURRED_AT: stamps.next()}) for event_type, data in item[1]])
-    return item
