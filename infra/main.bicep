@@ -76,6 +76,7 @@
 //   account; unset, the code uses managed identity).
 //   ServiceBusConnection, CosmosDBConnection (the connection-string forms of the two connections, for the
 //   emulators; keys are disabled on both resources here, so only the identity-based forms above work).
+//   STORE_TIMEOUT_SECONDS: unset, each store keeps its own timeout (tests and chaos runs shorten it).
 //   OTEL_EXPORTER_OTLP_ENDPOINT and CASEKEEPER_TELEMETRY_FILE: telemetry goes to Application Insights
 //   here (shared/app/telemetry.configure); these pick OTLP or a console file where it is not configured.
 

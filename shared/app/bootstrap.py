@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from shared.app.alerts import Alerter
 from shared.app.operations import Operations
@@ -118,9 +119,16 @@ def open_store(settings: Settings) -> DocumentStore:
         from shared.stores.cosmos import cosmos_store_from_settings
 
         assert settings.cosmos_endpoint is not None
-        return cosmos_store_from_settings(settings.cosmos_endpoint, settings.cosmos_database, settings.cosmos_key)
+        options: dict[str, Any] = {}
+        if settings.store_timeout is not None:
+            options["read_timeout"] = settings.store_timeout
+        return cosmos_store_from_settings(
+            settings.cosmos_endpoint, settings.cosmos_database, settings.cosmos_key, **options
+        )
     from shared.stores.sqlite import SqliteDocumentStore
 
+    if settings.store_timeout is not None:
+        return SqliteDocumentStore(settings.sqlite_path, busy_timeout=settings.store_timeout)
     return SqliteDocumentStore(settings.sqlite_path)
 
 

@@ -53,6 +53,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CASEKEEPER_QUEUE", "servicebus", "servicebus (Azure) or local (the local host's SQLite session queue)"),
     Setting("CASEKEEPER_LOCAL_QUEUE_PATH", ".casekeeper/queue.sqlite", "the local session queue file (queue=local)"),
     Setting(
+        "STORE_TIMEOUT_SECONDS",
+        None,
+        "how long one store request waits before the store counts as unavailable (SQLite's busy timeout, "
+        "Cosmos DB's read timeout); unset: 30 on SQLite, the SDK's 65 on Cosmos DB",
+    ),
+    Setting(
         "ServiceBusConnection__fullyQualifiedNamespace", None, "Service Bus namespace, e.g. x.servicebus.windows.net"
     ),
     Setting("CASE_EVENTS_QUEUE", "case-events", "the session-enabled queue of case events"),
@@ -148,6 +154,8 @@ AZURE_MARKERS = ("WEBSITE_INSTANCE_ID", "WEBSITE_SITE_NAME")
 class Settings:
     store: Literal["sqlite", "cosmos"]
     sqlite_path: Path
+    store_timeout: float | None
+    """``STORE_TIMEOUT_SECONDS``; ``None``: each store's own default."""
     cosmos_endpoint: str | None
     cosmos_database: str
     cosmos_key: str | None
@@ -221,7 +229,11 @@ class Settings:
         secret = require("WEBHOOK_SECRET") if receives_events else values["WEBHOOK_SECRET"]
         secrets = tuple(s.strip() for s in (secret or "").split(",") if s.strip())
         v1_until = _who_may_call(values, problems)
-        call_timeout = float(number("CALL_TIMEOUT_SECONDS"))
+        # Unset, each store keeps its own timeout.
+        call_timeout, store_timeout = (
+            float(number("CALL_TIMEOUT_SECONDS")),
+            float(number("STORE_TIMEOUT_SECONDS")) if values["STORE_TIMEOUT_SECONDS"] else None,
+        )
         supplier_timeout = float(number("SUPPLIER_TIMEOUT_SECONDS"))
         # httpx applies the timeout to each phase (pool, connect, write, read): a call can take about four
         # times it. It must end before the ledger presumes the call lost and reconciliation retries it.
@@ -255,6 +267,7 @@ class Settings:
         return cls(
             store="cosmos" if store == "cosmos" else "sqlite",
             sqlite_path=Path(values["CASEKEEPER_SQLITE_PATH"] or ""),
+            store_timeout=store_timeout,
             cosmos_endpoint=conn.cosmos_endpoint,
             cosmos_database=values["COSMOS_DATABASE"] or "casekeeper",
             cosmos_key=conn.cosmos_key,

@@ -6,14 +6,18 @@
    of K answered 404 between the previous ``POST`` of K and this one.
 2. **Money.** For each credit-note request R (the first ``POST`` of key K, amount a, case C) let v be
    the case version its decision was made on (the API's ``effects[].caseVersion`` for K) and F(v) the
-   facts then (:mod:`shared.chaos.facts`). Then a + the case's earlier requests (keys first posted
-   before R whose note the supplier created; each at its requested amount, or at the received amount
-   if F(v) shows its note received; not at all if F(v) shows it withdrawn by a person) + the external
-   credits in F(v) must not exceed F(v)'s invoice amount - PO amount.
+   facts that were true then (:mod:`shared.chaos.facts`: the newest in source order the case had seen;
+   what the case showed, unless it had applied an older fact over a newer one). Then a + the case's
+   earlier requests (keys first posted before R whose note the supplier created; each at its requested
+   amount, or at the received amount if F(v) shows its note received; not at all if F(v) shows it
+   withdrawn by a person) + the external credits in F(v) must not exceed F(v)'s invoice amount - PO
+   amount.
 5. **No 5xx to a valid signed request outside a kill window.** Every ``POST`` the driver made (events,
    approval answers; all valid and signed) that got a 5xx or no answer at all, at a time when its host
    was not inside a kill window (from just before the kill until the restarted host answered its
-   health check, plus :data:`KILL_MARGIN`), is a violation; so is a host that exited by itself.
+   health check, plus :data:`KILL_MARGIN`), is a violation; so is a host that exited by itself. While
+   the store is down (a store outage, plus the margin) a 503 is the honest answer ("nothing was
+   accepted; retry"); any other 5xx, or no answer, is still a violation.
 
 Invariants 3 and 4 are in :mod:`shared.chaos.consistency`.
 """
@@ -28,6 +32,7 @@ from typing import Any
 from shared.chaos.evidence import Evidence
 from shared.chaos.facts import Timeline, rebuild
 from shared.chaos.journal import is_credit_post, is_lookup
+from shared.chaos.order import set_aside_delivery
 
 KILL_MARGIN = 1.0
 """Seconds after a kill window in which a failed request is still the kill's (a request sent to the
@@ -36,7 +41,7 @@ restarted host as it came up)."""
 INVARIANTS: dict[int, str] = {
     1: "no request for a key whose note already existed (unless a lookup said not found)",
     2: "money: requested + received never exceeds what the facts justified",
-    3: "every accepted event is reflected in its case, or set aside with a reason",
+    3: "every accepted event reflected or set aside; the last fact in source order stands",
     4: "every effect settled or escalated (alerted once); status consistent; queue drained",
     5: "no 5xx or dropped answer to a valid signed request outside a kill window",
 }
@@ -68,8 +73,10 @@ def timelines_of(evidence: Evidence) -> dict[str, Timeline]:
     for case_id in sorted({s.case_id for s in evidence.sent}):
         view = evidence.view(case_id)
         if view is not None:
-            rejected = {str(r.get("id")) for r in evidence.rejected(case_id)}
-            timelines[case_id] = rebuild(view, evidence.sent_for(case_id), rejected)
+            rejected = evidence.rejected(case_id)
+            ids = {str(r.get("id")) for r in rejected}
+            aside = {d for d in (set_aside_delivery(r) for r in rejected) if d}
+            timelines[case_id] = rebuild(view, evidence.sent_for(case_id), ids, aside)
     return timelines
 
 
@@ -121,12 +128,15 @@ def check_money(evidence: Evidence, timelines: dict[str, Timeline]) -> list[Viol
         timeline = timelines.get(case_id)
         if view is None or timeline is None:
             continue  # invariant 3 reports a case the API cannot show
+        # Judged on the facts that were true (the newest the case had seen), not on what the case
+        # showed: a decision made on a fact that a newer one replaced breaks the rule.
         versions = {e.get("key"): e.get("caseVersion") for e in view.get("effects") or []}
         case_notes = {n["creditNoteId"] for n in notes.values() if n.get("caseId") == case_id}
         for position, request in enumerate(requests):
             key, amount = request["idempotencyKey"], Decimal(str(request["body"].get("amount")))
             version = versions.get(key)
-            facts = timeline.at.get(int(version)) if isinstance(version, int) else None
+            facts_version = int(version) if isinstance(version, int) else 0
+            facts = timeline.true_at.get(facts_version)
             if facts is None:
                 continue  # the key unknown to the ledger is invariant 4's; unknown facts are noted there
             total, parts = amount, [f"this request {amount}"]
@@ -156,6 +166,7 @@ def check_money(evidence: Evidence, timelines: dict[str, Timeline]) -> list[Viol
                             "key": key,
                             "caseVersion": version,
                             "facts": facts.to_json(),
+                            "caseShowed": timeline.at[facts_version].to_json(),
                             "total": str(total),
                             "justified": str(facts.justified),
                             "factsSource": timeline.source,
@@ -201,6 +212,10 @@ def check_no_5xx(evidence: Evidence) -> list[Violation]:
             w.host == attempt.host and attempt.started <= w.end + KILL_MARGIN and attempt.ended >= w.start
             for w in evidence.kill_windows
             if w.mode != "died"
+        )
+        excused = excused or (
+            attempt.status == 503
+            and any(attempt.started <= o.end + KILL_MARGIN and attempt.ended >= o.start for o in evidence.outages)
         )
         if excused:
             continue

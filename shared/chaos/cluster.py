@@ -11,12 +11,15 @@ import threading
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from shared.chaos.alert_sink import AlertSink
 from shared.chaos.config import HOST_ENV, MODEL_ENV, MODEL_MIX, ChaosConfig
-from shared.chaos.evidence import KillWindow
+from shared.chaos.disorder import Outage
+from shared.chaos.evidence import KillWindow, StoreOutage
 from shared.chaos.journal import Journal
+from shared.chaos.outage import ProcessPause, SqliteLockHolder
 from shared.chaos.processes import HostProcess, SupplierProcess
 from shared.localhost.model_stub import ModelStub, Script, settings_for
 
@@ -37,6 +40,8 @@ class Cluster:
         """``--model stub``: the stand-in model, in this process (the hosts are killed, it is not)."""
         self._up: list[bool] = []
         self._lock = threading.Lock()
+        self.outages: list[StoreOutage] = []
+        self._outage: SqliteLockHolder | ProcessPause | None = None
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -85,6 +90,9 @@ class Cluster:
         }
 
     def stop(self) -> None:
+        if self._outage is not None:  # never leave the store locked or the server paused
+            self._outage.end()
+            self._outage = None
         for host in self.hosts:
             host.stop()
         self.supplier.stop()
@@ -95,6 +103,35 @@ class Cluster:
         if self._cosmos is not None:
             self._cosmos.stop()  # type: ignore[attr-defined]
             self._cosmos = None
+
+    # --- store outages -----------------------------------------------------------------------------
+
+    @property
+    def store_down(self) -> bool:
+        """An outage is on (the driver holds back its reads of cases meanwhile)."""
+        return self._outage is not None
+
+    def store_outage(self, planned: Outage, until: float, wait: Callable[[float], object]) -> StoreOutage:
+        """Take the store down now, until monotonic time ``until`` (``wait(seconds)``: the caller's
+        stoppable sleep), then bring it back; the outage as it happened. Raises
+        :class:`~shared.chaos.outage.OutageError` when it cannot be started."""
+        seconds = max(0.0, until - time.monotonic())
+        if self.config.store == "cosmos":
+            assert self._cosmos is not None
+            outage: SqliteLockHolder | ProcessPause = ProcessPause(self._cosmos.process.pid)  # type: ignore[attr-defined]
+            kind = "cosmos-sigstop"
+        else:
+            outage, kind = SqliteLockHolder(self.data / "casekeeper.sqlite"), "sqlite-write-lock"
+        start = outage.begin(seconds)
+        self._outage = outage
+        try:
+            wait(max(0.0, until - time.monotonic()))
+        finally:
+            self._outage = None
+            end = outage.end()
+        record = StoreOutage(kind, start, end, planned.start, planned.end)
+        self.outages.append(record)
+        return record
 
     # --- hosts ------------------------------------------------------------------------------------
 

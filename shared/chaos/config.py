@@ -15,6 +15,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CALL_TIMEOUT_SECONDS = 4.0
 LOCK_DURATION_SECONDS = 3.0
+STORE_TIMEOUT_SECONDS = 3.0
 SECRET = "chaos-webhook-secret"  # noqa: S105 - a test secret for hosts this command starts and stops
 
 HOST_ENV: dict[str, str] = {
@@ -25,6 +26,9 @@ HOST_ENV: dict[str, str] = {
     # Transient errors (a busy SQLite file under two hosts) come back within seconds, not minutes.
     "RETRY_BASE_SECONDS": "0.5",
     "RETRY_MAX_DELAY_SECONDS": "5",
+    # A store request gives up after this (SQLite's busy timeout, Cosmos DB's read timeout): a store outage
+    # of some 20 s then outlasts an event's in-place retries, and the event takes the delayed copies.
+    "STORE_TIMEOUT_SECONDS": str(STORE_TIMEOUT_SECONDS),
     "WEBHOOK_SECRET": SECRET,
 }
 """Environment overrides for every host; the run adds the supplier URL, the alert sink and the store."""
@@ -48,6 +52,8 @@ class ChaosConfig:
     seconds: float = 140.0
     kills: int = 15
     seed: int = 0
+    outages: int | None = None
+    """Store outages; ``None``: :func:`shared.chaos.plan.default_outages` (two in a default run)."""
     hosts: int = 1
     store: str = "sqlite"
     report: Path | None = None
@@ -68,6 +74,8 @@ class ChaosConfig:
             raise ValueError("--seconds must be at least 10")
         if self.kills < 0:
             raise ValueError("--kills must be zero or more")
+        if self.outages is not None and not 0 <= self.outages <= 3:
+            raise ValueError("--outages must be from 0 to 3")
         if self.hosts not in (1, 2):
             raise ValueError("--hosts must be 1 or 2")
         if self.store not in ("sqlite", "cosmos"):

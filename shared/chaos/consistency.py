@@ -6,8 +6,9 @@
    ``rejectedEvents`` entry with id ``webhook:<delivery>`` and a non-empty reason. Otherwise, per type:
 
    - ``invoice.received``: the case exists with that invoice id, amount and currency;
-   - ``po.updated``: the case's PO amount was that amount at some version; and the number of PO changes
-     in its history is the number of changes the accepted ``po.updated`` events make;
+   - ``po.updated``: the case's PO amount was that amount at some version, or the event is older in
+     source order than the case's final PO fact and the case's view names its delivery id (it was
+     recorded as superseded);
    - ``credit_note.issued``: the case's credits hold that note id;
    - ``case.investigate``: the case exists (an investigation either decides, which the history shows,
      or is a no-op in the case's status, which is only visible in its result);
@@ -21,6 +22,11 @@
      facts change, unless an effect of the case has no known outcome
      (``started``/``needs_reconciliation``: the decision waits for it);
    - per case: the facts rebuilt from the accepted events equal the case's facts.
+   - per case, **the last fact in source order stands** (:mod:`shared.chaos.order`: ``occurredAt``, or
+     the order in which Casekeeper first accepted the event): the final PO amount is that of the newest
+     accepted ``po.updated`` (or the invoice's own), each credit note's final amount that of its newest
+     report; no PO or credit change in the history applied a fact older than the one the case held; and
+     no fact event carrying ``occurredAt`` was refused at the door.
 
 4. **Nothing left unknown, every escalation alerted once, every status consistent with its effects,
    the queue drained**:
@@ -43,14 +49,14 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from shared.chaos.checks import Violation
 from shared.chaos.evidence import Evidence, Sent
-from shared.chaos.facts import Timeline, is_facts_transition
+from shared.chaos.facts import Timeline, is_facts_transition, is_superseded
+from shared.chaos.order import final_problems, mentions, refused_with_occurred_at, set_aside_delivery
 from shared.handlers.ingress import KEY_APPROVER_PREFIX
 
 APPROVAL = "approval.answered"
@@ -80,32 +86,19 @@ def check_reflected(evidence: Evidence, timelines: dict[str, Timeline]) -> list[
         view = evidence.view(case_id)
         assert view is not None  # timelines are built for cases with a view only
         violations += [Violation(3, case_id, f"facts: {p}", {}) for p in timeline.problems]
-        if timeline.po_changes != len(timeline.expected_po) and not timeline.problems:
-            violations.append(
-                Violation(
-                    3,
-                    case_id,
-                    f"{len(timeline.expected_po)} PO changes accepted, {timeline.po_changes} in the history",
-                    {"expected": [str(p) for p in timeline.expected_po]},
-                )
-            )
+        violations += [Violation(3, case_id, f"order: {p}", {}) for p in timeline.stale]
+        facts = (view.get("case") or {}).get("facts") or {}
+        violations += [Violation(3, case_id, f"last fact: {p}", {}) for p in final_problems(timeline.order, facts)]
         owed = _decision_owed(view)
         if owed is not None:
             violations.append(Violation(3, case_id, owed, {"history": view.get("history")}))
+    for refused in refused_with_occurred_at(evidence.sent):
+        summary = (
+            f"{refused.event_type} ({refused.delivery}) with occurredAt {refused.data.get('occurredAt')} refused "
+            f"(HTTP {refused.status}): the fact is lost"
+        )
+        violations.append(Violation(3, refused.case_id, summary, {"event": refused.__dict__}))
     return violations
-
-
-def set_aside_delivery(rejected: dict[str, Any]) -> str | None:
-    """The delivery id of an event set aside: from the message body it kept (a copy rescheduled with
-    its own message id still carries it), else from a ``webhook:<delivery>`` message id."""
-    try:
-        body = json.loads(str(rejected.get("body") or ""))
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and body.get("deliveryId"):
-        return str(body["deliveryId"])
-    message_id = str(rejected.get("id") or "")
-    return message_id.removeprefix("webhook:") if message_id.startswith("webhook:") else None
 
 
 def _identity(sent: Sent) -> tuple[str, ...]:
@@ -133,6 +126,8 @@ def _not_reflected(evidence: Evidence, sent: Sent, timeline: Timeline | None) ->
     if sent.event_type == "po.updated":
         amounts = {f.po_amount for f in timeline.at.values()} if timeline is not None else set()
         if timeline is not None and timeline.at and not any(_eq(a, sent.data.get("poAmount")) for a in amounts):
+            if _superseded(timeline, sent.delivery) and mentions(view, sent.delivery):
+                return None
             return f"{what}: the case's PO amount was never {sent.data.get('poAmount')}"
         return None
     if sent.event_type == "credit_note.issued":
@@ -143,6 +138,12 @@ def _not_reflected(evidence: Evidence, sent: Sent, timeline: Timeline | None) ->
     if sent.event_type == APPROVAL:
         return _approval_not_reflected(view, sent, what)
     return None  # case.investigate: the case exists
+
+
+def _superseded(timeline: Timeline, delivery: str) -> bool:
+    """Whether the event is older in source order than the case's final PO fact."""
+    report, newest = timeline.order.report_for(delivery), timeline.order.newest_po()
+    return report is not None and newest is not None and report.key < newest.key
 
 
 def _approval_not_reflected(view: dict[str, Any], sent: Sent, what: str) -> str | None:
@@ -174,7 +175,8 @@ def _decision_owed(view: dict[str, Any]) -> str | None:
         before = history[i - 1].get("status") if i > 0 else "open"
         if before not in ("credit_requested", "closed"):
             owed_at, owed_by = i, f"the facts change on v{transition.get('fromVersion')} ({transition.get('reason')})"
-    if any(not is_facts_transition(t) for t in history[owed_at + 1 :]):
+    # A fact recorded as superseded changed nothing and decided nothing.
+    if any(not is_facts_transition(t) and not is_superseded(t) for t in history[owed_at + 1 :]):
         return None
     status = (view.get("case") or {}).get("status")
     return f"no decision followed {owed_by}: the case stayed {status} (a follow-up investigation was lost)"
@@ -299,7 +301,8 @@ def _entered_credit_requested(history: list[dict[str, Any]]) -> dict[str, Any]:
     """The transition that made the case ``credit_requested``: the last one, passing over facts changes
     that kept it so (a credit received for one request while another is outstanding)."""
     for transition in reversed(history):
-        if not (is_facts_transition(transition) and transition.get("status") == "credit_requested"):
+        kept = is_facts_transition(transition) or is_superseded(transition)
+        if not (kept and transition.get("status") == "credit_requested"):
             entered: dict[str, Any] = transition
             return entered
     return {}

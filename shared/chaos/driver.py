@@ -4,7 +4,8 @@ Steps run in time order on one thread, so the events of a case reach the queue i
 gives them. A request that gets no answer or a 5xx is sent again, with the same delivery id, to the
 planned host or, while that one is down, to the other (as a webhook sender retries); 202 is accepted,
 anything else is recorded as it is. Steps that need what only the case can say (the note to credit, the
-pending approval) look it up with ``GET /api/cases/{id}`` and, if it is not there yet, try again later.
+pending approval) look it up with ``GET /api/cases/{id}`` and, if it is not there yet, try again later;
+while the store is down they wait for it (on Cosmos DB reads hang too), without using up their tries.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ APPROVAL = "approval.answered"
 GIVE_UP_SECONDS = 45.0  # a request no host answered for this long is recorded as not accepted
 LOOKUP_TRIES = 5
 LOOKUP_DELAY = 2.0
+LOOKUP_STEPS = ("credit_for_request", "observe_approval", "approval")
 FACT_EVENTS = ("po.updated", "credit_note.issued")
 
 
@@ -58,6 +60,9 @@ class Driver:
                 return
             if time.monotonic() > deadline:
                 self._skip(step, "the injection phase ended first")
+                continue
+            if step.kind in LOOKUP_STEPS and self.cluster.store_down:
+                heapq.heappush(queue, (time.monotonic() - t0 + 1.0, step.id, tries, step))
                 continue
             retry_in = self._do(step, tries)
             if retry_in is not None:

@@ -56,6 +56,20 @@ class KillWindow:
 
 
 @dataclass
+class StoreOutage:
+    """A store outage as it happened: ``kind`` ``sqlite-write-lock`` or ``cosmos-sigstop``; ``start`` when
+    the lock was held (the server paused), ``end`` when released (resumed); ``planned_*`` in seconds into
+    the injection phase."""
+
+    kind: str
+    start: float
+    end: float
+    planned_start: float
+    planned_end: float
+    detail: str = ""
+
+
+@dataclass
 class Evidence:
     """Everything the checks look at."""
 
@@ -73,6 +87,7 @@ class Evidence:
     queue: dict[str, Any] = field(default_factory=dict)
     """``{"counts": {...}, "deadLetters": [...]}`` of the case-events queue."""
     kill_windows: list[KillWindow] = field(default_factory=list)
+    outages: list[StoreOutage] = field(default_factory=list)
     quiescence: dict[str, Any] = field(default_factory=dict)
     tolerance: Decimal = Decimal("5.00")
     approval_threshold: Decimal = Decimal("1000.00")

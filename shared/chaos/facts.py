@@ -10,7 +10,12 @@ order; transition ``fromVersion f`` makes version ``f + 1``. What a transition c
    ``credit_note.issued: credit note X for A received ...`` adds credit X for A.
 
 The rebuilt final facts are compared with the case's facts; a difference is reported (an event lost, or
-applied that was never accepted).
+applied that was never accepted). A transition that records a fact as superseded (no ``changes``, its
+reason says so) changes nothing.
+
+``true_at[v]`` are the facts that were true at v: the newest in source order that the case had seen
+by then (:func:`shared.chaos.order.walk`). They equal ``at[v]`` unless the case applied an older fact
+over a newer one; the money rule is judged on them.
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from shared.chaos.evidence import Sent
+from shared.chaos.order import SourceOrder, source_order, walk
 
+FACT_KEYS = frozenset({"poAmount", "credits", "withdrawn", "invoiceAmount"})
+"""The facts a transition's ``changes`` may change."""
 PO_REASON = "po.updated:"
 CREDIT_REASON = "credit_note.issued:"
 _CREDIT = re.compile(r"credit note (\S+) for (-?[0-9]+(?:\.[0-9]+)?) received")
@@ -63,19 +71,40 @@ class Timeline:
     po_changes: int = 0
     """How many transitions changed the PO amount."""
     expected_po: list[Decimal] = field(default_factory=list)
-    """The PO amounts the accepted ``po.updated`` events should have produced, in order."""
+    """The PO amounts the accepted ``po.updated`` events produce in acceptance order (the reason-only
+    rebuild of builds without ``changes`` uses them)."""
+    order: SourceOrder = field(default_factory=SourceOrder)
+    true_at: dict[int, Facts] = field(default_factory=dict)
+    """The facts that were true at each version (see the module's docstring)."""
+    stale: list[str] = field(default_factory=list)
+    """Changes that applied an older fact over a newer one."""
+
+
+def is_superseded(transition: dict[str, Any]) -> bool:
+    """A fact recorded as superseded by a newer one: in the history, with no fact changed."""
+    changes = transition.get("changes")
+    changed = set(changes) & FACT_KEYS if isinstance(changes, dict) else set()
+    return not changed and "supersed" in str(transition.get("reason") or "").lower()
 
 
 def is_facts_transition(transition: dict[str, Any]) -> bool:
+    if is_superseded(transition):
+        return False
     if transition.get("changes") or transition.get("factsChanged"):
         return True
     reason = str(transition.get("reason") or "")
     return reason.startswith((PO_REASON, CREDIT_REASON))
 
 
-def rebuild(view: dict[str, Any], sent: list[Sent], rejected_ids: set[str]) -> Timeline:
-    """F(v) for every version the history covers. ``sent``: the driver's records for this case."""
+def rebuild(
+    view: dict[str, Any], sent: list[Sent], rejected_ids: set[str], set_aside: set[str] | None = None
+) -> Timeline:
+    """F(v) for every version the history covers. ``sent``: the driver's records for this case;
+    ``set_aside``: the delivery ids of its events set aside (default: from ``webhook:`` message ids)."""
     timeline = Timeline()
+    if set_aside is None:
+        set_aside = {i.removeprefix("webhook:") for i in rejected_ids if i.startswith("webhook:")}
+    timeline.order = source_order(sent, set_aside)
     invoice = next((s for s in sent if s.event_type == "invoice.received" and s.accepted), None)
     if invoice is None:
         timeline.problems.append("no accepted invoice.received: the facts at v1 are unknown")
@@ -102,7 +131,21 @@ def rebuild(view: dict[str, Any], sent: list[Sent], rejected_ids: set[str]) -> T
         timeline.at[version] = facts
     timeline.source = "mixed" if len(sources) > 1 else next(iter(sources), "changes")
     _compare_final(facts, view, timeline)
+    _true_facts(timeline)
     return timeline
+
+
+def _true_facts(timeline: Timeline) -> None:
+    versions = sorted(timeline.at)
+    walked = walk([(v, timeline.at[v].po_amount, timeline.at[v].credits) for v in versions], timeline.order)
+    timeline.stale = walked.stale
+    for v in versions:
+        shown = timeline.at[v]
+        if v not in walked.po:  # no invoice in source order: nothing to hold the case to
+            timeline.true_at[v] = shown
+            continue
+        credits = tuple((note_id, walked.credits[v].get(note_id, amount)) for note_id, amount in shown.credits)
+        timeline.true_at[v] = Facts(shown.invoice_amount, walked.po[v], credits, shown.withdrawn)
 
 
 def _apply(
@@ -110,6 +153,8 @@ def _apply(
 ) -> tuple[Facts, str]:
     changes = transition.get("changes")
     reason = str(transition.get("reason") or "")
+    if is_superseded(transition):
+        return facts, ""
     if isinstance(changes, dict) and changes:
         if "poAmount" in changes:
             timeline.po_changes += 1

@@ -2,6 +2,8 @@
 
 - Faults go to the stub's control API (``POST /_control/faults`` replaces the whole set, so each change
   posts everything that is in force; a counter still armed keeps what remains of it).
+- Store outages (:mod:`shared.chaos.outage`): from the planned start to the planned end, then the store
+  is brought back; each is recorded as it happened (:class:`~shared.chaos.evidence.StoreOutage`).
 - Kills: at the planned time, or, for ``after_supplier_request``, at the first credit-note request
   the supplier logs from then on (bounded wait): the host dies with its request at the supplier and
   its reply not yet recorded. The host is restarted after the planned pause.
@@ -18,6 +20,7 @@ from typing import Any
 import httpx
 
 from shared.chaos.cluster import Cluster
+from shared.chaos.outage import OutageError
 from shared.chaos.plan import KEEP, Plan
 
 WAIT_FOR_REQUEST_SECONDS = 8.0
@@ -38,6 +41,7 @@ class Injector:
         threads = [
             threading.Thread(target=self._faults, args=(t0, stop), name="chaos-faults", daemon=True),
             threading.Thread(target=self._kills, args=(t0, stop), name="chaos-kills", daemon=True),
+            threading.Thread(target=self._outages, args=(t0, stop), name="chaos-outages", daemon=True),
         ]
         for thread in threads:
             thread.start()
@@ -75,6 +79,17 @@ class Injector:
             return
         self.current_faults = faults
         self.fault_log.append({"at": at, "time": time.time(), "faults": faults})
+
+    # --- store outages ----------------------------------------------------------------------------
+
+    def _outages(self, t0: float, stop: threading.Event) -> None:
+        for outage in self.plan.outages:
+            if stop.wait(max(0.0, t0 + outage.start - time.monotonic())):
+                return
+            try:
+                self.cluster.store_outage(outage, t0 + outage.end, stop.wait)
+            except OutageError as exc:
+                self.errors.append(f"store outage at {outage.start:.0f}s not made: {exc}")
 
     # --- kills -----------------------------------------------------------------------------------
 

@@ -18,6 +18,15 @@ The mix (per case, by kind):
 Every case gets ``case.investigate`` events; about 30 % of deliveries are sent again with the same
 delivery id and about 10 % again under a new one; a few cases get a second, conflicting invoice (it
 must be set aside with a reason). A few case ids contain ``/``, which the API allows.
+
+Facts have an order (:mod:`shared.chaos.order`). About a third of the cases are *stamped*: every fact
+event of theirs carries ``data.occurredAt`` (RFC 3339, with offsets that differ from event to event, so
+that the text does not sort as the time does), and they get a burst of two or three ``po.updated``
+stamped in source order but delivered in another order, and sometimes a credit note reported twice
+with two amounts (a correction), also delivered in any order. The store goes down (an
+:class:`Outage`) once or twice, long enough that events outlast their in-place retries; a few
+unstamped cases get two or three ``po.updated`` sent, in order, early in an outage: there the order in
+which Casekeeper accepted them is the truth.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from decimal import Decimal
 from typing import Any
 
 from shared.chaos.config import HOLD_SECONDS
+from shared.chaos.disorder import Outage, Stamps, clear_of_outages, default_outages, outages_in, stamped
+from shared.chaos.order import OCCURRED_AT
 
 INVOICE = "invoice.received"
 PO = "po.updated"
@@ -45,6 +56,10 @@ _APPROVAL_MODES = (("once", 0.3), ("twice", 0.2), ("conflicting", 0.1), ("stale"
 _KILL_MODES = (("now", 0.4), ("after_supplier_request", 0.35), ("after_fact_event", 0.25))
 RESEND_SHARE = 0.30
 COPY_SHARE = 0.10
+STAMPED_SHARE = 0.35
+"""Cases whose fact events carry ``occurredAt`` (and get out-of-order bursts)."""
+OUTAGE_CASES = 5
+"""Unstamped cases per outage that get ``po.updated`` sent while the store is down."""
 _LATEST = 0.97  # no step after this share of the injection phase: the last events still get handled
 
 
@@ -115,6 +130,7 @@ class Plan:
     steps: tuple[Step, ...]
     faults: tuple[FaultWindow, ...]
     kills: tuple[KillSpec, ...]
+    outages: tuple[Outage, ...] = ()
 
     def fault_changes(self) -> list[tuple[float, dict[str, Any]]]:
         """The fault set to post at each change, in time order; the last one clears everything.
@@ -152,6 +168,11 @@ class Plan:
             "creditForRequest": dict(Counter(s.fraction for s in self.steps if s.kind == "credit_for_request")),
             "faultWindows": dict(Counter(w.label for w in self.faults)),
             "kills": dict(Counter(k.mode for k in self.kills)),
+            "outages": len(self.outages),
+            "outageSeconds": round(sum(o.end - o.start for o in self.outages), 1),
+            "stampedFactEvents": sum(1 for s in self.steps if OCCURRED_AT in s.data),
+            "outOfOrderSends": sum(1 for s in self.steps if s.mode == "out_of_order"),
+            "sentDuringOutages": sum(1 for s in self.steps if s.mode == "during_outage"),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -160,19 +181,22 @@ class Plan:
             "cases": [asdict(c) for c in self.cases],
             "faults": [asdict(w) for w in self.faults],
             "kills": [asdict(k) for k in self.kills],
+            "outages": [asdict(o) for o in self.outages],
         }
 
 
-def make_plan(seed: int, *, cases: int, seconds: float, kills: int, hosts: int) -> Plan:
-    """The plan for ``seed``: a pure function of its arguments."""
+def make_plan(seed: int, *, cases: int, seconds: float, kills: int, hosts: int, outages: int | None = None) -> Plan:
+    """The plan for ``seed``: a pure function of its arguments. ``outages``: default :func:`default_outages`."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible plan, not a secret
-    builder = _Builder(rng, seed, seconds, hosts)
+    downs = outages_in(rng, seconds, default_outages(seconds) if outages is None else outages)
+    builder = _Builder(rng, seed, seconds, hosts, downs)
     specs = tuple(builder.case(n) for n in range(cases))
     faults = _fault_windows(rng, seconds)
-    kill_specs = _kills(rng, seconds, kills, hosts)
+    kill_specs = clear_of_outages(_kills(rng, seconds, kills, hosts), downs, latest=_LATEST * seconds)
     faults += tuple(_holds_for_kills(kill_specs))
     steps = builder.finish()
-    return Plan(seed, seconds, hosts, specs, steps, tuple(sorted(faults, key=lambda w: w.start)), kill_specs)
+    ordered_faults = tuple(sorted(faults, key=lambda w: w.start))
+    return Plan(seed, seconds, hosts, specs, steps, ordered_faults, kill_specs, downs)
 
 
 def money(cents: int) -> str:
@@ -180,12 +204,14 @@ def money(cents: int) -> str:
 
 
 class _Builder:
-    def __init__(self, rng: random.Random, seed: int, seconds: float, hosts: int) -> None:
+    def __init__(self, rng: random.Random, seed: int, seconds: float, hosts: int, outages: tuple[Outage, ...]) -> None:
         self.rng = rng
         self.seed = seed
         self.seconds = seconds
         self.hosts = hosts
         self.steps: list[Step] = []
+        self.outage_quota = [OUTAGE_CASES] * len(outages)
+        self.outages = outages
 
     # --- cases ------------------------------------------------------------------------------------
 
@@ -210,17 +236,62 @@ class _Builder:
             "currency": "EUR",
         }
         t = rng.uniform(0.0, 0.7 * self.seconds)
+        outage = self._outage_for(kind)
+        if outage is not None:  # the invoice handled before the store goes down
+            t = max(0.0, outage.start - rng.uniform(3.0, 10.0))
+        stamps = Stamps(rng, n) if outage is None and kind != "over_large" and rng.random() < STAMPED_SHARE else None
+        if stamps is not None:
+            invoice = {**invoice, OCCURRED_AT: stamps.next()}
         t = self._event(t, case_id, INVOICE, invoice)
         script = getattr(self, f"_{kind}")(case_id, po + variance, po, variance)
+        if stamps is not None:
+            script.insert(rng.randint(0, len(script)), ("burst", self._po_burst(po + variance)))
+            if rng.random() < 0.4:
+                credit_id = f"EXT-{case_id.replace('/', '-')}-C"
+                amounts = rng.sample(range(100, 20_000), 2)
+                reports = [(CREDIT, {"creditNoteId": credit_id, "amount": money(a)}) for a in amounts]
+                script.insert(rng.randint(0, len(script)), ("burst", reports))
         for _ in range(rng.randint(1, 3)):  # investigations anywhere after the invoice
             script.insert(rng.randint(0, len(script)), ("event", INVESTIGATE, {}))
         if rng.random() < 0.04:  # another invoice under the same case id: set aside, with a reason
             other = {**invoice, "invoiceAmount": money(po + variance + 100)}
             script.insert(rng.randint(0, len(script)), ("event", INVOICE, other))
+        if outage is not None:
+            self._during_outage(outage, case_id, po + variance)
         for item in script:
             t += rng.uniform(1.5, 4.0) if item[0] in ("credit_for_request", "approval") else rng.uniform(0.4, 2.5)
-            t = self._item(t, case_id, item)
+            t = self._item(t, case_id, stamped(item, stamps))
         return CaseSpec(case_id, kind, invoice)
+
+    def _outage_for(self, kind: str) -> Outage | None:
+        """The outage this case sends ``po.updated`` into, if it is one of the few that do."""
+        if kind == "over_large" or self.rng.random() > 0.12:
+            return None
+        for i, outage in enumerate(self.outages):
+            if self.outage_quota[i] > 0:
+                self.outage_quota[i] -= 1
+                return outage
+        return None
+
+    def _during_outage(self, outage: Outage, case_id: str, invoice: int) -> None:
+        """Two or three ``po.updated`` without ``occurredAt``, in order, early in the outage: the order in
+        which Casekeeper accepted them is the truth, and the last one must stand."""
+        t = outage.start + self.rng.uniform(0.3, 1.5)
+        for amount in self._distinct_pos(invoice, self.rng.randint(2, 3)):
+            step = self._add(t, "event", case_id, event_type=PO, data={"poAmount": money(amount)}, mode="during_outage")
+            self._maybe_resend(step)
+            t += self.rng.uniform(0.4, 1.2)
+
+    def _po_burst(self, invoice: int) -> list[tuple[str, dict[str, str]]]:
+        return [(PO, {"poAmount": money(a)}) for a in self._distinct_pos(invoice, self.rng.randint(2, 3))]
+
+    def _distinct_pos(self, invoice: int, count: int) -> list[int]:
+        amounts: list[int] = []
+        while len(amounts) < count:
+            amount = self._po_moved(invoice)
+            if amount not in amounts:
+                amounts.append(amount)
+        return amounts
 
     def _within(self, case_id: str, invoice: int, po: int, variance: int) -> list[tuple[Any, ...]]:
         if self.rng.random() < 0.3:
@@ -275,6 +346,16 @@ class _Builder:
     def _item(self, t: float, case_id: str, item: tuple[Any, ...]) -> float:
         if item[0] == "event":
             return self._event(t, case_id, item[1], item[2])
+        if item[0] == "burst":  # stamped in source order, delivered in another order
+            events = list(item[1])
+            delivered = events[:]
+            while delivered == events:
+                self.rng.shuffle(delivered)
+            for event_type, data in delivered:
+                step = self._add(t, "event", case_id, event_type=event_type, data=data, mode="out_of_order")
+                self._maybe_resend(step, late=True)
+                t += self.rng.uniform(0.3, 1.5)
+            return t
         if item[0] == "credit_for_request":
             step = self._add(t, "credit_for_request", case_id, event_type=CREDIT, fraction=item[1])
             self._maybe_resend(step)
@@ -295,9 +376,11 @@ class _Builder:
         self._maybe_resend(step)
         return t
 
-    def _maybe_resend(self, step: Step) -> None:
-        if self.rng.random() < RESEND_SHARE:
-            self._add(step.at + self.rng.uniform(0.1, 6.0), "resend", step.case_id, ref=step.id, delivery=step.delivery)
+    def _maybe_resend(self, step: Step, *, late: bool = False) -> None:
+        """``late``: the re-send comes after the rest of its burst, as a sender's retry of an old fact."""
+        if self.rng.random() < (0.5 if late else RESEND_SHARE):
+            wait = self.rng.uniform(3.0, 8.0) if late else self.rng.uniform(0.1, 6.0)
+            self._add(step.at + wait, "resend", step.case_id, ref=step.id, delivery=step.delivery)
         if self.rng.random() < COPY_SHARE:
             self._add(step.at + self.rng.uniform(0.2, 6.0), "copy", step.case_id, ref=step.id)
 

@@ -10,6 +10,7 @@ from typing import Any
 from shared.chaos.checks import INVARIANTS, Violation
 from shared.chaos.evidence import Evidence, to_json
 from shared.chaos.journal import is_credit_post, is_lookup
+from shared.chaos.order import FACT_EVENTS, OCCURRED_AT, refused_with_occurred_at
 
 SHOWN_PER_INVARIANT = 4
 
@@ -36,6 +37,9 @@ def counts(evidence: Evidence, plan_summary: dict[str, Any], kills_planned: int)
     escalations_delivered = sum(
         1 for d in evidence.alert_deliveries if (d.get("payload") or {}).get("alert") == "effect_escalated"
     )
+    stamped = [s for s in accepted if OCCURRED_AT in s.data and s.event_type in FACT_EVENTS]
+    stamped_accepted = {(s.case_id, s.delivery) for s in stamped}
+    stamped_refused = refused_with_occurred_at(evidence.sent)
     return {
         "workload": {
             "cases": plan_summary.get("cases"),
@@ -54,6 +58,13 @@ def counts(evidence: Evidence, plan_summary: dict[str, Any], kills_planned: int)
         "faults": {
             "planned windows": plan_summary.get("faultWindows"),
             "applied by the supplier": dict(Counter(f for r in evidence.supplier for f in r.get("faults") or ())),
+        },
+        "store outages": {
+            "planned": plan_summary.get("outages", 0),
+            "done": ", ".join(f"{o.kind} {o.end - o.start:.1f}s" for o in evidence.outages) or "none",
+            "fact events sent out of order": plan_summary.get("outOfOrderSends", 0),
+            "po.updated sent while the store was down": plan_summary.get("sentDuringOutages", 0),
+            "fact events with occurredAt (accepted / refused)": f"{len(stamped_accepted)} / {len(stamped_refused)}",
         },
         "kills": {
             "planned": kills_planned,
@@ -80,7 +91,7 @@ def counts(evidence: Evidence, plan_summary: dict[str, Any], kills_planned: int)
 
 def table(header: str, summary: dict[str, Any], violations: list[Violation]) -> str:
     lines = [header, ""]
-    for section in ("workload", "faults", "kills", "reconciler (seen from outside)"):
+    for section in ("workload", "faults", "store outages", "kills", "reconciler (seen from outside)"):
         lines.append(section.upper())
         for name, value in summary[section].items():
             lines.append(f"  {name:<40} {_text(value)}")
@@ -147,6 +158,7 @@ def write_json(
         "violations": [to_json(v) for v in violations],
         "cases": trails,
         "killWindows": to_json(evidence.kill_windows),
+        "storeOutages": to_json(evidence.outages),
         "queue": evidence.queue,
         "alerts": evidence.alerts,
         "alertDeliveries": evidence.alert_deliveries,

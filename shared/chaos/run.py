@@ -1,7 +1,7 @@
 """``casekeeper chaos``: run the plan against real processes, settle, collect, check, report.
 
-Phases: start (a fresh data folder, the stub, the hosts) -> inject (the driver's events, the faults and
-the kills, on their own threads, for ``--seconds``) -> settle (faults cleared, every host up, wait for
+Phases: start (a fresh data folder, the stub, the hosts) -> inject (the driver's events, the faults, the
+store outages and the kills, on their own threads, for ``--seconds``) -> settle (faults cleared, every host up, wait for
 quiescence, bounded) -> collect evidence from outside -> check the invariants -> print the table,
 write the JSON report. Exit 0 only when every invariant holds; 1 with violations; 2 when the run itself
 could not be carried out.
@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cases", type=int, default=d.cases, help="cases in the plan (%(default)s)")
     parser.add_argument("--seconds", type=float, default=d.seconds, help="injection phase length (%(default)s)")
     parser.add_argument("--kills", type=int, default=d.kills, help="host kills (kill -9) (%(default)s)")
+    parser.add_argument(
+        "--outages", type=int, default=None, help="store outages, 0-3 (default: 2, or 1 when --seconds is under 100)"
+    )
     parser.add_argument("--seed", type=int, default=None, help="the plan's seed (default: a new one, printed)")
     parser.add_argument("--hosts", type=int, choices=(1, 2), default=d.hosts, help="hosts on one store")
     parser.add_argument("--store", choices=("sqlite", "cosmos"), default=d.store)
@@ -66,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             cases=args.cases,
             seconds=args.seconds,
             kills=args.kills,
+            outages=args.outages,
             seed=args.seed if args.seed is not None else secrets.randbelow(1_000_000),
             hosts=args.hosts,
             store=args.store,
@@ -79,7 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"casekeeper chaos: {exc}", file=sys.stderr)
         return 2
-    plan = make_plan(config.seed, cases=config.cases, seconds=config.seconds, kills=config.kills, hosts=config.hosts)
+    plan = make_plan(
+        config.seed,
+        cases=config.cases,
+        seconds=config.seconds,
+        kills=config.kills,
+        hosts=config.hosts,
+        outages=config.outages,
+    )
     # The hosts run in their own process groups, out of reach of a signal to ours: a SIGTERM must end the
     # run through its cleanup (as Ctrl-C does), or they would outlive it.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -122,6 +133,7 @@ def run(config: ChaosConfig, plan: Plan) -> int:
         "cases": config.cases,
         "seconds": config.seconds,
         "kills": config.kills,
+        "outages": len(plan.outages),
         "appDir": str(config.app_dir),
         "elapsedSeconds": round(time.time() - began, 1),
     }
@@ -129,7 +141,8 @@ def run(config: ChaosConfig, plan: Plan) -> int:
     title = (
         f"casekeeper chaos: seed {config.seed}, {config.store}, {config.hosts} host{'s' if config.hosts > 1 else ''}, "
         f"model: {config.model}, "
-        f"{config.cases} cases, {config.seconds:.0f}s of injection, {len(plan.kills)} kills "
+        f"{config.cases} cases, {config.seconds:.0f}s of injection, {len(plan.kills)} kills, "
+        f"{len(plan.outages)} store outages "
         f"(ran {header['elapsedSeconds']:.0f}s; reproduce with --seed {config.seed})"
     )
     print(table(title, summary, violations))
@@ -166,7 +179,8 @@ def _inject_settle_collect(
             progress.show(
                 f"injecting {time.monotonic() - t0:4.0f}s/{config.seconds:.0f}s  events {accepted} accepted "
                 f"({sent} requests)  kills {injector.kills_done}/{len(plan.kills)}  supplier "
-                f"{cluster.journal.credit_note_posts()} credit-note requests  faults {injector.current_faults or '-'}"
+                f"{cluster.journal.credit_note_posts()} credit-note requests  "
+                f"{'STORE DOWN  ' if cluster.store_down else ''}faults {injector.current_faults or '-'}"
             )
             drive.join(0.5)
     except KeyboardInterrupt:
@@ -188,6 +202,7 @@ def _inject_settle_collect(
         alert_deliveries=cluster.alerts.received(),
         queue=_with_failure_hints(cluster, queue_state(cluster)),
         kill_windows=list(cluster.kill_windows),
+        outages=list(cluster.outages),
         quiescence=quiescence,
         tolerance=config.tolerance,
         approval_threshold=config.approval_threshold,

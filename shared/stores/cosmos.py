@@ -620,12 +620,18 @@ class CosmosDocumentStore:
 
 
 def cosmos_store_from_settings(
-    endpoint: str, database: str, key: str | None, *, container_names: Mapping[str, str] | None = None
+    endpoint: str,
+    database: str,
+    key: str | None,
+    *,
+    container_names: Mapping[str, str] | None = None,
+    **client_options: Any,
 ) -> CosmosDocumentStore:
     """A store for ``endpoint``/``database``: with ``key`` (a local or test server, or the emulator, whose
     ``CosmosDBConnection`` string the settings split into endpoint and key) key auth, without it
     (``None`` or empty, as an unset setting reads) ``DefaultAzureCredential()`` (managed identity in
     Azure, a developer login locally), which the store then owns and closes. No network I/O happens here.
+    ``client_options`` go to ``CosmosClient`` (``read_timeout``, say).
 
     ``container_names``: see :class:`CosmosDocumentStore`.
     Raises ``ConfigurationError`` when ``endpoint`` or ``database`` is empty."""
@@ -633,7 +639,9 @@ def cosmos_store_from_settings(
     if missing:
         raise ConfigurationError(f"Cosmos DB settings missing: {', '.join(missing)}", missing=missing)
     if key:
-        return CosmosDocumentStore(endpoint, database, credential=key, container_names=container_names)
+        return CosmosDocumentStore(
+            endpoint, database, credential=key, container_names=container_names, **client_options
+        )
     # Imported here so that key-only use (tests, local runs) does not need azure-identity at import time.
     from azure.identity import DefaultAzureCredential
 
@@ -643,4 +651,5 @@ def cosmos_store_from_settings(
         credential=DefaultAzureCredential(),
         owns_credential=True,
         container_names=container_names,
+        **client_options,
     )

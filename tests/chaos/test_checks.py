@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shared.chaos.checks import Violation, check_all
-from shared.chaos.evidence import Attempt, Evidence, KillWindow
+from shared.chaos.evidence import Attempt, Evidence, KillWindow, StoreOutage
 from tests.chaos.builders import Story, key
 
 
@@ -95,7 +95,7 @@ def test_an_accepted_po_change_missing_from_the_case_is_a_violation() -> None:
     story.transition("needs_review", "under-billed")
     found = violations(story.done(), 3)
     assert any("PO amount was never 800.00" in v.summary for v in found)
-    assert any("1 PO changes accepted, 0 in the history" in v.summary for v in found)
+    assert any("last fact: PO amount 1000.00, but the last PO in source order is 800.00" in v.summary for v in found)
 
 
 def test_an_event_set_aside_with_a_reason_is_reflected_and_without_one_is_not() -> None:
@@ -288,3 +288,32 @@ def test_a_withdrawal_hands_the_case_to_a_person_and_owes_no_decision() -> None:
     assert [v.summary for v in violations(story.done(), 3) if "no decision followed" in v.summary] == []
     story.transition("needs_review", "po.updated: PO amount 1000.00 -> 1100.00", changes={"poAmount": "1100.00"})
     assert any("no decision followed" in v.summary for v in violations(story.done(), 3))
+
+
+def test_a_503_while_the_store_is_down_is_excused_and_a_500_or_no_answer_is_not() -> None:
+    story = Story()
+    story.transition("approved", "within tolerance")
+    evidence = story.done()
+    evidence.outages = [StoreOutage("sqlite-write-lock", 100.0, 120.0, 10.0, 30.0)]
+    evidence.attempts = [Attempt(0, 0, "POST", "/api/events", 110.0, 110.1, 503)]
+    assert violations(evidence, 5) == []
+    evidence.attempts += [
+        Attempt(0, 0, "POST", "/api/events", 111.0, 111.1, 500),
+        Attempt(0, 0, "POST", "/api/events", 112.0, 112.1, None, "ReadTimeout"),
+        Attempt(0, 0, "POST", "/api/events", 130.0, 130.1, 503),  # after the outage and its margin
+    ]
+    assert len(violations(evidence, 5)) == 3
+
+
+def test_a_superseded_record_changes_no_fact_and_owes_no_decision() -> None:
+    story = Story(invoice="1300.00", po="1000.00")
+    story.send("po.updated", {"poAmount": "1100.00", "occurredAt": "2026-01-05T10:00:00+00:00"}, "d-new")
+    story.po = "1100.00"
+    story.transition("needs_review", "po.updated: PO amount -> 1100.00", changes={"poAmount": "1100.00"})
+    story.transition("approved", "variance within tolerance")
+    story.send("po.updated", {"poAmount": "900.00", "occurredAt": "2026-01-05T09:00:00+00:00"}, "d-old")
+    # Recorded with what it would have changed, but applying nothing.
+    story.transition("approved", "po.updated superseded (d-old)", changes={"superseded": {"poAmount": "900.00"}})
+    evidence = story.evidence
+    evidence.sent[0].data["occurredAt"] = "2026-01-05T08:00:00+00:00"
+    assert check_all(story.done()) == []

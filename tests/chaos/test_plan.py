@@ -6,12 +6,20 @@ from collections import Counter
 from pathlib import Path
 
 from shared.chaos.journal import Journal
-from shared.chaos.plan import KEEP, FaultWindow, Plan, make_plan
+from shared.chaos.order import occurred_at
+from shared.chaos.plan import KEEP, FaultWindow, Plan, Step, make_plan
 
 
 def plan(seed: int = 7, **kw: int) -> Plan:
-    args = {"cases": 160, "seconds": 140, "kills": 15, "hosts": 2, **kw}
-    return make_plan(seed, cases=args["cases"], seconds=args["seconds"], kills=args["kills"], hosts=args["hosts"])
+    args: dict[str, int | None] = {"cases": 160, "seconds": 140, "kills": 15, "hosts": 2, "outages": None, **kw}
+    return make_plan(
+        seed,
+        cases=int(args["cases"] or 0),
+        seconds=int(args["seconds"] or 0),
+        kills=int(args["kills"] or 0),
+        hosts=int(args["hosts"] or 0),
+        outages=args["outages"],
+    )
 
 
 def test_the_same_seed_gives_the_same_plan_and_another_seed_another() -> None:
@@ -94,3 +102,38 @@ def test_the_journal_reads_what_was_appended_and_waits_for_an_unfinished_line(tm
     with path.open("a") as f:
         f.write('th": "/credit-notes", "status": 404}\n')
     assert [r["method"] for r in journal.refresh()] == ["POST", "GET"]
+
+
+def test_outages_are_bounded_in_the_phase_and_no_kill_falls_in_one() -> None:
+    p = plan()
+    assert len(p.outages) == 2 and len(plan(seconds=35).outages) == 1 and plan(outages=0).outages == ()
+    for outage in p.outages:
+        assert 0 < outage.start < outage.end <= 0.9 * p.seconds
+        assert outage.end - outage.start >= 20.0  # past four in-place attempts of the hosts' store timeout
+        assert not any(outage.start - 9.0 <= k.at <= outage.end + 1.0 for k in p.kills)
+    assert len(p.kills) == 15 and all(0 < k.at < p.seconds for k in p.kills)
+
+
+def test_stamped_cases_send_facts_out_of_source_order_and_unstamped_ones_send_into_outages() -> None:
+    p = plan()
+    by_case: dict[str, list[Step]] = {}
+    for step in p.steps:
+        by_case.setdefault(step.case_id, []).append(step)
+    reordered = 0
+    for steps in by_case.values():
+        stamped = [s for s in steps if s.kind == "event" and "occurredAt" in s.data]
+        facts = [s for s in steps if s.kind == "event" and s.event_type in ("invoice.received", "po.updated")]
+        if stamped:  # all or nothing: a case's facts are ordered by one clock
+            assert len([s for s in stamped if s.event_type != "credit_note.issued"]) == len(facts)
+            stamps = [occurred_at(s.data) or 0.0 for s in stamped if s.event_type == "po.updated"]
+            reordered += stamps != sorted(stamps)
+    assert reordered >= 10
+    during = [s for s in p.steps if s.mode == "during_outage"]
+    assert len(during) >= 8 and all("occurredAt" not in s.data for s in during)
+    assert all(any(o.start <= s.at <= o.start + 6.0 for o in p.outages) for s in during)
+    late = [s for s in p.steps if s.kind == "resend" and by_id(p)[s.ref or 0].mode == "out_of_order"]
+    assert late, "some out-of-order facts are re-sent late"
+
+
+def by_id(p: Plan) -> dict[int, Step]:
+    return {s.id: s for s in p.steps}

@@ -22,6 +22,7 @@ def test_the_table_and_the_report_show_a_violation_with_its_evidence(tmp_path: P
     text = table("casekeeper chaos: seed 1", summary, violations)
     assert all(title in text for title in INVARIANTS.values())
     assert "FAIL" in text and "VIOLATIONS OF 2 (1; first 1)" in text and "C-1: request" in text
+    assert "STORE OUTAGES" in text and "done                                     none" in text
 
     path = tmp_path / "report.json"
     write_json(

@@ -59,6 +59,8 @@ LOCAL_ONLY_SETTINGS = frozenset(
         "CASEKEEPER_SQLITE_PATH",
         "CASEKEEPER_LOCAL_QUEUE_PATH",
         "COSMOS_KEY",
+        # Each store's own default in Azure; tests and chaos runs shorten it to provoke outages quickly.
+        "STORE_TIMEOUT_SECONDS",
         # Telemetry goes to Application Insights in Azure; these choose OTLP or a console file elsewhere.
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "CASEKEEPER_TELEMETRY_FILE",

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
+from shared.app.bootstrap import open_store
 from shared.app.settings import Settings
-from shared.core.errors import ConfigurationError
+from shared.core.errors import ConfigurationError, StoreUnavailable
 
 BASE = {"WEBHOOK_SECRET": "s", "CASEKEEPER_QUEUE": "local"}
 
@@ -206,3 +210,30 @@ def test_cosmos_key_goes_with_the_endpoint_not_with_a_connection_string() -> Non
 def test_the_local_queue_and_sqlite_need_neither_connection() -> None:
     s = Settings.from_mapping(BASE)
     assert s.service_bus_connection_string is None and s.cosmos_connection_string is None
+
+
+def test_the_store_timeout_is_unset_by_default_and_refused_when_not_a_positive_number() -> None:
+    assert Settings.from_mapping(BASE).store_timeout is None
+    assert Settings.from_mapping({**BASE, "STORE_TIMEOUT_SECONDS": "2.5"}).store_timeout == 2.5
+    with pytest.raises(ConfigurationError, match="STORE_TIMEOUT_SECONDS"):
+        Settings.from_mapping({**BASE, "STORE_TIMEOUT_SECONDS": "0"})
+
+
+def test_the_store_timeout_is_how_long_a_sqlite_write_waits_for_a_lock_held_elsewhere(tmp_path: Path) -> None:
+    """Another process's ``BEGIN IMMEDIATE`` (here: another connection) holds the write lock: a write
+    gives up after ``STORE_TIMEOUT_SECONDS``, not SQLite's default 30 s, and says the store is unavailable."""
+    path = tmp_path / "store.sqlite"
+    settings = Settings.from_mapping({**BASE, "CASEKEEPER_SQLITE_PATH": str(path), "STORE_TIMEOUT_SECONDS": "0.5"})
+    store = open_store(settings)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            store.create("cases", "C-1", "C-1", {"id": "C-1"})
+        assert 0.4 < time.monotonic() - started < 5.0
+        holder.execute("ROLLBACK")
+        store.create("cases", "C-1", "C-1", {"id": "C-1"})  # the lock released, the store serves again
+    finally:
+        holder.close()
+        store.close()

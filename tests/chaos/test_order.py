@@ -1,0 +1,238 @@
+"""Invariant 3's order rule (the last fact in source order stands) and the money rule on the facts that
+were true, fed evidence that breaks them and evidence that keeps them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared.chaos.checks import Violation, check_all
+from shared.chaos.evidence import Evidence
+from shared.chaos.order import occurred_at
+from tests.chaos.builders import Story
+
+BASE = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+
+
+def violations(evidence: Evidence, invariant: int) -> list[Violation]:
+    return [v for v in check_all(evidence) if v.invariant == invariant]
+
+
+def stamp(minutes: int, offset_hours: float = 0) -> str:
+    zone = timezone(timedelta(hours=offset_hours))
+    return (BASE + timedelta(minutes=minutes)).astimezone(zone).isoformat(timespec="milliseconds")
+
+
+def apply_po(story: Story, amount: str) -> None:
+    """The case applies a PO change (the history records what changed)."""
+    story.po = amount
+    story.transition("needs_review", f"po.updated: PO amount -> {amount}", changes={"poAmount": amount})
+
+
+def supersede(story: Story, delivery: str) -> None:
+    """The case records a fact older than the one it holds as superseded, naming its delivery."""
+    story.transition(story.status, f"po.updated: superseded by a newer PO fact (delivery {delivery})")
+
+
+def decide(story: Story) -> None:
+    story.transition("approved", "variance within tolerance")
+
+
+def stamped_invoice() -> Story:
+    story = Story(invoice="1300.00", po="1000.00")
+    story.evidence.sent[0].data["occurredAt"] = stamp(0)
+    return story
+
+
+# --- the rule, by example ---------------------------------------------------------------------------
+
+
+def test_occurred_at_orders_by_time_not_by_text() -> None:
+    earlier, later = "2026-01-05T10:00:00.000+05:30", "2026-01-05T06:00:00.000+00:00"
+    assert earlier > later  # as text
+    assert (occurred_at({"occurredAt": earlier}) or 0) < (occurred_at({"occurredAt": later}) or 0)
+    assert occurred_at({"occurredAt": "2026-01-05T06:00:00"}) is None  # no offset: not a place in an order
+    assert occurred_at({}) is None
+
+
+def test_an_older_po_delivered_late_and_applied_over_a_newer_one_is_a_violation() -> None:
+    story = stamped_invoice()
+    story.send("po.updated", {"poAmount": "1100.00", "occurredAt": stamp(20, 2)}, "d-new")
+    apply_po(story, "1100.00")
+    story.send("po.updated", {"poAmount": "1250.00", "occurredAt": stamp(10, -5)}, "d-old")
+    apply_po(story, "1250.00")  # last handled wins: the bug
+    decide(story)
+    summaries = [v.summary for v in violations(story.done(), 3)]
+    assert any(s.startswith("order: v3: PO amount became 1250.00, an older fact") for s in summaries), summaries
+    assert any("last fact: PO amount 1250.00, but the last PO in source order is 1100.00" in s for s in summaries)
+
+
+def test_the_older_po_recorded_as_superseded_keeps_every_invariant() -> None:
+    story = stamped_invoice()
+    story.send("po.updated", {"poAmount": "1100.00", "occurredAt": stamp(20, 2)}, "d-new")
+    apply_po(story, "1100.00")
+    story.send("po.updated", {"poAmount": "1250.00", "occurredAt": stamp(10, -5)}, "d-old")
+    supersede(story, "d-old")
+    decide(story)
+    assert check_all(story.done()) == []
+
+
+def test_a_superseded_po_must_be_recorded_with_its_delivery_id() -> None:
+    story = stamped_invoice()
+    story.send("po.updated", {"poAmount": "1100.00", "occurredAt": stamp(20)}, "d-new")
+    apply_po(story, "1100.00")
+    story.send("po.updated", {"poAmount": "1250.00", "occurredAt": stamp(10)}, "d-old")  # silently dropped
+    decide(story)
+    [found] = violations(story.done(), 3)
+    assert "(d-old) accepted: the case's PO amount was never 1250.00" in found.summary
+
+
+def test_without_occurred_at_the_acceptance_order_is_the_truth() -> None:
+    """Two PO changes accepted in order while the store was down; the first one's delayed copy came back
+    behind the second and was applied again."""
+    story = Story(invoice="1300.00", po="1000.00")
+    story.send("po.updated", {"poAmount": "1250.00"}, "d-1")
+    story.send("po.updated", {"poAmount": "1100.00"}, "d-2")
+    apply_po(story, "1250.00")
+    apply_po(story, "1100.00")
+    decide(story)
+    assert violations(story.done(), 3) == []
+    apply_po(story, "1250.00")  # d-1's delayed copy, again
+    decide(story)
+    summaries = [v.summary for v in violations(story.done(), 3)]
+    assert any("last PO in source order is 1100.00 (d-2, by acceptance order)" in s for s in summaries), summaries
+    assert any(s.startswith("order: v5: PO amount became 1250.00") for s in summaries)
+
+
+def test_a_re_sent_delivery_keeps_its_first_place_and_a_copy_takes_a_new_one() -> None:
+    story = Story(invoice="1300.00", po="1000.00")
+    story.send("po.updated", {"poAmount": "1250.00"}, "d-1")
+    story.send("po.updated", {"poAmount": "1100.00"}, "d-2")
+    story.send("po.updated", {"poAmount": "1250.00"}, "d-1")  # the sender's retry: still the older fact
+    apply_po(story, "1250.00")
+    apply_po(story, "1100.00")
+    decide(story)
+    assert violations(story.done(), 3) == []
+    story.send("po.updated", {"poAmount": "1250.00"}, "d-3")  # a new delivery: a newer fact
+    apply_po(story, "1250.00")
+    decide(story)
+    assert violations(story.done(), 3) == []
+
+
+def test_a_credit_note_correction_must_stand_and_an_older_report_must_not_override_it() -> None:
+    story = stamped_invoice()
+    story.send("credit_note.issued", {"creditNoteId": "EXT-1", "amount": "40.00", "occurredAt": stamp(5)}, "d-40")
+    story.credits = [{"creditNoteId": "EXT-1", "amount": "40.00"}]
+    story.transition(
+        "needs_review", "credit_note.issued: credit note EXT-1 for 40.00 received", changes={"credits": story.credits}
+    )
+    decide(story)
+    story.send("credit_note.issued", {"creditNoteId": "EXT-1", "amount": "100.00", "occurredAt": stamp(9)}, "d-100")
+    ignored = story.done()  # the correction left no trace: the case still holds 40.00
+    assert any("credit EXT-1 stands at 40.00" in v.summary for v in violations(ignored, 3))
+
+    story.credits = [{"creditNoteId": "EXT-1", "amount": "100.00"}]
+    story.transition(
+        "needs_review", "credit_note.issued: EXT-1 corrected 40.00 -> 100.00", changes={"credits": story.credits}
+    )
+    decide(story)
+    assert violations(story.done(), 3) == []
+
+    story.credits = [{"creditNoteId": "EXT-1", "amount": "40.00"}]  # d-40's delayed copy applied again
+    story.transition("needs_review", "credit_note.issued: EXT-1 40.00", changes={"credits": story.credits})
+    decide(story)
+    summaries = [v.summary for v in violations(story.done(), 3)]
+    assert any(s.startswith("order: v6: credit EXT-1 became 40.00, an older fact") for s in summaries), summaries
+
+
+def test_a_fact_event_with_occurred_at_refused_at_the_door_is_a_violation() -> None:
+    story = stamped_invoice()
+    story.send("po.updated", {"poAmount": "1100.00", "occurredAt": stamp(3)}, "d-po", status=400)
+    decide(story)
+    [found] = violations(story.done(), 3)
+    assert "po.updated (d-po) with occurredAt" in found.summary and "HTTP 400" in found.summary
+    story.send("po.updated", {"poAmount": "1100.00", "occurredAt": stamp(3)}, "d-po")  # a retry got it in
+    apply_po(story, "1100.00")
+    decide(story)
+    assert violations(story.done(), 3) == []
+
+
+def test_money_is_judged_on_the_facts_that_were_true_not_on_a_stale_one_the_case_showed() -> None:
+    """PO 1099.00 -> 900.00 -> 1100.00, then the 900.00 event's delayed copy applied again: the case asks
+    for 200.00 on PO 900.00, which nobody owed once the PO was 1100.00."""
+    story = Story(invoice="1100.00", po="1099.00")
+    story.send("po.updated", {"poAmount": "900.00"}, "d-900")
+    story.send("po.updated", {"poAmount": "1100.00"}, "d-1100")
+    apply_po(story, "900.00")
+    apply_po(story, "1100.00")
+    apply_po(story, "900.00")
+    story.request("a", "200.00")
+    [found] = violations(story.done(), 2)
+    assert found.details["justified"] == "0.00" and found.details["caseShowed"]["poAmount"] == "900.00"
+
+
+def test_money_on_a_case_that_only_applied_newer_facts_is_judged_as_it_showed() -> None:
+    story = Story(invoice="1300.00", po="1099.00")
+    story.send("po.updated", {"poAmount": "900.00"}, "d-900")
+    story.send("po.updated", {"poAmount": "1100.00"}, "d-1100")
+    apply_po(story, "900.00")
+    apply_po(story, "1100.00")
+    story.request("a", "200.00")
+    assert violations(story.done(), 2) == []
+
+
+# --- the rule, as a property --------------------------------------------------------------------------
+
+
+@st.composite
+def deliveries(draw: st.DrawFn) -> tuple[bool, list[str], list[int]]:
+    """(stamped, PO amounts in source order, the order in which the case handles them)."""
+    amounts = draw(st.lists(st.integers(100, 999), min_size=2, max_size=4, unique=True))
+    handled = draw(st.permutations(range(len(amounts))))
+    return draw(st.booleans()), [f"{a}.00" for a in amounts], list(handled)
+
+
+@settings(max_examples=150, deadline=None)
+@given(deliveries(), st.lists(st.sampled_from([0, 2, -5, 5.5]), min_size=4, max_size=4))
+def test_only_a_case_that_applies_facts_by_their_source_order_keeps_invariant_3(
+    case: tuple[bool, list[str], list[int]], offsets: list[float]
+) -> None:
+    """Stamped: delivered (and handled) in any order, source order by ``occurredAt``. Unstamped: accepted in
+    source order, handled in any order (delayed copies). A case that applies a fact only when it is newer
+    than the one it holds keeps the invariant; one where the last handled wins breaks it exactly when the
+    handling order is not the source order."""
+    stamped, amounts, handled = case
+
+    def story_for(last_wins: bool) -> Story:
+        story = stamped_invoice() if stamped else Story(invoice="1300.00", po="1000.00")
+        data = [
+            {"poAmount": a, **({"occurredAt": stamp(10 * (i + 1), offsets[i])} if stamped else {})}
+            for i, a in enumerate(amounts)
+        ]
+        for i in handled if stamped else range(len(amounts)):  # stamped: accepted as delivered
+            story.send("po.updated", data[i], f"d-{i}")
+        held = -1
+        for i in handled:
+            if last_wins or i > held:
+                apply_po(story, amounts[i])
+                held = max(held, i)
+            else:
+                supersede(story, f"d-{i}")
+        decide(story)
+        return story
+
+    assert violations(story_for(last_wins=False).done(), 3) == []
+    broken = violations(story_for(last_wins=True).done(), 3)
+    assert bool(broken) == (handled != sorted(handled)), [v.summary for v in broken]
+
+
+def test_a_fact_without_a_readable_occurred_at_falls_back_to_acceptance_order() -> None:
+    story = Story(invoice="1300.00", po="1000.00")
+    story.send("po.updated", {"poAmount": "1250.00", "occurredAt": "yesterday"}, "d-1")
+    story.send("po.updated", {"poAmount": "1100.00"}, "d-2")
+    apply_po(story, "1250.00")
+    apply_po(story, "1100.00")
+    decide(story)
+    assert violations(story.done(), 3) == []
