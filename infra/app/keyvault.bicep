@@ -81,6 +81,8 @@ resource alertWebhookUrlResource 'Microsoft.KeyVault/vaults/secrets@2023-07-01' 
 
 resource openAIApiKeyResource 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = if (!empty(openAIApiKey)) {
   parent: vault
+  // checkov:skip=CKV_AZURE_41: an expiry would stop every model call on that date; the key is rotated with the Azure OpenAI resource
+  // checkov:skip=CKV_AZURE_114: contentType is set below (text/plain); the check does not read conditional resources
   name: 'openai-api-key'
   properties: {
     value: openAIApiKey
