@@ -167,3 +167,21 @@ def compact(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, separators=(", ", ": "), default=str)
+
+
+def operator_identity(given: str) -> str:
+    """Who an operator command records as acting: the name typed with ``--by``, for reading, and the
+    account that ran the command on this machine, which nobody types: ``Ana <cli:ana@ops-vm>``.
+
+    Every state change a person makes is recorded as an identity, never only as a typed name
+    (docs/design.md#who-acts). An operator command reaches the store directly, so whoever runs it could
+    write anything; what it can still record truthfully is the operating-system account and host that
+    ran it, which is what an audit of the store's access will name too."""
+    import getpass
+    import socket
+
+    try:
+        account = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a container): the uid is still an identity
+        account = f"uid{os.getuid()}"
+    return f"{given.strip()} <cli:{account}@{socket.gethostname()}>"

@@ -36,6 +36,7 @@ from shared.operator.context import (
     age_text,
     common_arguments,
     error,
+    operator_identity,
     print_json,
     run_with_operations,
     short,
@@ -211,7 +212,8 @@ def _footer(rows: list[dict[str, Any]]) -> list[str]:
 def _resolve(ops: Operations, args: argparse.Namespace, result: dict[str, Any] | None) -> int:
     try:
         reason = args.failed.strip() if args.failed is not None else None
-        view = resolve(ops, args.key, result=result, reason=reason, by=args.by.strip(), why=args.why.strip())
+        by = operator_identity(args.by)
+        view = resolve(ops, args.key, result=result, reason=reason, by=by, why=args.why.strip())
     except Refused as exc:
         if args.json:
             print_json({"refused": str(exc)})
@@ -223,7 +225,7 @@ def _resolve(ops: Operations, args: argparse.Namespace, result: dict[str, Any] |
     effect, case = view["effect"], view["case"]
     print(
         f"recorded {effect['status']} for effect {short(effect['key'])} ({effect['action']}, case {effect['caseId']}) "
-        f"by {args.by.strip()}"
+        f"by {(effect.get('resolution') or {}).get('by') or args.by.strip()}"
     )
     settled = SETTLED_TEXT.get(view["settled"], view["settled"])
     now = f"; now {case['status']} at v{case['version']}" if case is not None else ""

@@ -21,10 +21,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 from shared.app.operations import Operations
 from shared.messaging import DeadLetter
-from shared.operator.context import common_arguments, error, print_json, run_with_operations, time_text
+from shared.operator.context import (
+    common_arguments,
+    error,
+    operator_identity,
+    print_json,
+    run_with_operations,
+    time_text,
+)
+
+log = logging.getLogger("casekeeper.operator")
 
 PROG = "casekeeper events"
 
@@ -41,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     redrive.add_argument("ids", nargs="*", default=[], metavar="ID", help="message ids, as 'dead-lettered' shows")
     redrive.add_argument("--all", action="store_true", help="every dead-lettered event")
+    redrive.add_argument(
+        "--by", default="", metavar="WHO", help="who puts them back (logged with the account running the command)"
+    )
     return parser
 
 
@@ -72,11 +85,20 @@ def _run(ops: Operations, args: argparse.Namespace) -> int:
         return 0
     moved = ops.dead_letters.redrive(None if args.all else args.ids)
     missing = sorted(set(args.ids) - {m.message_id for m in moved})
+    who = operator_identity(args.by or "")
+    if moved:
+        # A redrive leaves no record on a case; the log keeps who did it, as the ops page's redrive does.
+        log.info(
+            "dead letters redriven by %s: %s",
+            who,
+            ", ".join(m.message_id for m in moved),
+            extra={"redrivenBy": who, "messageIds": [m.message_id for m in moved]},
+        )
     if args.json:
         print_json({"redriven": [m.to_json() for m in moved], "notFound": missing})
     else:
         for letter in moved:
-            print(f"put back: {letter.message_id} (case {letter.session_id})")
+            print(f"put back: {letter.message_id} (case {letter.session_id}) by {who}")
         if not moved and not missing:
             print("no dead-lettered events")
     for message_id in missing:

@@ -23,7 +23,7 @@ import asyncio
 from shared.app.operations import Operations
 from shared.core.errors import InvalidEvent
 from shared.domain import events as ev
-from shared.operator.context import common_arguments, error, print_json, run_with_operations
+from shared.operator.context import common_arguments, error, operator_identity, print_json, run_with_operations
 from shared.workflow.capture import install, installed, uninstall
 
 PROG = "casekeeper requests"
@@ -67,7 +67,7 @@ def full_key(ops: Operations, case_id: str, given: str) -> str:
 def _withdraw(ops: Operations, args: argparse.Namespace) -> int:
     try:
         key = full_key(ops, args.case_id, args.effect_key.strip())
-        data = {"effectKey": key, "by": args.by, "why": args.why, "at": ops.clock.now()}
+        data = {"effectKey": key, "by": operator_identity(args.by), "why": args.why, "at": ops.clock.now()}
         event = ev.parse_event({"type": ev.REQUEST_WITHDRAWN, "caseId": args.case_id, "data": data})
         # The case worker may resume a run; a checkpoint save that fails is recorded here, as in the app.
         ours = installed() is None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,11 @@ from tests.support.changed_build import build_v2
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def recorded(name: str) -> str:
+    """How an operator command records a person: the typed name and the account that ran the command."""
+    return f"{name} <cli:{getpass.getuser()}@{socket.gethostname()}>"
 
 
 def casekeeper(*args: str) -> tuple[int, Any]:
@@ -82,4 +89,4 @@ def test_an_escalated_effect_shows_in_effects_pending_case_show_and_alerts(
     assert code == 0
     assert shown["case"]["status"] == "needs_review"
     [settled] = shown["effects"]
-    assert settled["status"] == "failed" and settled["resolution"]["by"] == "ana"
+    assert settled["status"] == "failed" and settled["resolution"]["by"] == recorded("ana")

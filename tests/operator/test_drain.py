@@ -84,8 +84,9 @@ def test_a_paused_run_whose_type_would_not_load_fails(app: Harness, run: Run) ->
     assert checked.code == 1
     [stranded] = checked.json()["cannotResume"]
     [problem] = stranded["problems"]
-    assert problem["kind"] == "undecodable" and problem["text"] == "type would not load"
-    assert "ApprovalRequest" in problem["reason"]
+    # The checkpoint's stored schemas name the type, so it is a deploy's change, found before unpickling.
+    assert problem["kind"] == "schema_changed" and problem["text"] == "state type changed"
+    assert "ApprovalRequest" in problem["reason"] and "renamed or removed" in problem["reason"]
 
 
 class Died(Exception):
@@ -122,7 +123,10 @@ def test_an_interrupted_run_counts_and_fails_when_its_types_would_not_load(
     checked = run(main, "check", allowed_types=without)
     assert checked.code == 1
     assert "C-1  open v1  run interrupted" in checked.out
-    assert "type would not load: shared.workflow.messages:Proposed not in this build's allowed types" in checked.out
+    assert (
+        "state type changed: shared.workflow.messages:Proposed: a state type this build no longer has "
+        "(renamed or removed)"
+    ) in checked.out
 
     app.handle(ev.CASE_INVESTIGATE, "C-1", reason="redelivered")  # the worker resumes it and finishes
     assert app.cases.require("C-1").status == "credit_requested"

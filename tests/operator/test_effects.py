@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import getpass
+import socket
 import time
 from collections.abc import Callable
 
@@ -23,6 +25,11 @@ from tests.support.app import Harness, invoice
 Run = Callable[..., Ran]
 ACTION = "request_credit_note"
 CN = '{"creditNoteId": "CN-123"}'
+
+
+def recorded(name: str) -> str:
+    """How an operator command records a person: the typed name and the account that ran the command."""
+    return f"{name} <cli:{getpass.getuser()}@{socket.gethostname()}>"
 
 
 def posts(supplier: SupplierStub) -> list[dict[str, object]]:
@@ -108,13 +115,13 @@ def test_resolve_done_records_the_outcome_and_finishes_the_commit(
 
     resolved = run(main, "resolve", key, "--done", CN, "--by", "ana", "--why", "the portal lists CN-123")
     assert resolved.code == 0, resolved.err
-    assert f"recorded done for effect {key[:12]} (request_credit_note, case C-1) by ana" in resolved.out
+    assert f"recorded done for effect {key[:12]} (request_credit_note, case C-1) by {recorded('ana')}" in resolved.out
     assert "case C-1: the commit the effect names is finished; now credit_requested at v2" in resolved.out
 
     effect = app.ledger.get("C-1", key)
     assert effect is not None and effect.status.value == "done" and effect.result == {"creditNoteId": "CN-123"}
     assert effect.resolution is not None
-    assert (effect.resolution["by"], effect.resolution["why"]) == ("ana", "the portal lists CN-123")
+    assert (effect.resolution["by"], effect.resolution["why"]) == (recorded("ana"), "the portal lists CN-123")
     assert effect.history[-1]["source"] == "operator"
     case = app.cases.require("C-1")
     assert (case.status, case.version) == ("credit_requested", 2)
@@ -147,11 +154,12 @@ def test_resolve_failed_sends_the_case_to_review(
     assert "now needs_review at v2" in resolved.out
     effect = app.ledger.get("C-1", key)
     assert effect is not None and effect.status.value == "failed"
-    assert effect.reason == "the portal has no such request" and effect.resolution["by"] == "ana"  # type: ignore[index]
+    assert effect.reason == "the portal has no such request" and effect.resolution["by"] == recorded("ana")  # type: ignore[index]
     case = app.cases.require("C-1")
     assert (case.status, case.version) == ("needs_review", 2)
     assert case.history[-1].reason == (
-        f"effect request_credit_note ({key[:12]}) resolved as failed by ana: the portal has no such request"
+        f"effect request_credit_note ({key[:12]}) resolved as failed by {recorded('ana')}: "
+        "the portal has no such request"
     )
 
 

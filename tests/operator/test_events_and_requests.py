@@ -3,6 +3,8 @@ store and queue as ``--data DIR`` opens them."""
 
 from __future__ import annotations
 
+import getpass
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +20,11 @@ from tests.support.app import Harness, invoice
 
 Run = Callable[..., Ran]
 QUEUE = "case-events"
+
+
+def recorded(name: str) -> str:
+    """How an operator command records a person: the typed name and the account that ran the command."""
+    return f"{name} <cli:{getpass.getuser()}@{socket.gethostname()}>"
 
 
 def dead_letter(data: Path, case_id: str, message_id: str) -> None:
@@ -40,9 +47,10 @@ def test_dead_letters_are_listed_and_put_back(app: Harness, data: Path, run: Run
     ]
     text = run(events_main, "dead-lettered").out
     assert "webhook:a  case C-1" in text and "event: case.investigate" in text
-    redriven = run(events_main, "redrive", "webhook:b", "webhook:nope")
+    redriven = run(events_main, "redrive", "webhook:b", "webhook:nope", "--by", "olga")
     assert redriven.code == 1 and "no dead-lettered event 'webhook:nope'" in redriven.err
-    assert "put back: webhook:b (case C-2)" in redriven.out
+    # Who put it back: the name given and the account that ran the command, which nobody types.
+    assert f"put back: webhook:b (case C-2) by {recorded('olga')}" in redriven.out
     queue = LocalSessionQueue(data / "queue.sqlite")
     [back] = queue.peek(QUEUE)
     assert back.session_id == "C-2" and back.message_id.startswith("webhook:b:redrive:")
@@ -63,7 +71,11 @@ def test_an_outstanding_request_is_withdrawn_with_who_and_why(app: Harness, run:
     assert "decide it again with: casekeeper send case.investigate C-1" in done.out
     case = app.cases.require("C-1")
     [withdrawal] = case.facts["withdrawn"]
-    assert (withdrawal["effectKey"], withdrawal["by"], withdrawal["why"]) == (effect.key, "ana", "cancelled, ticket 7")
+    assert (withdrawal["effectKey"], withdrawal["by"], withdrawal["why"]) == (
+        effect.key,
+        recorded("ana"),
+        "cancelled, ticket 7",
+    )
     assert case.status == "needs_review"
     again = run(requests_main, "withdraw", "C-1", effect.key, "--by", "ana", "--why", "twice")
     assert again.code == 0 and "already withdrawn" in again.out
