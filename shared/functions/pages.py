@@ -46,6 +46,7 @@ def approval_page(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.function_name("case_page")
 @bp.route(route="cases/{caseId}/page", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+@reported
 def case_page(req: func.HttpRequest) -> func.HttpResponse:
     """One case: facts, the money rule, effects, timeline, approvals, and what to do next."""
     return _reply(pages.case_page(services().pages, req.headers, req.route_params["caseId"]))

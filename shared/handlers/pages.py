@@ -373,7 +373,7 @@ def approval_state(view: Mapping[str, Any], principal: Principal) -> str:
     answer = record.get("answer")
     mine = view["answered"] is not None
     if answer is not None:
-        return "applied" if mine and answer["by"] == principal.name else "answered"
+        return "applied" if mine and answer["by"] == principal.recorded else "answered"
     if not view["stale"]:
         if mine:
             return "applying"

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 import azure.functions as func
+import pytest
 
 from shared.app.bootstrap import Services
 from shared.handlers.pages import approval_path
@@ -17,6 +18,9 @@ from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.web.identity import APPROVER_ROLE
 from tests.triggers.conftest import INVOICE, deliver, signed_request, user_function
 from tests.triggers.test_pages import ANA, OLGA, form_token, get, open_request, post_answer, text, who
+
+# The principal header is believed only where Easy Auth is known to be in front (as in test_pages).
+pytestmark = pytest.mark.usefixtures("behind_easy_auth")
 
 OVER = {**INVOICE, "invoiceAmount": "3400.00", "poAmount": "2000.00"}  # 1400.00 over: waits for a person
 

@@ -8,6 +8,8 @@ import json
 import re
 from typing import Any
 
+import pytest
+
 from shared.app.bootstrap import Services
 from shared.core.keys import effect_key
 from shared.handlers.pages import approval_path
@@ -15,6 +17,9 @@ from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.triggers.conftest import INVOICE, deliver, signed_request, user_function
 from tests.triggers.test_failed_reads import break_the_store
 from tests.triggers.test_pages import ANA, NOBODY, OLGA, escalate, form_token, get, post_answer, text
+
+# The principal header is believed only where Easy Auth is known to be in front (as in test_pages).
+pytestmark = pytest.mark.usefixtures("behind_easy_auth")
 
 
 def send(functions: dict[str, Any], queue: LocalSessionQueue, case_id: str, delivery: str, **data: str) -> None:

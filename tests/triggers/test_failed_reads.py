@@ -7,9 +7,14 @@ import html
 import sqlite3
 from typing import Any
 
+import pytest
+
 from shared.app.bootstrap import Services
 from shared.handlers.pages import approval_path
 from tests.triggers.test_pages import ANA, OLGA, get, pending_case, text
+
+# The principal header is believed only where Easy Auth is known to be in front (as in test_pages).
+pytestmark = pytest.mark.usefixtures("behind_easy_auth")
 
 
 def break_the_store(svc: Services) -> None:

@@ -135,15 +135,25 @@ def test_nobody_signed_in_gets_401_and_someone_without_a_role_403_with_the_reaso
     functions: dict[str, Any], svc: Services
 ) -> None:
     anonymous = get(functions, "approvals_page", "/api/approvals", {})
-    # Locally there is no sign-in page: the 401 says how to start the host with an identity instead.
-    assert anonymous.status_code == 401 and "/.auth/login/aad" not in text(anonymous)
-    assert "casekeeper dev --as you@localhost --role approver" in text(anonymous)
+    # Behind Easy Auth a client that is not a browser gets the 401 with the sign-in link.
+    assert anonymous.status_code == 401 and "/.auth/login/aad" in text(anonymous)
     refused = get(functions, "approvals_page", "/api/approvals", NOBODY)
     assert refused.status_code == 403
     assert "nobody@example.com may not see the approvals" in html.unescape(text(refused))
     assert "Casekeeper.Approver" in text(refused)
     assert get(functions, "ops_page", "/api/ops", ANA).status_code == 403  # an approver is not an operator
     assert get(functions, "ops_page", "/api/ops", OLGA).status_code == 200
+
+
+def test_locally_the_401_says_how_to_sign_in_instead_of_linking_to_app_services_login(
+    functions: dict[str, Any], svc: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("EASY_AUTH_ENABLED", "WEBSITE_SITE_NAME", "WEBSITE_AUTH_ENABLED"):
+        monkeypatch.delenv(name, raising=False)
+    anonymous = get(functions, "approvals_page", "/api/approvals", {})
+    # Locally there is no sign-in page: the 401 says how to start the host with an identity instead.
+    assert anonymous.status_code == 401 and "/.auth/login/aad" not in text(anonymous)
+    assert "casekeeper dev --as you@localhost --role approver" in text(anonymous)
 
 
 def test_behind_easy_auth_a_browser_without_a_sign_in_is_sent_to_the_login(
