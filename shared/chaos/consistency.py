@@ -6,10 +6,13 @@
    ``rejectedEvents`` entry with id ``webhook:<delivery>`` and a non-empty reason. Otherwise, per type:
 
    - ``invoice.received``: the case exists with that invoice id, amount and currency;
-   - ``po.updated``: the case's PO amount was that amount at some version, or the event is older in
-     source order than the case's final PO fact and the case's view names its delivery id (it was
-     recorded as superseded);
-   - ``credit_note.issued``: the case's credits hold that note id;
+   - ``po.updated``: the case's PO amount was that amount at some version (applied, or a newer report
+     of the amount the case held), or the case recorded it as superseded: a ``supersededEvents`` entry
+     with its delivery id, type, fact, amount and a reason, for a report that is older in source order
+     than the newest PO report (a superseded record for the newest one, or no record, is a violation);
+   - ``credit_note.issued``: the case's credits hold that note id, and either the note's amount was the
+     reported amount at some version or the report is recorded as superseded, as for ``po.updated``
+     (a correction the case left unapplied and unrecorded is a violation);
    - ``case.investigate``: the case exists (an investigation either decides, which the history shows,
      or is a no-op in the case's status, which is only visible in its result);
    - approval answers: the history has the decision (``approved by``/``rejected by`` the answer's
@@ -55,8 +58,8 @@ from typing import Any
 
 from shared.chaos.checks import Violation
 from shared.chaos.evidence import Evidence, Sent
-from shared.chaos.facts import Timeline, is_facts_transition, is_superseded
-from shared.chaos.order import final_problems, mentions, refused_with_occurred_at, set_aside_delivery
+from shared.chaos.facts import Timeline, is_facts_transition
+from shared.chaos.order import final_problems, refused_with_occurred_at, set_aside_delivery, superseded_record
 from shared.handlers.ingress import KEY_APPROVER_PREFIX
 
 APPROVAL = "approval.answered"
@@ -126,24 +129,32 @@ def _not_reflected(evidence: Evidence, sent: Sent, timeline: Timeline | None) ->
     if sent.event_type == "po.updated":
         amounts = {f.po_amount for f in timeline.at.values()} if timeline is not None else set()
         if timeline is not None and timeline.at and not any(_eq(a, sent.data.get("poAmount")) for a in amounts):
-            if _superseded(timeline, sent.delivery) and mentions(view, sent.delivery):
-                return None
-            return f"{what}: the case's PO amount was never {sent.data.get('poAmount')}"
+            return _superseded(
+                view, timeline, sent, f"{what}: the case's PO amount was never {sent.data.get('poAmount')}"
+            )
         return None
     if sent.event_type == "credit_note.issued":
-        ids = {str(c.get("creditNoteId")) for c in facts.get("credits") or ()}
-        return (
-            None if sent.data.get("creditNoteId") in ids else f"{what}: credit {sent.data.get('creditNoteId')} missing"
-        )
+        note_id = str(sent.data.get("creditNoteId"))
+        if note_id not in {str(c.get("creditNoteId")) for c in facts.get("credits") or ()}:
+            return f"{what}: credit {note_id} missing"
+        held = {f.credit(note_id) for f in timeline.at.values()} if timeline is not None else set()
+        if timeline is not None and timeline.at and not any(_eq(a, sent.data.get("amount")) for a in held):
+            never = f"{what}: credit {note_id} was never {sent.data.get('amount')}"
+            return _superseded(view, timeline, sent, never)
+        return None
     if sent.event_type == APPROVAL:
         return _approval_not_reflected(view, sent, what)
     return None  # case.investigate: the case exists
 
 
-def _superseded(timeline: Timeline, delivery: str) -> bool:
-    """Whether the event is older in source order than the case's final PO fact."""
-    report, newest = timeline.order.report_for(delivery), timeline.order.newest_po()
-    return report is not None and newest is not None and report.key < newest.key
+def _superseded(view: dict[str, Any], timeline: Timeline, sent: Sent, never: str) -> str | None:
+    """``None`` when the report, never applied, is recorded as superseded and is older in source order
+    than the newest report of its fact; else what is wrong (``never``: it left no trace at all)."""
+    if superseded_record(view, sent) is None:
+        return f"{never}, and no superseded record names it"
+    if not timeline.order.older_than_newest(sent.delivery):
+        return f"{never}: recorded as superseded, but it is the newest report of its fact in source order"
+    return None
 
 
 def _approval_not_reflected(view: dict[str, Any], sent: Sent, what: str) -> str | None:
@@ -175,8 +186,7 @@ def _decision_owed(view: dict[str, Any]) -> str | None:
         before = history[i - 1].get("status") if i > 0 else "open"
         if before not in ("credit_requested", "closed"):
             owed_at, owed_by = i, f"the facts change on v{transition.get('fromVersion')} ({transition.get('reason')})"
-    # A fact recorded as superseded changed nothing and decided nothing.
-    if any(not is_facts_transition(t) and not is_superseded(t) for t in history[owed_at + 1 :]):
+    if any(not is_facts_transition(t) for t in history[owed_at + 1 :]):
         return None
     status = (view.get("case") or {}).get("status")
     return f"no decision followed {owed_by}: the case stayed {status} (a follow-up investigation was lost)"
@@ -301,7 +311,7 @@ def _entered_credit_requested(history: list[dict[str, Any]]) -> dict[str, Any]:
     """The transition that made the case ``credit_requested``: the last one, passing over facts changes
     that kept it so (a credit received for one request while another is outstanding)."""
     for transition in reversed(history):
-        kept = is_facts_transition(transition) or is_superseded(transition)
+        kept = is_facts_transition(transition)
         if not (kept and transition.get("status") == "credit_requested"):
             entered: dict[str, Any] = transition
             return entered

@@ -128,6 +128,8 @@ def api_shape(shown: dict[str, Any]) -> dict[str, Any]:
         "history": shown.get("history") or [],
         "notes": shown.get("notes") or [],
         "rejectedEvents": shown.get("rejectedEvents") or [],
+        "supersededEvents": shown.get("supersededEvents") or [],
+        "factOrder": shown.get("factOrder"),
     }
 
 

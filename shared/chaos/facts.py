@@ -5,13 +5,13 @@ order; transition ``fromVersion f`` makes version ``f + 1``. What a transition c
 
 1. its ``changes`` object (the facts it changed, e.g. ``{"poAmount": "900.00"}``), when the API has it;
 2. otherwise its reason: ``po.updated: ...`` takes the next PO amount from the driver's record of the
-   accepted ``po.updated`` events (distinct deliveries, in the order they were accepted, skipping those
-   set aside and those equal to the PO amount at the time, which change nothing), and
-   ``credit_note.issued: credit note X for A received ...`` adds credit X for A.
+   accepted ``po.updated`` events (distinct deliveries, in source order, skipping those set aside, those
+   the case recorded as superseded, and those equal to the PO amount at the time, which change
+   nothing), and ``credit_note.issued: credit note X for A received ...`` adds credit X for A.
 
 The rebuilt final facts are compared with the case's facts; a difference is reported (an event lost, or
-applied that was never accepted). A transition that records a fact as superseded (no ``changes``, its
-reason says so) changes nothing.
+applied that was never accepted). A report the case recorded as superseded (``supersededEvents``) has
+no transition: it changed nothing.
 
 ``true_at[v]`` are the facts that were true at v: the newest in source order that the case had seen
 by then (:func:`shared.chaos.order.walk`). They equal ``at[v]`` unless the case applied an older fact
@@ -27,10 +27,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from shared.chaos.evidence import Sent
-from shared.chaos.order import SourceOrder, source_order, walk
+from shared.chaos.order import SUPERSEDED, SourceOrder, set_aside_delivery, source_order, walk
 
-FACT_KEYS = frozenset({"poAmount", "credits", "withdrawn", "invoiceAmount"})
-"""The facts a transition's ``changes`` may change."""
 PO_REASON = "po.updated:"
 CREDIT_REASON = "credit_note.issued:"
 _CREDIT = re.compile(r"credit note (\S+) for (-?[0-9]+(?:\.[0-9]+)?) received")
@@ -80,16 +78,7 @@ class Timeline:
     """Changes that applied an older fact over a newer one."""
 
 
-def is_superseded(transition: dict[str, Any]) -> bool:
-    """A fact recorded as superseded by a newer one: in the history, with no fact changed."""
-    changes = transition.get("changes")
-    changed = set(changes) & FACT_KEYS if isinstance(changes, dict) else set()
-    return not changed and "supersed" in str(transition.get("reason") or "").lower()
-
-
 def is_facts_transition(transition: dict[str, Any]) -> bool:
-    if is_superseded(transition):
-        return False
     if transition.get("changes") or transition.get("factsChanged"):
         return True
     reason = str(transition.get("reason") or "")
@@ -103,7 +92,7 @@ def rebuild(
     ``set_aside``: the delivery ids of its events set aside (default: from ``webhook:`` message ids)."""
     timeline = Timeline()
     if set_aside is None:
-        set_aside = {i.removeprefix("webhook:") for i in rejected_ids if i.startswith("webhook:")}
+        set_aside = {d for d in (set_aside_delivery({"id": i}) for i in rejected_ids) if d}
     timeline.order = source_order(sent, set_aside)
     invoice = next((s for s in sent if s.event_type == "invoice.received" and s.accepted), None)
     if invoice is None:
@@ -114,7 +103,8 @@ def rebuild(
     except (KeyError, InvalidOperation) as exc:
         timeline.problems.append(f"the invoice's amounts are unreadable: {exc}")
         return timeline
-    timeline.expected_po = _expected_po(facts.po_amount, sent, rejected_ids)
+    superseded = {str(r.get("deliveryId")) for r in view.get(SUPERSEDED) or () if isinstance(r, dict)}
+    timeline.expected_po = _expected_po(facts.po_amount, timeline.order, superseded)
     history = sorted(view.get("history") or [], key=lambda t: int(t.get("fromVersion", 0)))
     if history and int(history[0].get("fromVersion", 1)) != 1:
         timeline.problems.append(f"history starts at v{history[0].get('fromVersion')}: earlier facts are unknown")
@@ -153,8 +143,6 @@ def _apply(
 ) -> tuple[Facts, str]:
     changes = transition.get("changes")
     reason = str(transition.get("reason") or "")
-    if is_superseded(transition):
-        return facts, ""
     if isinstance(changes, dict) and changes:
         if "poAmount" in changes:
             timeline.po_changes += 1
@@ -183,23 +171,18 @@ def _apply(
     return facts, ""
 
 
-def _expected_po(initial: Decimal, sent: list[Sent], rejected_ids: set[str]) -> list[Decimal]:
-    """The PO amounts accepted ``po.updated`` events produce in order: each distinct delivery once, in
-    acceptance order, not those set aside, and only those that differ from the PO amount at the time."""
-    seen: set[str] = set()
-    accepted = sorted(
-        (s for s in sent if s.event_type == "po.updated" and s.accepted and s.accepted_at is not None),
-        key=lambda s: s.accepted_at or 0.0,
-    )
+def _expected_po(initial: Decimal, order: SourceOrder, superseded: set[str]) -> list[Decimal]:
+    """The PO amounts the accepted ``po.updated`` events produce: each distinct delivery once (``order``
+    holds those not set aside), in source order (``occurredAt`` when given, else first acceptance), not
+    those the case recorded as superseded, and only those that differ from the PO amount at the time.
+    A case that applies a report only when it is newer than the one it holds applies exactly these."""
     current, expected = initial, []
-    for s in accepted:
-        if s.delivery in seen or f"webhook:{s.delivery}" in rejected_ids:
+    for report in sorted(order.po, key=lambda r: r.rank):
+        if report.delivery in superseded:
             continue
-        seen.add(s.delivery)
-        po = _amount(s.data["poAmount"])
-        if po != current:
-            expected.append(po)
-            current = po
+        if report.amount != current:
+            expected.append(report.amount)
+            current = report.amount
     return expected
 
 

@@ -13,7 +13,12 @@ its id), so that
   (:func:`walk`); and the facts that were true at each version, for the money rule, are the newest
   the case had seen by then, not what it showed if it applied an older fact over a newer one.
 
-Events set aside (``rejectedEvents``, with a reason) are not facts of the case.
+Two reports of one fact compare as the product compares them (``shared.domain.order``): by
+``(occurredAt or first acceptance, first acceptance, delivery id)``, so two deliveries are never equal.
+
+Events set aside (``rejectedEvents``, with a reason) are not facts of the case. A report older than the
+fact the case holds is recorded in the case's ``supersededEvents`` (:func:`superseded_record`), not in
+its history.
 """
 
 from __future__ import annotations
@@ -37,12 +42,19 @@ OCCURRED_AT = "occurredAt"
 
 @dataclass(frozen=True)
 class Report:
-    """One fact as its source ordered it: ``key`` is epoch seconds (``occurredAt``, or first acceptance)."""
+    """One fact as its source ordered it: ``key`` is epoch seconds (``occurredAt``, or first acceptance);
+    ``accepted``: its first acceptance (the driver's first 202 for the delivery)."""
 
     key: float
     amount: Decimal
     delivery: str
     occurred_at: str | None = None
+    accepted: float = 0.0
+
+    @property
+    def rank(self) -> tuple[float, float, str]:
+        """Where it stands: ``(key, accepted, delivery)``, the product's comparison key."""
+        return self.key, self.accepted, self.delivery
 
     def describe(self) -> str:
         where = f"occurredAt {self.occurred_at}" if self.occurred_at else "by acceptance order"
@@ -58,14 +70,28 @@ class SourceOrder:
     credits: dict[str, list[Report]] = field(default_factory=dict)
 
     def newest_po(self) -> Report | None:
-        return max([*self.po, *([self.invoice] if self.invoice else [])], key=lambda r: r.key, default=None)
+        return max([*self.po, *([self.invoice] if self.invoice else [])], key=lambda r: r.rank, default=None)
 
     def newest_credit(self, note_id: str) -> Report | None:
-        return max(self.credits.get(note_id) or (), key=lambda r: r.key, default=None)
+        return max(self.credits.get(note_id) or (), key=lambda r: r.rank, default=None)
 
     def report_for(self, delivery: str) -> Report | None:
         everything = [*self.po, *(r for rs in self.credits.values() for r in rs)]
         return next((r for r in everything if r.delivery == delivery), None)
+
+    def credit_of(self, delivery: str) -> str | None:
+        """The credit-note id a delivery reported, if it is a credit report."""
+        return next((note_id for note_id, rs in self.credits.items() if any(r.delivery == delivery for r in rs)), None)
+
+    def older_than_newest(self, delivery: str) -> bool:
+        """Whether the delivery's report is older in source order than the newest report of its fact (the
+        PO amount, or its credit note): a report the case must record as superseded if it came last."""
+        report = self.report_for(delivery)
+        if report is None:
+            return False
+        note_id = self.credit_of(delivery)
+        newest = self.newest_credit(note_id) if note_id is not None else self.newest_po()
+        return newest is not None and report.rank < newest.rank
 
 
 def occurred_at(data: dict[str, Any]) -> float | None:
@@ -96,13 +122,14 @@ def source_order(sent: Iterable[Sent], set_aside: set[str]) -> SourceOrder:
         stamp = occurred_at(s.data)
         key = stamp if stamp is not None else first_accepted[s.delivery]
         stamped = str(s.data[OCCURRED_AT]) if stamp is not None else None
+        first = first_accepted[s.delivery]
         try:
             if s.event_type == INVOICE and order.invoice is None:
-                order.invoice = Report(key, Decimal(str(s.data["poAmount"])), s.delivery, stamped)
+                order.invoice = Report(key, Decimal(str(s.data["poAmount"])), s.delivery, stamped, first)
             elif s.event_type == PO:
-                order.po.append(Report(key, Decimal(str(s.data["poAmount"])), s.delivery, stamped))
+                order.po.append(Report(key, Decimal(str(s.data["poAmount"])), s.delivery, stamped, first))
             elif s.event_type == CREDIT:
-                report = Report(key, Decimal(str(s.data["amount"])), s.delivery, stamped)
+                report = Report(key, Decimal(str(s.data["amount"])), s.delivery, stamped, first)
                 order.credits.setdefault(str(s.data["creditNoteId"]), []).append(report)
         except (KeyError, InvalidOperation):
             continue  # an event the case could not read is the per-event check's to report
@@ -133,9 +160,9 @@ def walk(versions: list[tuple[int, Decimal, tuple[tuple[str, Decimal], ...]]], o
     previous_po, previous_credits = versions[0][1], dict(versions[0][2])
     for version, po, credits in versions:
         if version > versions[0][0] and po != previous_po:
-            newer = [r for r in order.po if r.amount == po and r.key > held_po.key]
+            newer = [r for r in order.po if r.amount == po and r.rank > held_po.rank]
             if newer:
-                held_po = min(newer, key=lambda r: r.key)
+                held_po = min(newer, key=lambda r: r.rank)
             else:
                 result.stale.append(_stale(version, "PO amount", po, held_po, any(r.amount == po for r in order.po)))
         for note_id, amount in credits:
@@ -143,9 +170,9 @@ def walk(versions: list[tuple[int, Decimal, tuple[tuple[str, Decimal], ...]]], o
             if not reports or (previous_credits.get(note_id) == amount and version > versions[0][0]):
                 continue
             held = held_credit.get(note_id)
-            newer = [r for r in reports if r.amount == amount and (held is None or r.key > held.key)]
+            newer = [r for r in reports if r.amount == amount and (held is None or r.rank > held.rank)]
             if newer:
-                held_credit[note_id] = min(newer, key=lambda r: r.key)
+                held_credit[note_id] = min(newer, key=lambda r: r.rank)
             elif held is not None:
                 known = any(r.amount == amount for r in reports)
                 result.stale.append(_stale(version, f"credit {note_id}", amount, held, known))
@@ -188,10 +215,32 @@ def final_problems(order: SourceOrder, facts: dict[str, Any]) -> list[str]:
     return problems
 
 
-def mentions(view: dict[str, Any], delivery: str) -> bool:
-    """Whether the case's view names ``delivery`` (a superseded fact is recorded with its delivery id)."""
-    text = json.dumps({k: v for k, v in view.items() if k != "effects"}, default=str)
-    return re.search(rf"(?<![\w-]){re.escape(delivery)}(?![\w-])", text) is not None
+SUPERSEDED = "supersededEvents"
+"""The case view's list of reports older than the fact the case held when they came: each with ``type``,
+``deliveryId``, ``fact`` (``poAmount`` or ``credits``), ``creditNoteId`` (credits), ``value``, ``order``,
+``heldValue``, ``heldOrder``, ``reason``, ``at``, ``atVersion``."""
+_FACT_OF = {PO: "poAmount", CREDIT: "credits"}
+
+
+def superseded_record(view: dict[str, Any], sent: Sent) -> dict[str, Any] | None:
+    """The case's record of ``sent`` (a ``po.updated`` or ``credit_note.issued``) as superseded: the
+    ``supersededEvents`` entry with its delivery id, type and fact (and credit-note id), with a reason and
+    the value it reported. ``None`` when the case recorded no such thing."""
+    for record in view.get(SUPERSEDED) or ():
+        if not isinstance(record, dict) or record.get("deliveryId") != sent.delivery:
+            continue
+        if record.get("type") != sent.event_type or record.get("fact") != _FACT_OF.get(sent.event_type):
+            continue
+        if sent.event_type == CREDIT and record.get("creditNoteId") != sent.data.get("creditNoteId"):
+            continue
+        field_name = "poAmount" if sent.event_type == PO else "amount"
+        try:
+            same_value = Decimal(str(record.get("value"))) == Decimal(str(sent.data.get(field_name)))
+        except InvalidOperation:
+            same_value = False
+        if same_value and str(record.get("reason") or "").strip():
+            return dict(record)
+    return None
 
 
 def refused_with_occurred_at(sent: Iterable[Sent]) -> list[Sent]:
@@ -217,5 +266,11 @@ def set_aside_delivery(rejected: dict[str, Any]) -> str | None:
         body = None
     if isinstance(body, dict) and body.get("deliveryId"):
         return str(body["deliveryId"])
-    message_id = str(rejected.get("id") or "")
-    return message_id.removeprefix("webhook:") if message_id.startswith("webhook:") else None
+    message_id = str(rejected.get("messageId") or rejected.get("id") or "")
+    if not message_id.startswith("webhook:"):
+        return None
+    # A delayed copy's message id is the first one's with ":retry:<n>" (or ":redrive:<n>") after it.
+    return _COPY_SUFFIX.sub("", message_id.removeprefix("webhook:"))
+
+
+_COPY_SUFFIX = re.compile(r"(?::(?:retry|recheck|redrive):[0-9]+)+$")

@@ -129,6 +129,8 @@ def case_evidence(evidence: Evidence, case_id: str, case_show: Any = None) -> di
         "effects": view.get("effects"),
         "notes": view.get("notes"),
         "rejectedEvents": evidence.rejected(case_id),
+        "supersededEvents": view.get("supersededEvents"),
+        "factOrder": view.get("factOrder"),
         "httpStatus": (evidence.cases.get(case_id) or {}).get("status"),
         "caseShow": case_show,
     }

@@ -9,7 +9,9 @@ between two racing requests), before the event is enqueued:
   sender that re-serialises the same event is not refused. The same id with the same body is accepted
   again (202; the broker drops the duplicate message); with another body it is refused (409), as a
   payment API refuses an idempotency key re-used with other parameters, instead of being dropped by the
-  broker as a duplicate of an event it is not.
+  broker as a duplicate of an event it is not. It also holds the event's acceptance stamp, so a delivery
+  posted again (after the broker's duplicate window too) keeps its first place in the order of facts
+  (docs/design.md#fact-order) instead of taking a later one.
 - **One answer per approval request.** ``approval_answer/<request id>`` holds the first answer accepted:
   the decision, the version it was given on and who gave it. The same answer again is accepted (202); any
   other is refused (409, naming the recorded one). So the first accepted answer closes the request.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from shared.core.cases import Case
@@ -44,11 +47,32 @@ def body_digest(raw: Any) -> str:
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """The door's verdict on a delivery: ``refusal``, the reason to refuse it (409), or ``None``; and
+    ``accepted_at``, the acceptance stamp the event carries: the first acceptance's, for a delivery seen
+    before with the same body (one delivery is one report, stamped once)."""
+
+    refusal: str | None
+    accepted_at: float
+
+
 def record_delivery(
     store: DocumentStore, delivery_id: str, raw: Any, *, case_id: str, event_type: str, at: float
 ) -> str | None:
     """Remember ``delivery_id`` with the body it came with. ``None``: first seen, or seen with the same body;
     otherwise the reason to refuse it. Raises ``StoreError`` when the record cannot be written or read."""
+    return check_delivery(
+        store, delivery_id, raw, case_id=case_id, event_type=event_type, at=at, accepted_at=at
+    ).refusal
+
+
+def check_delivery(
+    store: DocumentStore, delivery_id: str, raw: Any, *, case_id: str, event_type: str, at: float, accepted_at: float
+) -> Delivery:
+    """:func:`record_delivery`, with the stamp the event is to carry: ``accepted_at`` (this acceptance's)
+    for a first delivery, the recorded one for a delivery seen before with the same body (a record written
+    before stamps were kept has none: this acceptance's). Raises ``StoreError`` as it does."""
     digest = body_digest(raw)
     body = {
         "id": delivery_id,
@@ -57,18 +81,25 @@ def record_delivery(
         "caseId": case_id,
         "type": event_type,
         "at": at,
+        "acceptedAt": accepted_at,
     }
     try:
         store.create(HEALTH, KIND_DELIVERY, delivery_id, body)
-        return None
+        return Delivery(None, accepted_at)
     except AlreadyExists:
         pass
     first = store.read(HEALTH, KIND_DELIVERY, delivery_id)
-    if first is None or first.body.get("bodySha256") == digest:
-        return None  # (deleted meanwhile by an operator: nothing to compare with, accept)
-    return (
+    if first is None:
+        return Delivery(None, accepted_at)  # deleted meanwhile by an operator: nothing to compare with, accept
+    if first.body.get("bodySha256") == digest:
+        recorded = first.body.get("acceptedAt")
+        if isinstance(recorded, int | float) and not isinstance(recorded, bool):
+            return Delivery(None, float(recorded))
+        return Delivery(None, accepted_at)  # recorded before stamps were kept
+    return Delivery(
         f"delivery id {delivery_id!r} was already accepted with another body "
-        f"({first.body.get('type')} for case {first.body.get('caseId')!r}); a new event needs a new delivery id"
+        f"({first.body.get('type')} for case {first.body.get('caseId')!r}); a new event needs a new delivery id",
+        accepted_at,
     )
 
 

@@ -199,20 +199,29 @@ class Ingress:
         except InvalidEvent as exc:
             return _error(400, exc.reason, fields=exc.fields)
         # The order of a fact that carries no occurredAt is when it was first accepted: stamped here, once,
-        # and carried unchanged by every copy of the message (docs/design.md#fact-order).
-        event = replace(event, envelope=Envelope(accepted_at=self._stamp()).fields())
+        # and carried unchanged by every copy of the message (docs/design.md#fact-order). A delivery posted
+        # again keeps the stamp the door recorded when it first came, even after the broker's duplicate window.
+        accepted_at = self._stamp()
         # Namespaced, so a sender's delivery id can never collide with the ids Casekeeper gives its own
         # messages (approval:..., recheck:...); the same delivery still maps to the same message id.
         message_id = derived_message_id("webhook", delivery)
         if self._store is not None:
             try:
-                reused = door.record_delivery(
-                    self._store, delivery, raw, case_id=event.case_id, event_type=event.type, at=self._clock.now()
+                seen = door.check_delivery(
+                    self._store,
+                    delivery,
+                    raw,
+                    case_id=event.case_id,
+                    event_type=event.type,
+                    at=self._clock.now(),
+                    accepted_at=accepted_at,
                 )
             except StoreError as exc:
                 return _error(503, f"could not record the delivery, nothing was accepted; retry: {exc}")
-            if reused is not None:
-                return _error(409, reused, fields={DELIVERY_HEADER: "already used with another body"})
+            if seen.refusal is not None:
+                return _error(409, seen.refusal, fields={DELIVERY_HEADER: "already used with another body"})
+            accepted_at = seen.accepted_at
+        event = replace(event, envelope=Envelope(accepted_at=accepted_at).fields())
         return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "deliveryId": delivery})
 
     def accept_approval(

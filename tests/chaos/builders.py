@@ -28,6 +28,7 @@ class Story:
     status: str = "open"
     pending: dict[str, Any] | None = None
     rejected: list[dict[str, Any]] = field(default_factory=list)
+    superseded: list[dict[str, Any]] = field(default_factory=list)
     _clock: float = 1000.0
     _notes: int = 0
 
@@ -59,6 +60,28 @@ class Story:
             {"fromVersion": self.version, "status": status, "reason": reason, "effectKey": effect, **extra}
         )
         self.status = status
+
+    def supersede(self, sent: Sent, held_value: str) -> None:
+        """The case records ``sent`` as older than the fact it holds (``held_value``), as the product does: an
+        entry in ``supersededEvents``, no transition, no version."""
+        credit = sent.event_type == "credit_note.issued"
+        value = sent.data["amount"] if credit else sent.data["poAmount"]
+        order = {"occurredAt": sent.data.get("occurredAt"), "acceptedAt": sent.accepted_at, "deliveryId": sent.delivery}
+        self.superseded.append(
+            {
+                "type": sent.event_type,
+                "deliveryId": sent.delivery,
+                "fact": "credits" if credit else "poAmount",
+                **({"creditNoteId": sent.data["creditNoteId"]} if credit else {}),
+                "value": value,
+                "order": order,
+                "heldValue": held_value,
+                "heldOrder": None,
+                "reason": f"{value} is older than the {held_value} the case holds: superseded, not applied",
+                "at": self.tick(),
+                "atVersion": self.version,
+            }
+        )
 
     def request(self, name: str, amount: str, *, created: bool = True, status: int = 201) -> dict[str, Any]:
         """The case decides on its current version and the supplier gets the request; done, committed."""
@@ -138,6 +161,8 @@ class Story:
             "history": self.history,
             "notes": [],
             "rejectedEvents": self.rejected,
+            "supersededEvents": self.superseded,
+            "factOrder": None,
         }
         self.evidence.cases[self.case_id] = {"status": 200, "body": view}
         self.evidence.quiescence = {"reached": True, "waited": 3.0, "detail": "quiet"}

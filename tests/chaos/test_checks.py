@@ -311,9 +311,9 @@ def test_a_superseded_record_changes_no_fact_and_owes_no_decision() -> None:
     story.po = "1100.00"
     story.transition("needs_review", "po.updated: PO amount -> 1100.00", changes={"poAmount": "1100.00"})
     story.transition("approved", "variance within tolerance")
-    story.send("po.updated", {"poAmount": "900.00", "occurredAt": "2026-01-05T09:00:00+00:00"}, "d-old")
-    # Recorded with what it would have changed, but applying nothing.
-    story.transition("approved", "po.updated superseded (d-old)", changes={"superseded": {"poAmount": "900.00"}})
+    old = story.send("po.updated", {"poAmount": "900.00", "occurredAt": "2026-01-05T09:00:00+00:00"}, "d-old")
+    # As the product records it: an entry in supersededEvents, no transition, the version unchanged.
+    story.supersede(old, "1100.00")
     evidence = story.evidence
     evidence.sent[0].data["occurredAt"] = "2026-01-05T08:00:00+00:00"
     assert check_all(story.done()) == []

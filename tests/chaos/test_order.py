@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.chaos.checks import Violation, check_all
-from shared.chaos.evidence import Evidence
+from shared.chaos.checks import Violation, check_all, timelines_of
+from shared.chaos.evidence import Evidence, api_shape
 from shared.chaos.order import occurred_at
 from tests.chaos.builders import Story
 
@@ -32,8 +32,10 @@ def apply_po(story: Story, amount: str) -> None:
 
 
 def supersede(story: Story, delivery: str) -> None:
-    """The case records a fact older than the one it holds as superseded, naming its delivery."""
-    story.transition(story.status, f"po.updated: superseded by a newer PO fact (delivery {delivery})")
+    """The case records a fact older than the one it holds as superseded (in ``supersededEvents``, with
+    its delivery id; no transition), and decides again on the facts it holds."""
+    sent = next(s for s in reversed(story.evidence.sent) if s.delivery == delivery)
+    story.supersede(sent, story.po)
 
 
 def decide(story: Story) -> None:
@@ -236,3 +238,103 @@ def test_a_fact_without_a_readable_occurred_at_falls_back_to_acceptance_order() 
     apply_po(story, "1100.00")
     decide(story)
     assert violations(story.done(), 3) == []
+
+
+# --- the product's record of a superseded report (supersededEvents) ------------------------------------
+
+
+def test_a_superseded_record_for_the_newest_report_is_a_violation() -> None:
+    """The case kept the older PO and recorded the newest one as superseded: the record does not excuse it."""
+    story = stamped_invoice()
+    old = story.send("po.updated", {"poAmount": "1250.00", "occurredAt": stamp(10)}, "d-old")
+    new = story.send("po.updated", {"poAmount": "1100.00", "occurredAt": stamp(20)}, "d-new")
+    apply_po(story, "1250.00")
+    story.supersede(new, "1250.00")
+    decide(story)
+    summaries = [v.summary for v in violations(story.done(), 3)]
+    assert any("(d-new) accepted" in s and "it is the newest report of its fact" in s for s in summaries), summaries
+    assert any("last fact: PO amount 1250.00" in s for s in summaries), summaries
+    assert old.delivery not in " ".join(summaries)
+
+
+def test_a_superseded_record_must_name_the_delivery_its_amount_and_a_reason() -> None:
+    story = stamped_invoice()
+    story.send("po.updated", {"poAmount": "1100.00", "occurredAt": stamp(20)}, "d-new")
+    apply_po(story, "1100.00")
+    old = story.send("po.updated", {"poAmount": "1250.00", "occurredAt": stamp(10)}, "d-old")
+    story.supersede(old, "1100.00")
+    decide(story)
+    assert check_all(story.done()) == []
+    for broken in ({"deliveryId": "d-other"}, {"value": "1249.00"}, {"reason": ""}, {"fact": "credits"}):
+        record = story.superseded[0]
+        story.superseded[0] = {**record, **broken}
+        [found] = violations(story.done(), 3)
+        assert "(d-old) accepted: the case's PO amount was never 1250.00, and no superseded record" in found.summary
+        story.superseded[0] = record
+
+
+def test_an_older_credit_report_must_be_recorded_as_superseded_and_a_newer_one_applied() -> None:
+    """CN-1 reported for 100.00, then (late) its older report for 40.00: the case keeps 100.00 and must
+    record the 40.00 report as superseded; without the record the older report left no trace."""
+    story = stamped_invoice()
+    story.send("credit_note.issued", {"creditNoteId": "EXT-1", "amount": "100.00", "occurredAt": stamp(9)}, "d-100")
+    story.credits = [{"creditNoteId": "EXT-1", "amount": "100.00"}]
+    story.transition(
+        "needs_review", "credit_note.issued: credit note EXT-1 for 100.00 received", changes={"credits": story.credits}
+    )
+    decide(story)
+    old = story.send("credit_note.issued", {"creditNoteId": "EXT-1", "amount": "40.00", "occurredAt": stamp(5)}, "d-40")
+    [found] = violations(story.done(), 3)
+    assert "(d-40) accepted: credit EXT-1 was never 40.00, and no superseded record names it" in found.summary
+    story.supersede(old, "100.00")
+    assert check_all(story.done()) == []
+
+
+def test_a_set_aside_delayed_copy_counts_by_its_delivery_id() -> None:
+    """A delayed copy set aside has its own message id (``webhook:<delivery>:retry:<n>``); with its body
+    cut off, the delivery id still comes from that message id."""
+    story = stamped_invoice()
+    story.send("po.updated", {"poAmount": "1250.00", "occurredAt": stamp(10)}, "d-1")
+    story.rejected.append(
+        {"id": "webhook:d-1:retry:2", "messageId": "webhook:d-1:retry:2", "reason": "bad", "body": "{"}
+    )
+    decide(story)
+    assert violations(story.done(), 3) == []
+    story.rejected[0]["reason"] = ""
+    [found] = violations(story.done(), 3)
+    assert "(d-1) accepted: set aside without a reason" in found.summary
+
+
+def test_the_reason_only_rebuild_expects_po_amounts_in_source_order_less_the_superseded() -> None:
+    """A build whose history has no ``changes``: the PO amounts come from the accepted events, ordered by
+    ``occurredAt`` (not by when they were accepted), leaving out the one recorded as superseded."""
+    story = stamped_invoice()
+    late = story.send("po.updated", {"poAmount": "1250.00", "occurredAt": stamp(10)}, "d-1")
+    story.send("po.updated", {"poAmount": "1100.00", "occurredAt": stamp(20)}, "d-2")
+    story.send("po.updated", {"poAmount": "1150.00", "occurredAt": stamp(15)}, "d-3")  # accepted last, older
+    story.po = "1150.00"
+    story.transition("needs_review", "po.updated: PO amount 1000.00 -> 1150.00")
+    story.po = "1100.00"
+    story.transition("needs_review", "po.updated: PO amount 1150.00 -> 1100.00")
+    story.supersede(late, "1100.00")
+    decide(story)
+    evidence = story.done()
+    assert check_all(evidence) == []
+    timeline = timelines_of(evidence)["C-1"]
+    assert timeline.source == "driver" and [str(p) for p in timeline.expected_po] == ["1150.00", "1100.00"]
+
+
+def test_the_operator_view_carries_the_superseded_records() -> None:
+    """When only ``casekeeper case show --json`` shows the case, its superseded records count too."""
+    story = stamped_invoice()
+    story.send("po.updated", {"poAmount": "1100.00", "occurredAt": stamp(20)}, "d-new")
+    apply_po(story, "1100.00")
+    old = story.send("po.updated", {"poAmount": "1250.00", "occurredAt": stamp(10)}, "d-old")
+    story.supersede(old, "1100.00")
+    decide(story)
+    evidence = story.done()
+    view = evidence.cases["C-1"]["body"]
+    evidence.cases["C-1"] = {"status": 500, "body": {"error": "boom"}, "operatorView": {**view, "approvals": {}}}
+    assert api_shape(evidence.cases["C-1"]["operatorView"])["supersededEvents"] == story.superseded
+    summaries = [v.summary for v in violations(evidence, 3)]
+    assert summaries and all("the API cannot show it" in s for s in summaries), summaries

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.core.ports import DocumentStore
-from shared.handlers.door import body_digest, claim_answer, record_delivery
+from shared.handlers.door import body_digest, check_delivery, claim_answer, record_delivery
 
 BODIES = st.sampled_from(
     [
@@ -57,3 +57,22 @@ def test_the_first_answer_closes_the_request_and_only_the_same_answer_is_accepte
 def test_the_digest_ignores_key_order_and_whitespace_but_not_values() -> None:
     assert body_digest({"a": 1, "b": [1, 2]}) == body_digest({"b": [1, 2], "a": 1})
     assert body_digest({"a": "1"}) != body_digest({"a": 1})
+
+
+def test_a_delivery_seen_again_carries_the_stamp_of_its_first_acceptance(store: DocumentStore) -> None:
+    """One delivery is one report, stamped once: the same body again gets the first stamp back, however
+    late; another body is refused; a record written before stamps were kept gives this acceptance's."""
+    delivery, body = f"d-{uuid.uuid4().hex[:10]}", {"type": "po.updated", "caseId": "C-1", "data": {"poAmount": "1"}}
+    first = check_delivery(store, delivery, body, case_id="C-1", event_type="po.updated", at=10.0, accepted_at=10.5)
+    again = check_delivery(store, delivery, body, case_id="C-1", event_type="po.updated", at=900.0, accepted_at=900.5)
+    assert (first.refusal, first.accepted_at) == (None, 10.5)
+    assert (again.refusal, again.accepted_at) == (None, 10.5)
+    other = {**body, "data": {"poAmount": "2"}}
+    refused = check_delivery(
+        store, delivery, other, case_id="C-1", event_type="po.updated", at=901.0, accepted_at=901.5
+    )
+    assert refused.refusal is not None and "another body" in refused.refusal
+    old = f"d-{uuid.uuid4().hex[:10]}"
+    store.create("health", "delivery", old, {"id": old, "kind": "delivery", "bodySha256": body_digest(body)})
+    unstamped = check_delivery(store, old, body, case_id="C-1", event_type="po.updated", at=5.0, accepted_at=5.5)
+    assert (unstamped.refusal, unstamped.accepted_at) == (None, 5.5)

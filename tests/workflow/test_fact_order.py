@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -20,17 +22,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shared.core.clock import ManualClock
 from shared.core.errors import InvalidEvent
 from shared.core.ports import DocumentStore
 from shared.domain import events as ev
 from shared.domain.events import CaseEvent
+from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, Ingress, sign
 from shared.localhost.supplier_stub import SupplierStub
+from shared.messaging import decode, encode
 from tests.support.app import Harness, invoice, make_harness
 from tests.support.money import money_violations
 
 _ids = itertools.count()
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 ACCEPTED = 1_800_000_000.0
+SECRET = "fact-order-secret"
 
 
 def at(minutes: int, offset_hours: int = 0) -> str:
@@ -236,3 +242,50 @@ def test_a_delivery_posted_again_after_the_duplicate_window_is_still_the_one_rep
     case = app.cases.require("C-1")
     assert case.facts["poAmount"] == "1100.00"
     assert [r["deliveryId"] for r in case.data["supersededEvents"]] == ["d-4"]
+
+
+class Captured:
+    """The queue as the ingress sees it: keeps each event as the message body would carry it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def send(self, event: CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
+        self.bodies.append(encode(event))
+
+
+def through_the_door(app: Harness, clock: ManualClock, delivery: str, type_: str, **data: Any) -> None:
+    """POST the event to the webhook (with the door on the harness's store), then hand the message the
+    ingress enqueued to the worker as the queue trigger would: its acceptance stamp read from the body."""
+    sender = Captured()
+    ingress = Ingress([SECRET], sender, clock, store=app.store)  # type: ignore[arg-type]
+    body = json.dumps({"type": type_, "caseId": "C-door", "data": data}).encode()
+    headers = {
+        "Content-Type": "application/json",
+        DELIVERY_HEADER: delivery,
+        SIGNATURE_HEADER: sign(SECRET, body, int(clock.now()), delivery),
+    }
+    assert ingress.accept_event(headers, body).status == 202
+    raw = json.loads(sender.bodies[-1])
+    fields, delivery_id, envelope = decode(raw)
+    event = ev.parse_event(fields, delivery_id=delivery_id)
+    asyncio.run(app.worker.handle(replace(event, accepted_at=envelope.accepted_at)))
+
+
+def test_a_delivery_posted_again_keeps_the_stamp_of_its_first_acceptance(app: Harness) -> None:
+    """d-2 repeats the PO amount the case holds (newer, same value: nothing changes, only its order is
+    kept), then d-3 changes it. d-2 posted again after the broker's duplicate window is still the report
+    older than d-3: the door gives it its first stamp, so it cannot replace d-3's PO amount."""
+    clock = ManualClock(ACCEPTED)
+    through_the_door(app, clock, "d-1", ev.INVOICE_RECEIVED, **invoice("1300.00"))
+    clock.advance(1)
+    through_the_door(app, clock, "d-2", ev.PO_UPDATED, poAmount="1000.00")
+    clock.advance(1)
+    through_the_door(app, clock, "d-3", ev.PO_UPDATED, poAmount="1100.00")
+    clock.advance(900)
+    through_the_door(app, clock, "d-2", ev.PO_UPDATED, poAmount="1000.00")
+    case = app.cases.require("C-door")
+    assert case.facts["poAmount"] == "1100.00"
+    assert case.data["factOrder"]["poAmount"]["deliveryId"] == "d-3"
+    [superseded] = case.data["supersededEvents"]
+    assert superseded["deliveryId"] == "d-2" and superseded["order"]["acceptedAt"] == ACCEPTED + 1
