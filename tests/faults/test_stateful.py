@@ -366,7 +366,10 @@ class CaseMachine(RuleBasedStateMachine):
     def _record(self, kind: str, event_type: str, data: dict[str, Any], delivery: str, response: Any) -> None:
         sent = Sent(self.step, kind, self.case_id, event_type, data, delivery, status=response.status_code)
         if response.status_code == 202:
-            sent.accepted_at = self.world.clock.now()
+            # The ingress stamps acceptances strictly after one another even while the (manual) clock stands
+            # still; the step does the same here, so two acceptances never tie (a tie would fall back to
+            # comparing delivery ids as text, where "d-...-12" sorts before "d-...-2").
+            sent.accepted_at = self.world.clock.now() + self.step * 1e-6
         self.sent.append(sent)
         # Every request here is valid and signed, and the queue is up: anything but 202 is a bug.
         assert response.status_code == 202, (kind, event_type, response.status_code, response.get_body())
@@ -845,8 +848,14 @@ def _facts_in_source_order(
     when applied in the sender's order (the newest report of each fact wins), whatever order they came in."""
     po: tuple[tuple[Decimal, float, int], str] | None = None
     credits: dict[str, tuple[tuple[Decimal, float, int], str]] = {}
+    # An invoice sent again under another delivery id is the same invoice, not a new report of its PO amount:
+    # only the first accepted one orders the invoice's PO (a copy must not roll back a later po.updated).
+    invoices = [r for r in sent if r.accepted and r.delivery not in set_aside and r.event_type == ev.INVOICE_RECEIVED]
+    first_invoice = min(invoices, key=key) if invoices else None
     for report in sent:
         if not report.accepted or report.delivery in set_aside:
+            continue
+        if report.event_type == ev.INVOICE_RECEIVED and report is not first_invoice:
             continue
         order = key(report)
         if report.event_type in (ev.INVOICE_RECEIVED, ev.PO_UPDATED):
@@ -901,10 +910,13 @@ def _run(machine: type[CaseMachine], examples: int, steps: int) -> None:
     )
 
 
+# 60 examples of 40 steps: the machine gained delayed, reordered and redriven facts and store outages this
+# round, and 100 examples no longer fit the suite's time on two cores (about 3 s an example).
+@pytest.mark.timeout(600)
 def test_the_chaos_invariants_hold_over_any_sequence_of_events_faults_and_crashes_sqlite(
     supplier: SupplierStub,
 ) -> None:
-    _run(machine_class(supplier), examples=100, steps=40)
+    _run(machine_class(supplier), examples=60, steps=40)
 
 
 @pytest.mark.cosmos
