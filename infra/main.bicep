@@ -43,6 +43,7 @@
 //                                          documents are at most 2 MB); shared/workflow/checkpoints.
 //   ALERT_WEBHOOK_URL                    = Key Vault reference when given, else empty. shared/app/alerts.Alerter
 //                                          POSTs every alert there.
+//   ALERT_NOTIFY_GRACE_SECONDS           = the timer's wait before it notifies an alert its recorder did not.
 //   RETRY_BASE_SECONDS, RETRY_MAX_DELAY_SECONDS, RETRY_FOR_SECONDS
 //                                        = backoff of an event after a transient error (shared/core/retry):
 //                                          delayed copies instead of redeliveries that burn the count.
@@ -466,6 +467,7 @@ var appSettings = {
   CHECKPOINT_LAG_SECONDS: string(checkpointLagSeconds)
   CHECKPOINT_MAX_BYTES: string(checkpointMaxBytes)
   ALERT_WEBHOOK_URL: empty(alertWebhookUrl) ? '' : '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.alertWebhookUrlSecretUri})'
+  ALERT_NOTIFY_GRACE_SECONDS: '30'
   RETRY_BASE_SECONDS: '1'
   RETRY_MAX_DELAY_SECONDS: '300'
   RETRY_FOR_SECONDS: '3600'

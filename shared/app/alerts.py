@@ -39,7 +39,9 @@ KIND_ALERT = "alert"
 MAX_WEBHOOK_ATTEMPTS = 20
 WEBHOOK_BACKOFF_CAP = 3600.0
 NOTIFY_GRACE_SECONDS = 30.0
-"""How long an unnotified record is left to the host that recorded it before the timer notifies it."""
+"""How long an unnotified record is left to the host that recorded it before the timer notifies it
+(``ALERT_NOTIFY_GRACE_SECONDS``). A host killed between recording and notifying delays the notification by
+this much plus one timer period; a shorter grace risks a second POST while the first is still in flight."""
 
 log = logging.getLogger("casekeeper.alerts")
 
@@ -80,8 +82,10 @@ class Alerter:
         meter_provider: metrics.MeterProvider | None = None,
         http: httpx.Client | None = None,
         on_malformed: Callable[[Document, Exception], None] | None = None,
+        notify_grace: float = NOTIFY_GRACE_SECONDS,
     ) -> None:
         self._store = store
+        self._notify_grace = notify_grace
         self._clock = clock
         self._webhook_url = webhook_url
         self._http = http
@@ -122,7 +126,7 @@ class Alerter:
         for doc in docs:
             try:
                 body = doc.body
-                if now - float(body.get("at", 0.0)) < NOTIFY_GRACE_SECONDS and not body.get("logged"):
+                if now - float(body.get("at", 0.0)) < self._notify_grace and not body.get("logged"):
                     continue  # just recorded: its host is notifying it right now
                 next_at = body.get("nextAttemptAt")
                 if next_at is not None and float(next_at) > now:

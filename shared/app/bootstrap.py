@@ -178,7 +178,7 @@ def build_operations(
     store = store if store is not None else open_store(settings)
     clock = clock or SystemClock()
     cases = CaseRepository(store, clock)
-    alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url)
+    alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url, notify_grace=settings.alert_notify_grace)
     ledger = Ledger(
         store,
         cases,

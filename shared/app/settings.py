@@ -120,6 +120,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CHECKPOINT_LAG_SECONDS", "600", "a run whose newest checkpoint is older than its last activity by this"),
     Setting("CHECKPOINT_MAX_BYTES", "1500000", "checkpoints larger than this are refused at save (Cosmos: 2 MB/doc)"),
     Setting("ALERT_WEBHOOK_URL", None, "when set, every alert is also POSTed here as JSON"),
+    Setting(
+        "ALERT_NOTIFY_GRACE_SECONDS",
+        "30",
+        "how long the timer leaves a just-recorded alert to the host that recorded it before notifying it itself",
+    ),
     Setting("RETRY_BASE_SECONDS", "1", "first delay of an event retried after a transient error; doubles per attempt"),
     Setting("RETRY_MAX_DELAY_SECONDS", "300", "longest delay between two retries of an event"),
     Setting(
@@ -182,6 +187,7 @@ class Settings:
     checkpoint_lag: float
     checkpoint_max_bytes: int
     alert_webhook_url: str | None
+    alert_notify_grace: float
     appinsights_connection_string: str | None
     backoff: Backoff
     trace_sampling_ratio: float
@@ -290,6 +296,7 @@ class Settings:
             checkpoint_lag=float(number("CHECKPOINT_LAG_SECONDS")),
             checkpoint_max_bytes=int(number("CHECKPOINT_MAX_BYTES")),
             alert_webhook_url=values["ALERT_WEBHOOK_URL"],
+            alert_notify_grace=float(number("ALERT_NOTIFY_GRACE_SECONDS")),
             appinsights_connection_string=values["APPLICATIONINSIGHTS_CONNECTION_STRING"],
             backoff=backoff,
             trace_sampling_ratio=trace_sampling_ratio,

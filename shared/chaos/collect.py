@@ -76,7 +76,8 @@ def operator(cluster: Cluster, *args: str) -> Any:
 def settle(
     cluster: Cluster, case_ids: list[str], bound: float, *, on_poll: Callable[[str], None] = lambda line: None
 ) -> dict[str, Any]:
-    """Wait until no effect is ``started``, the queue has nothing active or scheduled, and the case views
+    """Wait until no effect is ``started``, the queue has nothing active or scheduled, no alert is owed a
+    notification (a host killed between recording and posting one leaves it to the timer), and the case views
     stop changing (two polls alike), for at most ``bound`` seconds. Says whether it got there and why not."""
     started = time.monotonic()
     previous: str | None = None
@@ -93,13 +94,19 @@ def settle(
             if e.get("status") == "started"
         )
         counts = queue_state(cluster)["counts"]
-        busy = in_flight or counts.get("active", 1) or counts.get("scheduled", 1)
+        alerts = operator(cluster, "alerts", "--limit", "100000")
+        unnotified = (
+            sum(1 for a in (alerts.get("alerts") or []) if a.get("notified") is False)
+            if isinstance(alerts, dict)
+            else 1
+        )
+        busy = in_flight or counts.get("active", 1) or counts.get("scheduled", 1) or unnotified
         alike = alike + 1 if fingerprint == previous and not busy else 0
         previous = fingerprint
         waited = time.monotonic() - started
         detail = (
             f"{in_flight} effects started, queue {counts.get('active')} active / {counts.get('scheduled')} scheduled, "
-            f"views {'unchanged' if alike else 'changing'}"
+            f"{unnotified} alerts owed a notification, views {'unchanged' if alike else 'changing'}"
         )
         on_poll(f"settling {waited:.0f}s/{bound:.0f}s: {detail}")
         if alike >= 2:

@@ -23,6 +23,8 @@ HOST_ENV: dict[str, str] = {
     # httpx applies it per phase; 4x must stay below the call timeout (the settings check it).
     "SUPPLIER_TIMEOUT_SECONDS": "0.9",
     "CHECKPOINT_HEALTH_SCHEDULE": "*/2 * * * * *",
+    # A host killed between recording an alert and posting it leaves it to the timer after this grace.
+    "ALERT_NOTIFY_GRACE_SECONDS": "3",
     # Transient errors (a busy SQLite file under two hosts) come back within seconds, not minutes.
     "RETRY_BASE_SECONDS": "0.5",
     "RETRY_MAX_DELAY_SECONDS": "5",

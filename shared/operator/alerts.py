@@ -77,4 +77,5 @@ def alert_json(alert: Alert) -> dict[str, Any]:
         "message": alert.message,
         "fields": alert.fields,
         "delivered": alert.delivered,
+        "notified": alert.notified,
     }

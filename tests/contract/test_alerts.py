@@ -115,3 +115,23 @@ def test_a_webhook_that_never_answers_is_given_up_on_loudly(store: DocumentStore
     assert len(receiver.posts) == MAX_WEBHOOK_ATTEMPTS
     [alert] = alerts.recent()
     assert alert.notified is True and alert.delivered is False
+
+
+def test_the_grace_before_the_timer_notifies_a_recorded_alert_is_a_setting(store: DocumentStore) -> None:
+    """A host killed between recording an alert and posting it: the timer posts it once the grace given to
+    the recorder (``ALERT_NOTIFY_GRACE_SECONDS``) has passed, not before."""
+    clock, receiver = ManualClock(), Receiver(204)
+
+    class DiesBeforeNotifying(Alerter):
+        def _notify(self, doc: Document) -> bool:  # the process is gone before its POST
+            return False
+
+    DiesBeforeNotifying(store, clock, webhook_url="https://hooks.example/casekeeper", http=receiver.client()).raise_alert(
+        "effect_escalated", "effect e9 escalated", {"caseId": "C-9"}, dedupe_key="e9"
+    )
+    timer = Alerter(store, clock, webhook_url="https://hooks.example/casekeeper", http=receiver.client(), notify_grace=3.0)
+    clock.advance(2.0)
+    assert timer.deliver_pending() == []
+    clock.advance(1.5)
+    assert timer.deliver_pending() == ["effect_escalated:e9"]
+    assert [p["id"] for p in receiver.posts] == ["effect_escalated:e9"]
