@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 def test_a_small_seeded_run_keeps_every_invariant(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    argv = ["--cases", "24", "--seconds", "35", "--kills", "3", "--seed", str(SEED), "--settle", "30"]
+    argv = ["--cases", "24", "--seconds", "35", "--kills", "3", "--seed", str(SEED), "--settle", "90"]
     argv += ["--data", str(tmp_path / "run"), "--report", str(report), "--quiet"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "shared.cli", "chaos", *argv],
