@@ -113,12 +113,12 @@ def clock() -> ManualClock:
 
 @contextmanager
 def on_the_local_queue(
-    settings: Settings, clock: ManualClock, store: DocumentStore | None = None
+    settings: Settings, clock: ManualClock | None = None, store: DocumentStore | None = None
 ) -> Iterator[tuple[Services, LocalSessionQueue]]:
     """The services as a host starts them (``bootstrap.start``: checkpoint failures captured), sending to and
-    dead-lettering on the local session queue (ten deliveries), all under ``clock``; ``store`` replaces the
-    configured one (an :class:`~tests.support.outage.OutageStore`)."""
-    queue = LocalSessionQueue(settings.local_queue_path, max_delivery_count=10, clock=clock.now)
+    dead-lettering on the local session queue (ten deliveries), all under ``clock`` (the system's, without
+    one); ``store`` replaces the configured one (an :class:`~tests.support.outage.OutageStore`)."""
+    queue = LocalSessionQueue(settings.local_queue_path, clock=clock.now if clock else time.time)
     svc = bootstrap.build(
         settings,
         store=store,
