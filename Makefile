@@ -60,10 +60,12 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 	.venv-checkov/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
-lint: setup $(CHECKOV_STAMP) ## ruff, mypy and the Bicep lint (checkov)
+# lint-imports: the layers, as import-linter contracts in pyproject.toml ([tool.importlinter]).
+lint: setup $(CHECKOV_STAMP) ## ruff, mypy, the import layers (lint-imports) and the Bicep lint (checkov)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/python scripts/lint_infra.py
 
 # pytest exits 5 when it collects nothing; that is a broken suite, so it fails here too.

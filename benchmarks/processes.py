@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,15 +29,11 @@ from typing import IO, Any
 
 import httpx
 
+from shared.localhost.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "casekeeper-bench-secret"  # noqa: S105 - the benchmark's own webhook secret, for a throwaway host
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- CPU ----------------------------------------------------------------------------------------------

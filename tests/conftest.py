@@ -14,6 +14,7 @@ import pytest
 from shared.core.ports import DocumentStore
 from shared.localhost.supplier_stub import SupplierStub
 from shared.stores.sqlite import SqliteDocumentStore
+from tests.support.supplier import running_supplier
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -58,14 +59,11 @@ class StoreSpec:
 
 
 @pytest.fixture
-def supplier() -> Iterator[SupplierStub]:
-    """The supplier stub on a free loopback port: real HTTP, every request recorded."""
-    stub = SupplierStub(port=0)
-    stub.start()
-    try:
+def supplier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SupplierStub]:
+    """The supplier stub on a free loopback port: real HTTP, every request recorded, in memory and in a
+    JSON-lines log of its own (not in the test's ``tmp_path``, which stays the test's)."""
+    with running_supplier(tmp_path_factory.mktemp("supplier") / "supplier.jsonl") as stub:
         yield stub
-    finally:
-        stub.stop()
 
 
 @pytest.fixture(scope="session")

@@ -199,109 +199,139 @@ class Settings:
 
         ``receives_events=False`` (the operator commands): ``WEBHOOK_SECRET`` is not required, as nothing
         signed is verified."""
-        values = {name: (env.get(name) or "").strip() or default for name, default in _DEFAULTS.items()}
-        problems: list[str] = []
-        missing: list[str] = []
-
-        def choice(name: str, allowed: tuple[str, ...]) -> str:
-            value = (values[name] or "").lower()
-            if value not in allowed:
-                problems.append(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
-                return allowed[0]
-            return value
-
-        def number(name: str, *, positive: bool = True) -> Decimal:
-            raw = values[name] or ""
-            try:
-                value = Decimal(raw)
-            except InvalidOperation:
-                problems.append(f"{name} must be a number, not {raw!r}")
-                return Decimal(1)
-            if not value.is_finite() or (positive and value <= 0) or value < 0:
-                problems.append(f"{name} must be {'positive' if positive else 'non-negative'}, not {raw!r}")
-                return Decimal(1)
-            return value
-
-        def require(name: str) -> str | None:
-            if not values[name]:
-                missing.append(name)
-            return values[name]
-
-        store = choice("CASEKEEPER_STORE", ("sqlite", "cosmos"))
-        queue = choice("CASEKEEPER_QUEUE", ("servicebus", "local"))
-        problems.extend(_refused_in_azure(env, store=store, queue=queue))
-        conn = _read_connections(values, cosmos=store == "cosmos", bus=queue == "servicebus", missing=missing)
-        problems.extend(conn.problems)
-        secret = require("WEBHOOK_SECRET") if receives_events else values["WEBHOOK_SECRET"]
-        secrets = tuple(s.strip() for s in (secret or "").split(",") if s.strip())
-        v1_until = _who_may_call(values, problems)
-        # Unset, each store keeps its own timeout.
-        call_timeout, store_timeout = (
-            float(number("CALL_TIMEOUT_SECONDS")),
-            float(number("STORE_TIMEOUT_SECONDS")) if values["STORE_TIMEOUT_SECONDS"] else None,
-        )
-        supplier_timeout = float(number("SUPPLIER_TIMEOUT_SECONDS"))
-        # httpx applies the timeout to each phase (pool, connect, write, read): a call can take about four
-        # times it. It must end before the ledger presumes the call lost and reconciliation retries it.
-        if 4 * supplier_timeout >= call_timeout:
-            problems.append("4 x SUPPLIER_TIMEOUT_SECONDS must be below CALL_TIMEOUT_SECONDS")
+        read = _Reader(env)
+        store = read.choice("CASEKEEPER_STORE", ("sqlite", "cosmos"))
+        queue = read.choice("CASEKEEPER_QUEUE", ("servicebus", "local"))
+        read.problems.extend(_refused_in_azure(env, store=store, queue=queue))
+        conn = _read_connections(read.values, cosmos=store == "cosmos", bus=queue == "servicebus", missing=read.missing)
+        read.problems.extend(conn.problems)
+        secret = read.require("WEBHOOK_SECRET") if receives_events else read.values["WEBHOOK_SECRET"]
+        v1_until = _who_may_call(read.values, read.problems)
+        call_timeout, store_timeout, supplier_timeout = _timeouts(read)
         rules = Rules(
-            tolerance=number("VARIANCE_TOLERANCE", positive=False), approval_threshold=number("APPROVAL_THRESHOLD")
+            tolerance=read.number("VARIANCE_TOLERANCE", positive=False),
+            approval_threshold=read.number("APPROVAL_THRESHOLD"),
         )
-        openai = (values["AZURE_OPENAI_ENDPOINT"], values["AZURE_OPENAI_DEPLOYMENT"])
-        model = _model_config(values, number, problems)
-        schedule = values["CHECKPOINT_HEALTH_SCHEDULE"] or ""
-        if len(schedule.split()) != 6:
-            problems.append(f"CHECKPOINT_HEALTH_SCHEDULE must be a 6-field NCRONTAB expression, not {schedule!r}")
-
-        retry_base = float(number("RETRY_BASE_SECONDS"))
-        retry_cap = float(number("RETRY_MAX_DELAY_SECONDS"))
-        if retry_cap < retry_base:
-            problems.append("RETRY_MAX_DELAY_SECONDS must not be below RETRY_BASE_SECONDS")
-            retry_cap = retry_base
-        backoff = Backoff(
-            base=retry_base, cap=retry_cap, give_up_after=float(number("RETRY_FOR_SECONDS", positive=False))
-        )
-
-        trace_sampling_ratio = _ratio(values["TRACE_SAMPLING_RATIO"] or "", "TRACE_SAMPLING_RATIO", problems)
-        framework_spans = _flag(values["AGENT_FRAMEWORK_SPANS"] or "", "AGENT_FRAMEWORK_SPANS", problems)
-
-        if missing:
-            problems.insert(0, "missing: " + ", ".join(_both_forms(name) for name in missing))
-        if problems:
-            raise ConfigurationError("invalid settings: " + "; ".join(problems), missing=tuple(missing))
+        model = _model_config(read.values, read.number, read.problems)
+        schedule = _schedule(read)
+        backoff = _backoff(read)
+        trace_sampling_ratio = _ratio(read.text("TRACE_SAMPLING_RATIO"), "TRACE_SAMPLING_RATIO", read.problems)
+        framework_spans = _flag(read.text("AGENT_FRAMEWORK_SPANS"), "AGENT_FRAMEWORK_SPANS", read.problems)
+        checkpoint_lag = float(read.number("CHECKPOINT_LAG_SECONDS"))
+        checkpoint_max_bytes = int(read.number("CHECKPOINT_MAX_BYTES"))
+        alert_notify_grace = float(read.number("ALERT_NOTIFY_GRACE_SECONDS"))
+        read.raise_if_invalid()
+        values = read.values
         return cls(
             store="cosmos" if store == "cosmos" else "sqlite",
-            sqlite_path=Path(values["CASEKEEPER_SQLITE_PATH"] or ""),
+            sqlite_path=Path(read.text("CASEKEEPER_SQLITE_PATH")),
             store_timeout=store_timeout,
             cosmos_endpoint=conn.cosmos_endpoint,
             cosmos_database=values["COSMOS_DATABASE"] or "casekeeper",
             cosmos_key=conn.cosmos_key,
             cosmos_connection_string=conn.cosmos_string,
             queue="local" if queue == "local" else "servicebus",
-            local_queue_path=Path(values["CASEKEEPER_LOCAL_QUEUE_PATH"] or ""),
+            local_queue_path=Path(read.text("CASEKEEPER_LOCAL_QUEUE_PATH")),
             service_bus_namespace=conn.namespace,
             service_bus_connection_string=conn.bus_string,
             case_events_queue=values["CASE_EVENTS_QUEUE"] or "case-events",
-            webhook_secrets=secrets,
+            webhook_secrets=tuple(s.strip() for s in (secret or "").split(",") if s.strip()),
             signature_v1_until=v1_until,
             call_timeout=call_timeout,
-            supplier_portal_url=(values["SUPPLIER_PORTAL_URL"] or "").rstrip("/"),
+            supplier_portal_url=read.text("SUPPLIER_PORTAL_URL").rstrip("/"),
             supplier_timeout=supplier_timeout,
             rules=rules,
-            azure_openai_endpoint=openai[0],
-            azure_openai_deployment=openai[1],
+            azure_openai_endpoint=values["AZURE_OPENAI_ENDPOINT"],
+            azure_openai_deployment=values["AZURE_OPENAI_DEPLOYMENT"],
             model=model,
             checkpoint_health_schedule=schedule,
-            checkpoint_lag=float(number("CHECKPOINT_LAG_SECONDS")),
-            checkpoint_max_bytes=int(number("CHECKPOINT_MAX_BYTES")),
+            checkpoint_lag=checkpoint_lag,
+            checkpoint_max_bytes=checkpoint_max_bytes,
             alert_webhook_url=values["ALERT_WEBHOOK_URL"],
-            alert_notify_grace=float(number("ALERT_NOTIFY_GRACE_SECONDS")),
+            alert_notify_grace=alert_notify_grace,
             appinsights_connection_string=values["APPLICATIONINSIGHTS_CONNECTION_STRING"],
             backoff=backoff,
             trace_sampling_ratio=trace_sampling_ratio,
             agent_framework_spans=framework_spans,
         )
+
+
+class _Reader:
+    """The settings' raw values (trimmed; a blank one is its default) and what is wrong with them, collected
+    so that one ``ConfigurationError`` names every problem."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.values: dict[str, str | None] = {
+            name: (env.get(name) or "").strip() or default for name, default in _DEFAULTS.items()
+        }
+        self.problems: list[str] = []
+        self.missing: list[str] = []
+
+    def text(self, name: str) -> str:
+        return self.values[name] or ""
+
+    def choice(self, name: str, allowed: tuple[str, ...]) -> str:
+        value = self.text(name).lower()
+        if value not in allowed:
+            self.problems.append(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+            return allowed[0]
+        return value
+
+    def number(self, name: str, *, positive: bool = True) -> Decimal:
+        """The value as a finite number, positive (or, ``positive=False``, non-negative); a wrong one is a
+        problem, and 1 stands in for it so that the checks after it can run."""
+        raw = self.text(name)
+        try:
+            value = Decimal(raw)
+        except InvalidOperation:
+            self.problems.append(f"{name} must be a number, not {raw!r}")
+            return Decimal(1)
+        if not value.is_finite() or (positive and value <= 0) or value < 0:
+            self.problems.append(f"{name} must be {'positive' if positive else 'non-negative'}, not {raw!r}")
+            return Decimal(1)
+        return value
+
+    def require(self, name: str) -> str | None:
+        if not self.values[name]:
+            self.missing.append(name)
+        return self.values[name]
+
+    def raise_if_invalid(self) -> None:
+        if self.missing:
+            self.problems.insert(0, "missing: " + ", ".join(_both_forms(name) for name in self.missing))
+        if self.problems:
+            raise ConfigurationError("invalid settings: " + "; ".join(self.problems), missing=tuple(self.missing))
+
+
+def _timeouts(read: _Reader) -> tuple[float, float | None, float]:
+    """``CALL_TIMEOUT_SECONDS``, ``STORE_TIMEOUT_SECONDS`` (unset: each store keeps its own) and
+    ``SUPPLIER_TIMEOUT_SECONDS``."""
+    call_timeout = float(read.number("CALL_TIMEOUT_SECONDS"))
+    store_timeout = float(read.number("STORE_TIMEOUT_SECONDS")) if read.values["STORE_TIMEOUT_SECONDS"] else None
+    supplier_timeout = float(read.number("SUPPLIER_TIMEOUT_SECONDS"))
+    # httpx applies the timeout to each phase (pool, connect, write, read): a call can take about four
+    # times it. It must end before the ledger presumes the call lost and reconciliation retries it.
+    if 4 * supplier_timeout >= call_timeout:
+        read.problems.append("4 x SUPPLIER_TIMEOUT_SECONDS must be below CALL_TIMEOUT_SECONDS")
+    return call_timeout, store_timeout, supplier_timeout
+
+
+def _schedule(read: _Reader) -> str:
+    schedule = read.text("CHECKPOINT_HEALTH_SCHEDULE")
+    if len(schedule.split()) != 6:
+        read.problems.append(f"CHECKPOINT_HEALTH_SCHEDULE must be a 6-field NCRONTAB expression, not {schedule!r}")
+    return schedule
+
+
+def _backoff(read: _Reader) -> Backoff:
+    retry_base = float(read.number("RETRY_BASE_SECONDS"))
+    retry_cap = float(read.number("RETRY_MAX_DELAY_SECONDS"))
+    if retry_cap < retry_base:
+        read.problems.append("RETRY_MAX_DELAY_SECONDS must not be below RETRY_BASE_SECONDS")
+        retry_cap = retry_base
+    return Backoff(
+        base=retry_base, cap=retry_cap, give_up_after=float(read.number("RETRY_FOR_SECONDS", positive=False))
+    )
 
 
 _CONNECTIONS = {COSMOS_DB_ENDPOINT: COSMOS_DB, SERVICE_BUS_NAMESPACE: SERVICE_BUS}

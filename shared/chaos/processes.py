@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,16 +21,11 @@ from typing import IO
 import httpx
 
 from shared.chaos.config import LOCK_DURATION_SECONDS
+from shared.localhost.ports import free_port
 
 
 class ProcessError(RuntimeError):
     """A process could not be started (it exited, or did not answer in time); the message has its log."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -69,7 +69,7 @@ class CreditRequest:
     def to_json(self) -> dict[str, Any]:
         return {
             "effectKey": self.effect_key,
-            "amount": str(self.amount),
+            "amount": money.amount_text(self.amount),
             "decidedOnVersion": self.decided_on_version,
             "known": self.known,
             "creditNoteId": self.credit_note_id,
@@ -79,7 +79,7 @@ class CreditRequest:
     def from_json(cls, data: dict[str, Any]) -> CreditRequest:
         return cls(
             effect_key=str(data["effectKey"]),
-            amount=Decimal(str(data["amount"])),
+            amount=money.parse_amount(data["amount"], "amount"),
             decided_on_version=int(data["decidedOnVersion"]),
             known=bool(data["known"]),
             credit_note_id=data.get("creditNoteId"),
@@ -128,18 +128,20 @@ class Position:
         """The API's and the approval page's view: every number of the computation, and each request."""
         return {
             "currency": self.currency,
-            "invoiceAmount": str(self.invoice_amount),
-            "poAmount": str(self.po_amount),
-            "overBilled": str(self.over_billed),
-            "received": str(self.received),
-            "outstanding": str(self.outstanding),
-            "remaining": str(self.remaining),
-            "excess": str(self.excess),
+            "invoiceAmount": money.amount_text(self.invoice_amount),
+            "poAmount": money.amount_text(self.po_amount),
+            "overBilled": money.amount_text(self.over_billed),
+            "received": money.amount_text(self.received),
+            "outstanding": money.amount_text(self.outstanding),
+            "remaining": money.amount_text(self.remaining),
+            "excess": money.amount_text(self.excess),
             "requests": [
                 {
                     **line.request.to_json(),
                     "state": line.state.value,
-                    "receivedAmount": str(line.received_amount) if line.received_amount is not None else None,
+                    "receivedAmount": money.amount_text(line.received_amount)
+                    if line.received_amount is not None
+                    else None,
                 }
                 for line in self.lines
             ],

@@ -14,7 +14,7 @@ from typing import Any
 
 from shared.core.errors import InvalidEvent
 from shared.core.ids import id_problem
-from shared.domain.invoice import parse_amount
+from shared.domain.money import parse_amount
 from shared.domain.order import FactOrder, occurred_at_problem
 
 INVOICE_RECEIVED = "invoice.received"

@@ -43,6 +43,7 @@ from typing import Any
 
 from shared.domain.credit import CreditRequest, RequestState, position
 from shared.domain.invoice import INVESTIGABLE, Credit, InvoiceFacts, Rules, Status, Withdrawal
+from shared.domain.money import amount_text
 from shared.domain.order import FactOrder, describe
 
 _REDECIDE = frozenset({Status.APPROVED, Status.AWAITING_APPROVAL, Status.CREDIT_REQUESTED})
@@ -95,14 +96,14 @@ def po_updated(
             order,
             held,
             fact=PO_AMOUNT,
-            value=str(po_amount),
-            held_value=str(facts.po_amount),
+            value=amount_text(po_amount),
+            held_value=amount_text(facts.po_amount),
             what=f"PO amount {po_amount}",
         )
     new_orders = {**orders, PO_AMOUNT: order.to_json()} if order is not None else None
     if facts.po_amount == po_amount:
         return replace(_unchanged(status, f"PO amount already {po_amount}"), order=new_orders)
-    change = {"poAmount": str(po_amount)}
+    change = {"poAmount": amount_text(po_amount)}
     reason = f"PO amount {facts.po_amount} -> {po_amount}"
     if status == Status.CLOSED:
         return FactPlan(change, None, f"{reason} on a closed case: recorded only", False, new_orders)
@@ -139,8 +140,8 @@ def credit_note_issued(
                 order,
                 held,
                 fact=CREDITS,
-                value=str(amount),
-                held_value=str(known),
+                value=amount_text(amount),
+                held_value=amount_text(known),
                 what=f"credit note {credit_note_id} for {amount}",
                 credit_note_id=credit_note_id,
             )

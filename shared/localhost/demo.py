@@ -37,6 +37,8 @@ from shared.core.cases import Case
 from shared.core.errors import EffectInFlight, NeedsReconciliation, OutcomeUnknown, StaleDecision
 from shared.core.keys import effect_key
 from shared.core.ledger import Effect, EffectOutcome, EffectStatus
+from shared.domain.credit import decide, position
+from shared.domain.invoice import Action, InvoiceFacts
 from shared.localhost.supplier_stub import NOTES_PATH, Faults, SupplierStub
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall
@@ -93,27 +95,10 @@ class ScenarioResult:
 
 @dataclass(frozen=True)
 class _Invoice:
-    """The facts of one demo case: an invoice over its PO by ``variance``."""
+    """One demo case and the facts it was opened with (the decision of every scenario is made on them)."""
 
     case_id: str
-    invoice_id: str
-    supplier_id: str
-    invoice_amount: Decimal
-    po_amount: Decimal
-    currency: str = "EUR"
-
-    @property
-    def variance(self) -> Decimal:
-        return self.invoice_amount - self.po_amount
-
-    def facts(self) -> dict[str, Any]:
-        return {
-            "invoiceId": self.invoice_id,
-            "supplierId": self.supplier_id,
-            "invoiceAmount": str(self.invoice_amount),
-            "poAmount": str(self.po_amount),
-            "currency": self.currency,
-        }
+    facts: InvoiceFacts
 
 
 class _Demo:
@@ -139,6 +124,7 @@ class _Demo:
             receives_events=False,
         )
         self.ops = build_operations(settings, store=SqliteDocumentStore(self.db_path), proposer=RulesProposer())
+        self.rules = settings.rules
         self.store, self.cases, self.ledger = self.ops.store, self.ops.cases, self.ops.ledger
         self.portal = self.ops.supplier
 
@@ -149,18 +135,27 @@ class _Demo:
     # --- helpers ------------------------------------------------------------------------------
 
     def new_case(self, number: int) -> _Invoice:
-        """A new case at v1: an invoice of 1250.00 against a PO of 1000.00 (variance 250.00)."""
-        inv = _Invoice(f"demo-{number}", f"INV-{1000 + number}", "SUP-ACME", Decimal("1250.00"), Decimal("1000.00"))
-        self.cases.create(inv.case_id, inv.facts())
+        """A new case at v1: an invoice of 1250.00 against a PO of 1000.00 (250.00 over-billed)."""
+        facts = InvoiceFacts(
+            f"INV-{1000 + number}", "SUP-ACME", f"PO-{1000 + number}", Decimal("1250.00"), Decimal("1000.00"), "EUR"
+        )
+        inv = _Invoice(f"demo-{number}", facts)
+        self.cases.create(inv.case_id, facts.to_dict())
         return inv
 
     def call_for(self, inv: _Invoice) -> Callable[[str], Mapping[str, Any]]:
-        """The guarded call: ask the supplier, over HTTP, for a credit note for the variance."""
+        """The guarded call: ask the supplier, over HTTP, for the credit note the money rule asks for."""
 
         return self.credit_note(inv).bind(self.portal)
 
     def credit_note(self, inv: _Invoice) -> CreditNoteCall:
-        return CreditNoteCall(inv.case_id, inv.invoice_id, inv.supplier_id, inv.variance, inv.currency)
+        """The request the app itself would decide on the case's first facts: the domain's rule
+        (:func:`shared.domain.credit.decide`), not a second copy of it."""
+        facts = inv.facts
+        proposal = decide(facts, position(facts, ()), self.rules)
+        if proposal.action is not Action.REQUEST_CREDIT_NOTE or proposal.amount is None:
+            raise RuntimeError(f"the demo's invoice should ask for a credit note; the rule says {proposal}")
+        return CreditNoteCall(inv.case_id, facts.invoice_id, facts.supplier_id, proposal.amount, facts.currency)
 
     def run(self, inv: _Invoice, version: int) -> EffectOutcome:
         return self.ledger.run(

@@ -25,6 +25,7 @@ from opentelemetry import propagate
 
 from shared import __version__
 from shared.core.errors import ConfigurationError, DownstreamRejected, OutcomeUnknown
+from shared.domain.money import amount_text
 
 CREDIT_NOTES_PATH = "/credit-notes"
 
@@ -94,7 +95,7 @@ class SupplierPortal:
             "caseId": case_id,
             "invoiceId": invoice_id,
             "supplierId": supplier_id,
-            "amount": _amount_text(amount),
+            "amount": amount_text(amount),
             "currency": currency,
         }
         headers = {"Idempotency-Key": _checked_key(key)}
@@ -197,15 +198,6 @@ def _checked_key(key: str) -> str:
     if not key or not key.isascii() or not key.isprintable() or key != key.strip():
         raise ValueError(f"idempotency key must be non-empty printable ASCII without padding, got {key!r}")
     return key
-
-
-def _amount_text(amount: Decimal) -> str:
-    """The amount as a plain decimal string: never a float, never exponent notation (``1E+3``)."""
-    if not isinstance(amount, Decimal):
-        raise TypeError(f"amount must be a Decimal, got {type(amount).__name__}")
-    if not amount.is_finite():
-        raise ValueError(f"amount must be finite, got {amount}")
-    return format(amount, "f")
 
 
 def _is_refusal(status: int) -> bool:

@@ -20,6 +20,7 @@ from shared.core.ledger import Call, Effect, EffectStatus
 from shared.core.reconcile import ActionPolicy
 from shared.domain.credit import CreditRequest, Position, position
 from shared.domain.invoice import Action, InvoiceFacts
+from shared.domain.money import amount_text, parse_amount
 
 REQUEST_CREDIT_NOTE = Action.REQUEST_CREDIT_NOTE.value
 
@@ -57,7 +58,7 @@ class CreditNoteCall:
         finish the status commit without the workflow (``commit``), and how the amount was computed
         (``basis``, the money rule's numbers at the decision)."""
         return {
-            "amount": str(self.amount),
+            "amount": amount_text(self.amount),
             "currency": self.currency,
             "invoiceId": self.invoice_id,
             "supplierId": self.supplier_id,
@@ -72,7 +73,7 @@ class CreditNoteCall:
             case_id=effect.case_id,
             invoice_id=str(request["invoiceId"]),
             supplier_id=str(request["supplierId"]),
-            amount=Decimal(str(request["amount"])),
+            amount=parse_amount(request["amount"], "amount"),
             currency=str(request["currency"]),
         )
 
@@ -101,7 +102,7 @@ def credit_requests(effects: Iterable[Effect]) -> tuple[CreditRequest, ...]:
         requests.append(
             CreditRequest(
                 effect_key=effect.key,
-                amount=Decimal(str(effect.request.get("amount", "0"))),
+                amount=parse_amount(effect.request.get("amount", "0"), "amount"),
                 decided_on_version=effect.case_version,
                 known=done,
                 credit_note_id=str(note_id) if note_id else None,

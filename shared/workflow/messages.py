@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from shared.domain.money import amount_text, parse_amount
+
 
 @dataclass
 class Investigate:
@@ -101,7 +103,7 @@ class ApprovalRequest:
             "caseVersion": self.case_version,
             "requestId": self.request_id,
             "action": self.action,
-            "amount": str(self.amount),
+            "amount": amount_text(self.amount),
             "currency": self.currency,
             "facts": self.facts,
             "rationale": self.rationale,
@@ -115,7 +117,7 @@ class ApprovalRequest:
             case_version=int(data["caseVersion"]),
             request_id=str(data["requestId"]),
             action=str(data["action"]),
-            amount=Decimal(str(data["amount"])),
+            amount=parse_amount(data["amount"], "amount"),
             currency=str(data["currency"]),
             facts=dict(data.get("facts") or {}),
             rationale=str(data.get("rationale", "")),

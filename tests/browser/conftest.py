@@ -25,7 +25,8 @@ from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import encode
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.workflow.capture import uninstall
-from tests.e2e.conftest import SECRET, DevHost
+from tests.support.dev_host import SECRET, DevHost
+from tests.support.supplier import running_supplier
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = Path(os.environ.get("CASEKEEPER_SCREENSHOTS") or (Path(tempfile.gettempdir()) / "casekeeper-screenshots"))
@@ -68,12 +69,9 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def supplier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SupplierStub]:
-    stub = SupplierStub(port=0, log_path=tmp_path_factory.mktemp("supplier") / "supplier.jsonl")
-    stub.start()
-    try:
+    """The root conftest's supplier, once for the module: the host the browser drives is started once."""
+    with running_supplier(tmp_path_factory.mktemp("supplier") / "supplier.jsonl") as stub:
         yield stub
-    finally:
-        stub.stop()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ except ImportError:  # the browser fixture skips, or fails under CI, with the re
 
 from tests.browser.conftest import APPROVER, DOCS
 from tests.browser.test_pages import open_from_list, send_invoice
-from tests.e2e.conftest import DevHost
+from tests.support.dev_host import DevHost
 
 PHONE = {"width": 390, "height": 844}
 

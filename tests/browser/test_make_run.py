@@ -20,8 +20,8 @@ try:
 except ImportError:  # the browser fixture skips, or fails under CI, with the reason
     expect = None
 
+from shared.localhost.ports import free_port
 from tests.browser.conftest import ROOT
-from tests.e2e.conftest import free_port
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from shared.core.keys import effect_key
 from shared.localhost.supplier_stub import SupplierStub
 from shared.web.identity import APPROVER_ROLE, PRINCIPAL_HEADER, encode_principal
 from tests.browser.conftest import APPROVER, DEAD_CASE, DOCS, OPERATOR
-from tests.e2e.conftest import DevHost
+from tests.support.dev_host import DevHost
 
 OVER_THRESHOLD = {"supplierId": "SUP-9", "poNumber": "PO-88", "invoiceAmount": "3400.00", "poAmount": "2000.00"}
 

@@ -20,6 +20,7 @@ from azure.cosmos import CosmosClient
 from shared.app import bootstrap
 from shared.app.settings import Settings
 from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER, CosmosServer, start_cosmos_server
+from shared.localhost.ports import free_port
 from shared.operator.init_store import main as init_store
 from tests.unit.test_infra import _cosmos_containers
 
@@ -94,11 +95,7 @@ def test_the_app_store_works_from_a_connection_string(server: CosmosServer) -> N
 def test_init_store_without_a_running_emulator_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import socket
-
-    with socket.socket() as probe:  # a loopback port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a loopback port nothing listens on
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CASEKEEPER_STORE", "cosmos")
     monkeypatch.setenv("CASEKEEPER_QUEUE", "local")

@@ -19,7 +19,8 @@ from shared.localhost.http_server import MAX_CONNECTIONS
 from shared.localhost.send import main as send_main
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
-from tests.e2e.conftest import ROOT, DevHost, invoice
+from tests.support.dev_host import ROOT, DevHost
+from tests.support.invoices import invoice
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, PRINCIPAL_HEADER, encode_principal
-from tests.e2e.conftest import DevHost, invoice, posts
+from tests.support.dev_host import DevHost
+from tests.support.invoices import invoice
+from tests.support.supplier import posts
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,9 @@ import pytest
 
 from shared.localhost.model_stub import ModelStub, settings_for
 from shared.localhost.supplier_stub import SupplierStub
-from tests.e2e.conftest import DevHost, invoice, posts
+from tests.support.dev_host import DevHost
+from tests.support.invoices import invoice
+from tests.support.supplier import posts
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from shared.localhost.host import SECRET_FILE, DevOptions, load_environment
-from tests.e2e.conftest import SECRET, DevHost, free_port
+from shared.localhost.ports import free_port
+from tests.support.dev_host import SECRET, DevHost
 
 ROOT = Path(__file__).resolve().parents[2]
 CASEKEEPER = str(Path(sys.executable).with_name("casekeeper"))

@@ -15,7 +15,7 @@ from openapi_schema_validator import OAS31Validator
 
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 from shared.web import openapi
-from tests.e2e.conftest import SECRET, DevHost
+from tests.support.dev_host import SECRET, DevHost
 
 SPEC: dict[str, Any] = json.loads(openapi.SPEC_FILE.read_text())
 

@@ -14,8 +14,9 @@ import pytest
 
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.operator import drain
-from tests.e2e.conftest import DevHost, invoice
 from tests.support.changed_build import build_v2
+from tests.support.dev_host import DevHost
+from tests.support.invoices import invoice
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,9 @@ import pytest
 from shared.core.ports import Query
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.stores.sqlite import SqliteDocumentStore
-from tests.e2e.conftest import DevHost, invoice, posts
+from tests.support.dev_host import DevHost
+from tests.support.invoices import invoice
+from tests.support.supplier import posts
 
 pytestmark = pytest.mark.slow
 

@@ -23,9 +23,8 @@ from casekeeper import Guard
 from examples.refund.app import RefundApp
 from examples.refund.payments import Payments
 from tests.conftest import StoreSpec
-from tests.examples.refund_worker import DIED
+from tests.support.crash import DIED, ROOT, run_crash_worker
 
-ROOT = Path(__file__).resolve().parents[2]
 # Long enough for a new Python process to start and read the claim inside it on a loaded machine; Cosmos
 # DB's clock counts whole seconds.
 CALL_TIMEOUT = 4.0
@@ -40,17 +39,7 @@ def run_worker(spec: StoreSpec, payments: Path, die_at: str | None = None) -> tu
         "event": {"recordId": RECORD},
         "dieAt": die_at,
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.examples.refund_worker", json.dumps(payload)],
-        cwd=ROOT,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode in (0, DIED), proc.stderr[-3000:]
-    return proc.returncode, json.loads(lines[-1]) if lines else {}
+    return run_crash_worker("tests.examples.refund_worker", payload)
 
 
 def refunded_commits(spec: StoreSpec) -> int:

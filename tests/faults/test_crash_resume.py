@@ -9,11 +9,7 @@ Real processes, a real supplier over HTTP, both backends.
 from __future__ import annotations
 
 import dataclasses
-import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +23,9 @@ from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import credit_note_policy
 from tests.conftest import StoreSpec
-from tests.support.crash_worker import DIED
+from tests.support.crash import DIED, run_crash_worker
+from tests.support.supplier import posts
 
-ROOT = Path(__file__).resolve().parents[2]
 # Long enough that the redelivery's worker, a new Python process, starts and reads the claim inside it on
 # a loaded 2-core machine (Cosmos DB's clock counts whole seconds); 3 s was not.
 CALL_TIMEOUT = 6.0
@@ -56,21 +52,7 @@ def run_worker(spec: StoreSpec, supplier: SupplierStub, die_at: str | None = Non
         "event": EVENT,
         "dieAt": die_at,
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.crash_worker", json.dumps(payload)],
-        cwd=ROOT,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode in (0, DIED), proc.stderr[-3000:]
-    return proc.returncode, json.loads(lines[-1]) if lines else {}
-
-
-def posts(supplier: SupplierStub) -> list[dict[str, Any]]:
-    return [r for r in supplier.requests if r["method"] == "POST"]
+    return run_crash_worker("tests.support.crash_worker", payload)
 
 
 def commits_of_credit_request(spec: StoreSpec) -> int:

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from shared.localhost.supplier_stub import SupplierStub
-from tests.e2e.conftest import DevHost, invoice, posts
+from tests.support.dev_host import DevHost
+from tests.support.invoices import invoice
+from tests.support.supplier import posts
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ from shared.domain import events as ev
 from shared.handlers.rejected import set_aside
 from shared.operator.cases import main
 from tests.operator.conftest import Ran
-from tests.support.app import Harness, invoice
+from tests.support.app import Harness
+from tests.support.invoices import invoice
 
 Run = Callable[..., Ran]
 

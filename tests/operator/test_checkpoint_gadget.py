@@ -23,7 +23,8 @@ from shared.workflow.checkpoint_decoding import FRAMEWORK_CHECKPOINT_TYPES, deco
 from shared.workflow.checkpoints import CHECKPOINTS, KIND_CHECKPOINT
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 from tests.operator.conftest import Ran
-from tests.support.app import Harness, invoice
+from tests.support.app import Harness
+from tests.support.invoices import invoice
 
 Run = Callable[..., Ran]
 

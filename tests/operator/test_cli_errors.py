@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from shared.domain import events as ev
-from tests.support.app import Harness, invoice
+from tests.support.app import Harness
+from tests.support.invoices import invoice
 
 CASEKEEPER = str(Path(sys.executable).with_name("casekeeper"))
 

@@ -14,8 +14,9 @@ from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, ApprovalRequest, Proposed, type_key
 from shared.workflow.proposers import AgentProposer
 from tests.operator.conftest import Ran
-from tests.support.app import Harness, invoice, make_harness
+from tests.support.app import Harness, make_harness
 from tests.support.changed_build import build_v2
+from tests.support.invoices import invoice
 from tests.support.scripted_chat import ScriptedChatClient
 
 Run = Callable[..., Ran]

@@ -20,7 +20,9 @@ from shared.stores.sqlite import SqliteDocumentStore
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import credit_note_policy
 from tests.operator.conftest import Ran
-from tests.support.app import Harness, invoice
+from tests.support.app import Harness
+from tests.support.invoices import invoice
+from tests.support.supplier import posts
 
 Run = Callable[..., Ran]
 ACTION = "request_credit_note"
@@ -30,10 +32,6 @@ CN = '{"creditNoteId": "CN-123"}'
 def recorded(name: str) -> str:
     """How an operator command records a person: the typed name and the account that ran the command."""
     return f"{name} <cli:{getpass.getuser()}@{socket.gethostname()}>"
-
-
-def posts(supplier: SupplierStub) -> list[dict[str, object]]:
-    return [r for r in supplier.requests if r["method"] == "POST"]
 
 
 def started(app: Harness, supplier: SupplierStub, case_id: str) -> str:

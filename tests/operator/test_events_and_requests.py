@@ -16,7 +16,8 @@ from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.operator.events import main as events_main
 from shared.operator.requests import main as requests_main
 from tests.operator.conftest import Ran
-from tests.support.app import Harness, invoice
+from tests.support.app import Harness
+from tests.support.invoices import invoice
 
 Run = Callable[..., Ran]
 QUEUE = "case-events"

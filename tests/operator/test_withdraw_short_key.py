@@ -14,7 +14,8 @@ from shared.operator.cases import main as case_main
 from shared.operator.requests import main as requests_main
 from shared.workflow.capture import uninstall
 from tests.operator.conftest import Ran
-from tests.support.app import Harness, invoice
+from tests.support.app import Harness
+from tests.support.invoices import invoice
 
 Run = Callable[..., Ran]
 

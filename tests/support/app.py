@@ -68,14 +68,3 @@ def make_harness(
     if allowed_checkpoint_types is not None:
         kwargs["allowed_checkpoint_types"] = allowed_checkpoint_types
     return Harness(store, CaseWorker(WorkflowRunner(deps, store, **kwargs)), deps)
-
-
-def invoice(invoice_amount: str, po_amount: str = "1000.00", **extra: str) -> dict[str, str]:
-    return {
-        "invoiceId": extra.get("invoiceId", "INV-1"),
-        "supplierId": "SUP-9",
-        "poNumber": "PO-77",
-        "invoiceAmount": invoice_amount,
-        "poAmount": po_amount,
-        "currency": extra.get("currency", "EUR"),
-    }

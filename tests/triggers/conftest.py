@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,11 @@ import function_app
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.settings import Settings
+from shared.core.clock import ManualClock
+from shared.core.ports import DocumentStore
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 from shared.localhost.supplier_stub import SupplierStub
+from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from shared.workflow.capture import uninstall
 
@@ -75,18 +79,61 @@ def user_function(functions: dict[str, Any], name: str) -> Callable[..., Any]:
     return functions[name].get_user_function()  # type: ignore[no-any-return]
 
 
-def deliver(functions: dict[str, Any], queue: LocalSessionQueue) -> Any:
-    """Receive the next message as the host would, invoke the worker, settle it as autoComplete does:
-    completed when the function returns, abandoned (and the error raised) when it raises."""
+def _deliver_one(functions: dict[str, Any], queue: LocalSessionQueue) -> tuple[Any, Exception | None]:
     msg = queue.receive(QUEUE)
     assert msg is not None, "nothing to deliver"
     try:
         result = asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
-    except Exception:
+    except Exception as exc:
         queue.abandon(msg)
-        raise
+        return None, exc
     queue.complete(msg)
+    return result, None
+
+
+def deliver(functions: dict[str, Any], queue: LocalSessionQueue) -> Any:
+    """Receive the next message as the host would, invoke the worker, settle it as autoComplete does:
+    completed when the function returns, abandoned (and the error raised) when it raises."""
+    result, error = _deliver_one(functions, queue)
+    if error is not None:
+        raise error
     return result
+
+
+def deliver_next(functions: dict[str, Any], queue: LocalSessionQueue) -> str:
+    """One delivery as :func:`deliver` makes it: ``"completed"``, or ``"abandoned"`` when the function raised."""
+    return "completed" if _deliver_one(functions, queue)[1] is None else "abandoned"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The manual clock the queue, the store and the services share: a test moves time to a delayed copy."""
+    return ManualClock(time.time())
+
+
+@contextmanager
+def on_the_local_queue(
+    settings: Settings, clock: ManualClock | None = None, store: DocumentStore | None = None
+) -> Iterator[tuple[Services, LocalSessionQueue]]:
+    """The services as a host starts them (``bootstrap.start``: checkpoint failures captured), sending to and
+    dead-lettering on the local session queue (ten deliveries), all under ``clock`` (the system's, without
+    one); ``store`` replaces the configured one (an :class:`~tests.support.outage.OutageStore`)."""
+    queue = LocalSessionQueue(settings.local_queue_path, clock=clock.now if clock else time.time)
+    svc = bootstrap.build(
+        settings,
+        store=store,
+        sender=LocalQueueEventSender(queue, QUEUE),
+        dead_letters=LocalDeadLetters(queue, QUEUE),
+        clock=clock,
+    )
+    bootstrap.use(bootstrap.start(svc))
+    try:
+        yield svc, queue
+    finally:
+        bootstrap.use(None)
+        uninstall()
+        svc.close()
+        queue.close()
 
 
 def signed_request(

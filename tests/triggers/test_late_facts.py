@@ -16,25 +16,20 @@ store cannot be told to be.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.core.clock import ManualClock
-from shared.core.errors import StoreUnavailable
-from shared.core.ports import CONTAINERS, DocumentStore
 from shared.localhost.supplier_stub import SupplierStub
-from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.workflow.capture import uninstall
-from tests.triggers.conftest import QUEUE, settings_for, signed_request, user_function
-from tests.triggers.test_retries import deliver_next
+from tests.support.outage import ALL, OutageStore
+from tests.support.supplier import posts
+from tests.triggers.conftest import QUEUE, deliver_next, on_the_local_queue, settings_for, signed_request, user_function
 
 INVOICE = {
     "invoiceId": "INV-9",
@@ -46,56 +41,15 @@ INVOICE = {
 }
 """Within tolerance of its PO: approved, nothing asked."""
 
-ALL = frozenset(CONTAINERS)
-
-
-class PartialOutage:
-    """The real store; every call on a container in ``down`` raises ``StoreUnavailable``."""
-
-    def __init__(self, inner: DocumentStore) -> None:
-        self.inner = inner
-        self.down: frozenset[str] = frozenset()
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self.inner, name)
-        if name in ("close", "now") or not callable(attribute):
-            return attribute
-
-        def call(container: str, *args: Any, **kwargs: Any) -> Any:
-            if container in self.down:
-                raise StoreUnavailable(f"{container} unreachable (outage under test)")
-            return attribute(container, *args, **kwargs)
-
-        return call
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(time.time())
-
 
 @pytest.fixture
 def world(
     tmp_path: Path, supplier: SupplierStub, clock: ManualClock
-) -> Iterator[tuple[Services, PartialOutage, LocalSessionQueue]]:
+) -> Iterator[tuple[Services, OutageStore, LocalSessionQueue]]:
     settings = settings_for(tmp_path, supplier.url, RETRY_BASE_SECONDS="0.01", RETRY_MAX_DELAY_SECONDS="60")
-    store = PartialOutage(SqliteDocumentStore(settings.sqlite_path, clock=clock.now))
-    queue = LocalSessionQueue(settings.local_queue_path, max_delivery_count=10, clock=clock.now)
-    svc = bootstrap.build(
-        settings,
-        store=store,  # type: ignore[arg-type]
-        sender=LocalQueueEventSender(queue, QUEUE),
-        dead_letters=LocalDeadLetters(queue, QUEUE),
-        clock=clock,
-    )
-    bootstrap.use(bootstrap.start(svc))
-    try:
+    store = OutageStore(SqliteDocumentStore(settings.sqlite_path, clock=clock.now))
+    with on_the_local_queue(settings, clock, store) as (svc, queue):  # type: ignore[arg-type]
         yield svc, store, queue
-    finally:
-        bootstrap.use(None)
-        uninstall()
-        svc.close()
-        queue.close()
 
 
 def post(functions: dict[str, Any], clock: ManualClock, event_type: str, delivery: str, **data: str) -> None:
@@ -126,10 +80,6 @@ def view(functions: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def posts(supplier: SupplierStub) -> list[dict[str, Any]]:
-    return [r for r in supplier.requests if r["method"] == "POST"]
-
-
 def assert_the_newest_po_stands(functions: dict[str, Any], supplier: SupplierStub) -> None:
     shown = view(functions)
     assert shown["case"]["facts"]["poAmount"] == "1100.00", shown["history"]
@@ -147,7 +97,7 @@ def assert_the_newest_po_stands(functions: dict[str, Any], supplier: SupplierStu
 
 def test_a_copy_delayed_by_a_store_outage_does_not_replace_the_newer_po(
     functions: dict[str, Any],
-    world: tuple[Services, PartialOutage, LocalSessionQueue],
+    world: tuple[Services, OutageStore, LocalSessionQueue],
     clock: ManualClock,
     supplier: SupplierStub,
 ) -> None:
@@ -171,7 +121,7 @@ def test_a_copy_delayed_by_a_store_outage_does_not_replace_the_newer_po(
 
 def test_a_fact_whose_decision_failed_is_not_written_again_over_a_newer_one(
     functions: dict[str, Any],
-    world: tuple[Services, PartialOutage, LocalSessionQueue],
+    world: tuple[Services, OutageStore, LocalSessionQueue],
     clock: ManualClock,
     supplier: SupplierStub,
 ) -> None:
@@ -201,7 +151,7 @@ def test_a_fact_whose_decision_failed_is_not_written_again_over_a_newer_one(
 
 def test_a_redriven_dead_letter_does_not_replace_the_newer_po(
     functions: dict[str, Any],
-    world: tuple[Services, PartialOutage, LocalSessionQueue],
+    world: tuple[Services, OutageStore, LocalSessionQueue],
     clock: ManualClock,
     supplier: SupplierStub,
 ) -> None:
@@ -227,7 +177,7 @@ def test_a_redriven_dead_letter_does_not_replace_the_newer_po(
     "occurred", ["2026-12-03T19:05:34", "2026-12-03", "yesterday", "2026-02-30T10:00:00Z", 1764788734, ""]
 )
 def test_a_malformed_occurred_at_is_refused_at_the_door_naming_the_field(
-    functions: dict[str, Any], world: tuple[Services, PartialOutage, LocalSessionQueue], occurred: object
+    functions: dict[str, Any], world: tuple[Services, OutageStore, LocalSessionQueue], occurred: object
 ) -> None:
     _, _, queue = world
     body = json.dumps({"type": "po.updated", "caseId": "C-9", "data": {"poAmount": "1.00", "occurredAt": occurred}})
@@ -239,7 +189,7 @@ def test_a_malformed_occurred_at_is_refused_at_the_door_naming_the_field(
 
 def test_the_acceptance_stamp_is_made_once_and_every_copy_carries_it(
     functions: dict[str, Any],
-    world: tuple[Services, PartialOutage, LocalSessionQueue],
+    world: tuple[Services, OutageStore, LocalSessionQueue],
     clock: ManualClock,
 ) -> None:
     svc, store, queue = world
@@ -268,7 +218,7 @@ def deliver_all_once(functions: dict[str, Any], queue: LocalSessionQueue, clock:
 
 def test_an_invoice_resent_with_another_po_is_set_aside_and_shown_with_the_reason(
     functions: dict[str, Any],
-    world: tuple[Services, PartialOutage, LocalSessionQueue],
+    world: tuple[Services, OutageStore, LocalSessionQueue],
     clock: ManualClock,
 ) -> None:
     svc, _, queue = world

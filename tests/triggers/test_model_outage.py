@@ -9,7 +9,6 @@ ten deliveries, within seconds, with the case left ``open`` and nothing on it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -18,16 +17,13 @@ from typing import Any
 
 import pytest
 
-from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.core.clock import ManualClock
 from shared.domain.events import CaseEvent
 from shared.localhost.model_stub import ModelStub
 from shared.localhost.supplier_stub import SupplierStub
-from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
-from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
-from shared.workflow.capture import uninstall
-from tests.triggers.conftest import INVOICE, QUEUE, settings_for, user_function
+from shared.messaging.sqlite_queue import LocalSessionQueue
+from tests.triggers.conftest import INVOICE, QUEUE, deliver_next, on_the_local_queue, settings_for
 
 KEY = "stub-key"
 
@@ -36,11 +32,6 @@ KEY = "stub-key"
 def model() -> Iterator[ModelStub]:
     with ModelStub(api_key=KEY) as stub:
         yield stub
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(time.time())
 
 
 @pytest.fixture
@@ -57,33 +48,8 @@ def world(
         RETRY_BASE_SECONDS="0.05",
         RETRY_MAX_DELAY_SECONDS="60",
     )
-    queue = LocalSessionQueue(settings.local_queue_path, max_delivery_count=10, clock=clock.now)
-    svc = bootstrap.build(
-        settings,
-        sender=LocalQueueEventSender(queue, QUEUE),
-        dead_letters=LocalDeadLetters(queue, QUEUE),
-        clock=clock,
-    )
-    bootstrap.use(svc)
-    try:
-        yield svc, queue
-    finally:
-        bootstrap.use(None)
-        uninstall()
-        svc.close()
-        queue.close()
-
-
-def deliver_next(functions: dict[str, Any], queue: LocalSessionQueue) -> str:
-    msg = queue.receive(QUEUE)
-    assert msg is not None, "nothing to deliver"
-    try:
-        asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
-    except Exception:
-        queue.abandon(msg)
-        return "abandoned"
-    queue.complete(msg)
-    return "completed"
+    with on_the_local_queue(settings, clock) as world:
+        yield world
 
 
 def test_a_throttled_model_defers_the_event_by_its_retry_after_and_the_case_says_so(

@@ -8,7 +8,6 @@ is set: the fault under test is "the store is unreachable", which a real store c
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,47 +15,15 @@ from typing import Any
 
 import pytest
 
-from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.core.clock import ManualClock
 from shared.core.errors import StoreUnavailable
-from shared.core.ports import DocumentStore
 from shared.domain.events import CaseEvent
 from shared.localhost.supplier_stub import SupplierStub
-from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
-from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
+from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.workflow.capture import uninstall
-from tests.triggers.conftest import INVOICE, QUEUE, settings_for, user_function
-
-
-class OutageStore:
-    """The real store, unreachable while ``down`` (every port call raises ``StoreUnavailable``)."""
-
-    def __init__(self, inner: DocumentStore) -> None:
-        self.inner = inner
-        self.down = False
-        self.refused = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self.inner, name)
-        if name == "close" or not callable(attribute):
-            return attribute
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self.down:
-                self.refused += 1
-                raise StoreUnavailable("store unreachable (outage under test)")
-            return attribute(*args, **kwargs)
-
-        return call
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    import time
-
-    return ManualClock(time.time())
+from tests.support.outage import ALL, OutageStore
+from tests.triggers.conftest import INVOICE, QUEUE, deliver_next, on_the_local_queue, settings_for
 
 
 @pytest.fixture
@@ -65,35 +32,8 @@ def world(
 ) -> Iterator[tuple[Services, OutageStore, LocalSessionQueue]]:
     settings = settings_for(tmp_path, supplier.url, RETRY_BASE_SECONDS="0.02", RETRY_MAX_DELAY_SECONDS="60")
     store = OutageStore(SqliteDocumentStore(settings.sqlite_path))
-    queue = LocalSessionQueue(settings.local_queue_path, max_delivery_count=10, clock=clock.now)
-    svc = bootstrap.build(
-        settings,
-        store=store,  # type: ignore[arg-type]
-        sender=LocalQueueEventSender(queue, QUEUE),
-        dead_letters=LocalDeadLetters(queue, QUEUE),
-        clock=clock,
-    )
-    bootstrap.use(svc)
-    try:
+    with on_the_local_queue(settings, clock, store) as (svc, queue):  # type: ignore[arg-type]
         yield svc, store, queue
-    finally:
-        bootstrap.use(None)
-        uninstall()
-        svc.close()
-        queue.close()
-
-
-def deliver_next(functions: dict[str, Any], queue: LocalSessionQueue) -> str:
-    """One delivery as the host makes it: invoke, then complete, or abandon when the function raised."""
-    msg = queue.receive(QUEUE)
-    assert msg is not None, "nothing to deliver"
-    try:
-        asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
-    except Exception:
-        queue.abandon(msg)
-        return "abandoned"
-    queue.complete(msg)
-    return "completed"
 
 
 def test_a_store_outage_longer_than_every_redelivery_loses_nothing(
@@ -106,7 +46,7 @@ def test_a_store_outage_longer_than_every_redelivery_loses_nothing(
     completes the message and schedules a delayed copy under a new id; after recovery the copy is handled."""
     svc, store, queue = world
     svc.sender.send(CaseEvent("invoice.received", "C-1", INVOICE, delivery_id="d-1"), message_id="webhook:d-1")
-    store.down = True
+    store.down = ALL
     ids: list[str] = []
     for _ in range(40):
         [pending] = queue.peek(QUEUE)
@@ -119,7 +59,7 @@ def test_a_store_outage_longer_than_every_redelivery_loses_nothing(
     body = json.loads(copy.body)
     assert body["retry"] == 40 and body["rootMessageId"] == "webhook:d-1"
     assert copy.enqueued_time - clock.now() <= 60 * 1.01  # backoff capped at RETRY_MAX_DELAY_SECONDS
-    store.down = False
+    store.down = frozenset()
     clock.advance(copy.enqueued_time - clock.now() + 0.001)
     assert deliver_next(functions, queue) == "completed"
     assert svc.cases.require("C-1").status == "credit_requested"
@@ -132,7 +72,7 @@ def test_past_the_retry_window_the_error_goes_to_the_broker_and_its_dead_letter_
 ) -> None:
     svc, store, queue = world
     svc.sender.send(CaseEvent("invoice.received", "C-2", INVOICE), message_id="webhook:d-2")
-    store.down = True
+    store.down = ALL
     assert deliver_next(functions, queue) == "completed"  # deferred once
     clock.advance(3601 + 1)  # RETRY_FOR_SECONDS (3600) after the first failure
     outcomes = [deliver_next(functions, queue) for _ in range(10)]
@@ -140,7 +80,7 @@ def test_past_the_retry_window_the_error_goes_to_the_broker_and_its_dead_letter_
     assert queue.receive(QUEUE) is None
     [letter] = svc.dead_letters.peek()
     assert letter.session_id == "C-2" and letter.message_id == "webhook:d-2:retry:1"
-    store.down = False
+    store.down = frozenset()
     assert [m.message_id for m in svc.dead_letters.redrive(None)] == ["webhook:d-2:retry:1"]
     assert deliver_next(functions, queue) == "completed"
     assert svc.cases.require("C-2").status == "credit_requested"

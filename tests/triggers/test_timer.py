@@ -12,18 +12,15 @@ from typing import Any
 
 import pytest
 
-from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.core.clock import ManualClock
 from shared.core.ports import Document, DocumentStore, Query
 from shared.handlers.health import HealthChecksFailed, run_health_checks
 from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import SupplierStub
-from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from shared.stores.sqlite import SqliteDocumentStore
-from shared.workflow.capture import uninstall
-from tests.triggers.conftest import INVOICE, QUEUE, settings_for, user_function
+from tests.triggers.conftest import INVOICE, QUEUE, on_the_local_queue, settings_for, user_function
 
 COMMIT = {"status": "credit_requested", "reason": "over-billed", "clearPendingApproval": False}
 REQUEST = {"amount": "100.00", "currency": "EUR", "invoiceId": "INV-1", "supplierId": "S-1", "commit": COMMIT}
@@ -54,21 +51,8 @@ def clock() -> ManualClock:
 def timed(tmp_path: Path, supplier: SupplierStub, clock: ManualClock) -> Iterator[tuple[Services, ReadCounter]]:
     settings = settings_for(tmp_path, supplier.url)
     store = ReadCounter(SqliteDocumentStore(settings.sqlite_path, clock=clock.now))
-    queue = LocalSessionQueue(settings.local_queue_path)
-    svc = bootstrap.build(
-        settings,
-        store=store,  # type: ignore[arg-type]
-        sender=LocalQueueEventSender(queue, QUEUE),
-        dead_letters=LocalDeadLetters(queue, QUEUE),
-    )
-    bootstrap.use(svc)
-    try:
+    with on_the_local_queue(settings, store=store) as (svc, _):  # type: ignore[arg-type]
         yield svc, store
-    finally:
-        bootstrap.use(None)
-        uninstall()
-        svc.close()
-        queue.close()
 
 
 def tick(functions: dict[str, Any]) -> None:

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.core.ids import id_problem
 from shared.core.ports import Query
@@ -24,11 +23,9 @@ from shared.domain.events import CaseEvent
 from shared.handlers.rejected import rejected_events
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import encode
-from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
-from shared.workflow.capture import uninstall
 from tests.conftest import StoreSpec
-from tests.triggers.conftest import INVOICE, QUEUE, deliver, settings_for, user_function
+from tests.triggers.conftest import INVOICE, QUEUE, deliver, on_the_local_queue, settings_for, user_function
 
 
 @pytest.fixture
@@ -37,21 +34,8 @@ def on_backend(
 ) -> Iterator[tuple[Services, LocalSessionQueue]]:
     """The functions wired to the backend under test (``store_spec``: sqlite, cosmos) and the local queue."""
     settings = settings_for(tmp_path, supplier.url)
-    queue = LocalSessionQueue(settings.local_queue_path)
-    svc = bootstrap.build(
-        settings,
-        store=store_spec.open(),
-        sender=LocalQueueEventSender(queue, QUEUE),
-        dead_letters=LocalDeadLetters(queue, QUEUE),
-    )
-    bootstrap.use(svc)
-    try:
-        yield svc, queue
-    finally:
-        bootstrap.use(None)
-        uninstall()
-        svc.close()
-        queue.close()
+    with on_the_local_queue(settings, store=store_spec.open()) as world:
+        yield world
 
 
 def settled(queue: LocalSessionQueue) -> bool:

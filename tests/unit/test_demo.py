@@ -93,3 +93,23 @@ def test_the_counts_are_measured_so_a_broken_guard_fails_the_demo(
     assert "supplier received 2 POSTs, expected 1" in out
     assert "[VIOLATED]" in out
     assert "invariants VIOLATED" in out
+
+
+def test_the_demo_asks_for_what_the_domains_money_rule_asks_for(tmp_path: Path) -> None:
+    """Not invoice minus PO (the demo's own copy of the rule, before): a credit note already received, and
+    the tolerance, count as they do in the app."""
+    from dataclasses import replace
+    from decimal import Decimal
+
+    from shared.domain.invoice import Credit, InvoiceFacts
+
+    wiring = demo._Demo(tmp_path)
+    try:
+        credited = InvoiceFacts("INV-1", "S-1", "PO-1", Decimal("1250.00"), Decimal("1000.00"), "EUR")
+        credited = replace(credited, credits=(Credit("CN-1", Decimal("100.00")),))
+        assert wiring.credit_note(demo._Invoice("demo-x", credited)).amount == Decimal("150.00")
+        within_tolerance = InvoiceFacts("INV-2", "S-1", "PO-2", Decimal("1003.00"), Decimal("1000.00"), "EUR")
+        with pytest.raises(RuntimeError, match="should ask for a credit note"):
+            wiring.credit_note(demo._Invoice("demo-y", within_tolerance))
+    finally:
+        wiring.close()

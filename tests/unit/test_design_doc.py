@@ -3,7 +3,8 @@
 Comments cite the design as ``rule R3`` and ``docs/design.md#f5``; the design names, for each rule, the
 file and function that keep it. Each of those must resolve: every rule and failure point cited exists,
 every anchor linked exists, every "Enforced in" names a file that exists and a function or class it
-defines, and nothing points at a design document outside the repository.
+defines, every rule names the tests that pin it and those files exist, and nothing points at a design
+document outside the repository.
 """
 
 from __future__ import annotations
@@ -94,6 +95,19 @@ def test_every_enforced_in_names_a_file_and_what_it_defines() -> None:
         text = source.read_text()
         for part in qualified.split("."):
             assert re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{part}\b", text, re.M), f"{file} defines no {part}"
+
+
+def test_every_rule_names_the_tests_that_pin_it_and_they_exist() -> None:
+    text = design()
+    for n in range(1, 11):
+        section = text.split(f'<a id="r{n}"></a>', 1)[1].split("<a id=", 1)[0]
+        pinned = re.search(r"^Pinned by: (.*?)\.\n\n", section, re.S | re.M)
+        assert pinned, f"R{n} names no tests (a paragraph 'Pinned by: `tests/...`, ...')"
+        files = re.findall(r"`(tests/[\w/]+\.py)`", pinned[1])
+        assert files, f"R{n}: 'Pinned by' names no test file"
+        missing = [f for f in files if not (ROOT / f).is_file()]
+        assert not missing, f"R{n} is pinned by test files that do not exist: {missing}"
+        assert any(re.search(r"^def test_", (ROOT / f).read_text(), re.M) for f in files), f"R{n}: no tests in {files}"
 
 
 def test_the_readme_links_the_design() -> None:

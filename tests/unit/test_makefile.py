@@ -41,3 +41,10 @@ def test_setup_shows_progress(tmp_path: Path) -> None:
     installs = [line for line in planned.splitlines() if "pip install" in line and "-r requirements" in line]
     assert installs and not [line for line in installs if "--quiet" in line], "pip runs quietly: no progress"
     assert planned.count("==> ") >= 2  # each step says what it does before it starts
+
+
+def test_make_test_runs_the_lint_and_the_lint_checks_the_import_layers(tmp_path: Path) -> None:
+    """A broken import-linter contract fails ``make test``: test depends on lint, and lint runs lint-imports."""
+    planned = make("-n", "test", venv=tmp_path / "venv")
+    assert f"{tmp_path / 'venv'}/bin/lint-imports" in planned
+    assert planned.index("lint-imports") < planned.index("bin/pytest"), "the layers are checked before the tests"

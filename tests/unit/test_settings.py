@@ -49,6 +49,20 @@ def test_the_supplier_timeout_must_fit_inside_the_call_timeout() -> None:
     assert Settings.from_mapping({**BASE, "CALL_TIMEOUT_SECONDS": "20", "SUPPLIER_TIMEOUT_SECONDS": "4.9"})
 
 
+@pytest.mark.parametrize("name", ["CHECKPOINT_LAG_SECONDS", "CHECKPOINT_MAX_BYTES", "ALERT_NOTIFY_GRACE_SECONDS"])
+@pytest.mark.parametrize("raw", ["ten", "-5", "0"])
+def test_the_checkpoint_and_alert_numbers_are_refused_when_not_positive(name: str, raw: str) -> None:
+    """Before, these three were read after the settings were judged: a wrong one became 1, silently."""
+    with pytest.raises(ConfigurationError, match=name):
+        Settings.from_mapping({**BASE, name: raw})
+
+
+def test_the_checkpoint_and_alert_numbers_are_read() -> None:
+    env = {"CHECKPOINT_LAG_SECONDS": "7.5", "CHECKPOINT_MAX_BYTES": "4096", "ALERT_NOTIFY_GRACE_SECONDS": "2"}
+    s = Settings.from_mapping({**BASE, **env})
+    assert (s.checkpoint_lag, s.checkpoint_max_bytes, s.alert_notify_grace) == (7.5, 4096, 2.0)
+
+
 def test_rotation_secrets_are_comma_separated() -> None:
     assert Settings.from_mapping({**BASE, "WEBHOOK_SECRET": "new, old ,"}).webhook_secrets == ("new", "old")
 

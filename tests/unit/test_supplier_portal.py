@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import pytest
 from opentelemetry import trace
 
 from shared.core.errors import ConfigurationError, DownstreamRejected, OutcomeUnknown
+from shared.localhost.ports import free_port
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.supplier import SupplierPortal
 
@@ -59,10 +59,7 @@ def posts(stub: SupplierStub) -> list[dict[str, Any]]:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:

@@ -24,7 +24,3 @@ def app(store: DocumentStore, supplier: SupplierStub, request: pytest.FixtureReq
     # (a type missing from the allow-list), and it would otherwise pass unnoticed.
     failures = store.query("health", Query(partition="checkpoint_failure"))
     assert not failures, [f.body["error"] for f in failures]
-
-
-def posts(supplier: SupplierStub) -> list[dict[str, object]]:
-    return [r for r in supplier.requests if r["method"] == "POST"]

@@ -8,8 +8,9 @@ from shared.core.errors import EffectInFlight, OutcomeUnknown
 from shared.core.keys import approval_request_id, effect_key
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import Faults, SupplierStub
-from tests.support.app import Harness, invoice
-from tests.workflow.conftest import posts
+from tests.support.app import Harness
+from tests.support.invoices import invoice
+from tests.support.supplier import posts
 
 
 def ask(app: Harness, case_id: str = "C-1") -> dict[str, object]:

@@ -11,9 +11,10 @@ from shared.core.errors import InvalidEvent
 from shared.core.keys import effect_key
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
-from tests.support.app import Harness, invoice
+from tests.support.app import Harness
 from tests.support.downstream import leave_started
-from tests.workflow.conftest import posts
+from tests.support.invoices import invoice
+from tests.support.supplier import posts
 
 
 def test_within_tolerance_is_approved_without_any_request(app: Harness, supplier: SupplierStub) -> None:

@@ -30,7 +30,8 @@ from shared.domain.events import CaseEvent
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, Ingress, sign
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import decode, encode
-from tests.support.app import Harness, invoice, make_harness
+from tests.support.app import Harness, make_harness
+from tests.support.invoices import invoice
 from tests.support.money import money_violations
 
 _ids = itertools.count()

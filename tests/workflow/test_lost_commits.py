@@ -10,9 +10,10 @@ from shared.core.reconcile import Reconciler
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.actions import credit_note_policy
-from tests.support.app import invoice, make_harness
+from tests.support.app import make_harness
 from tests.support.downstream import leave_started
-from tests.workflow.conftest import posts
+from tests.support.invoices import invoice
+from tests.support.supplier import posts
 
 
 def test_a_writer_between_the_effect_and_its_commit_sends_the_case_to_review(

@@ -35,9 +35,10 @@ from shared.operator.cases import _transition_line
 from shared.workflow.capture import uninstall
 from shared.workflow.model_client import ModelConfig
 from shared.workflow.proposers import AgentProposer
-from tests.support.app import invoice, make_harness
+from tests.support.app import make_harness
+from tests.support.invoices import invoice
+from tests.support.supplier import posts
 from tests.triggers.conftest import settings_for
-from tests.workflow.conftest import posts
 
 KEY = "stub-key"
 

@@ -15,9 +15,10 @@ from shared.domain.credit import CreditRequest, position, validate
 from shared.domain.invoice import Action, InvoiceFacts, Proposal, Rules
 from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.proposers import AgentProposer
-from tests.support.app import invoice, make_harness
+from tests.support.app import make_harness
+from tests.support.invoices import invoice
 from tests.support.scripted_chat import ScriptedChatClient
-from tests.workflow.conftest import posts
+from tests.support.supplier import posts
 
 
 def reply(**fields: object) -> str:

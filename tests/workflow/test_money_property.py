@@ -34,7 +34,8 @@ from shared.stores.sqlite import SqliteDocumentStore
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import uninstall
-from tests.support.app import Harness, invoice, make_harness
+from tests.support.app import Harness, make_harness
+from tests.support.invoices import invoice
 from tests.support.money import money_violations
 
 CALL_TIMEOUT = 30.0

@@ -12,9 +12,10 @@ from shared.core.ports import DocumentStore, Query
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, ApprovalRequest, type_key
-from tests.support.app import invoice, make_harness
+from tests.support.app import make_harness
 from tests.support.changed_build import build_v2
-from tests.workflow.conftest import posts
+from tests.support.invoices import invoice
+from tests.support.supplier import posts
 
 
 def test_a_changed_graph_rebuilds_the_paused_run_from_the_case_document(
