@@ -44,6 +44,11 @@
 //   ALERT_WEBHOOK_URL                    = Key Vault reference when given, else empty. shared/app/alerts.Alerter
 //                                          POSTs every alert there.
 //   ALERT_NOTIFY_GRACE_SECONDS           = the timer's wait before it notifies an alert its recorder did not.
+//   CLOSED_CASE_RETENTION_DAYS, SETTLED_EFFECT_RETENTION_DAYS, FINISHED_CHECKPOINT_RETENTION_DAYS,
+//   ALERT_RETENTION_DAYS, FAILURE_RETENTION_DAYS
+//                                        = days a finished document is kept after its last write (Cosmos DB
+//                                          time to live, stamped per document by shared/app/retention.py;
+//                                          the containers have defaultTtl -1). 0 keeps them forever.
 //   RETRY_BASE_SECONDS, RETRY_MAX_DELAY_SECONDS, RETRY_FOR_SECONDS
 //                                        = backoff of an event after a transient error (shared/core/retry):
 //                                          delayed copies instead of redeliveries that burn the count.
@@ -217,6 +222,27 @@ param checkpointLagSeconds int = 600
 @maxValue(2000000)
 @description('CHECKPOINT_MAX_BYTES: checkpoints larger than this are refused at save time.')
 param checkpointMaxBytes int = 1500000
+
+// Retention (docs/performance.md: at 10M cases a day, about 45 GB a day would otherwise stay forever).
+@minValue(0)
+@description('CLOSED_CASE_RETENTION_DAYS: days a closed or approved case, and the records that deduplicate its events, are kept; 0: forever.')
+param closedCaseRetentionDays int = 90
+
+@minValue(0)
+@description('SETTLED_EFFECT_RETENTION_DAYS: days a done or failed effect is kept; 0: forever.')
+param settledEffectRetentionDays int = 90
+
+@minValue(0)
+@description('FINISHED_CHECKPOINT_RETENTION_DAYS: days a run\'s checkpoints are kept (all of them once the case is final); 0: forever.')
+param finishedCheckpointRetentionDays int = 7
+
+@minValue(0)
+@description('ALERT_RETENTION_DAYS: days a notified alert is kept; 0: forever.')
+param alertRetentionDays int = 30
+
+@minValue(0)
+@description('FAILURE_RETENTION_DAYS: days alerted checkpoint failures, rejected events and lookup failures are kept; 0: forever.')
+param failureRetentionDays int = 30
 
 @description('TRACE_SAMPLING_RATIO: share of traces exported, from 0 to 1 (decimal string). Logs, alerts and metrics are never sampled.')
 param traceSamplingRatio string = '0.25'
@@ -468,6 +494,11 @@ var appSettings = {
   CHECKPOINT_MAX_BYTES: string(checkpointMaxBytes)
   ALERT_WEBHOOK_URL: empty(alertWebhookUrl) ? '' : '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.alertWebhookUrlSecretUri})'
   ALERT_NOTIFY_GRACE_SECONDS: '30'
+  CLOSED_CASE_RETENTION_DAYS: string(closedCaseRetentionDays)
+  SETTLED_EFFECT_RETENTION_DAYS: string(settledEffectRetentionDays)
+  FINISHED_CHECKPOINT_RETENTION_DAYS: string(finishedCheckpointRetentionDays)
+  ALERT_RETENTION_DAYS: string(alertRetentionDays)
+  FAILURE_RETENTION_DAYS: string(failureRetentionDays)
   RETRY_BASE_SECONDS: '1'
   RETRY_MAX_DELAY_SECONDS: '300'
   RETRY_FOR_SECONDS: '3600'
