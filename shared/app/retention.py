@@ -52,6 +52,16 @@ SETTLED_EFFECT_STATUSES = frozenset({"done", "failed"})
 FAILURE_KINDS = frozenset({"checkpoint_failure", "rejected_event", "lookup_failures"})
 DEDUPLICATION_KINDS = frozenset({"delivery", "approval_answer"})
 CHECKPOINT_KIND = "checkpoint"
+PAUSED_STATUS = "awaiting_approval"
+
+
+def _paused(case: Mapping[str, Any]) -> bool:
+    """Whether the case ever waited for a person: only then can it hold a pause checkpoint, whose ``ttl`` is
+    longer than a finished run's. Other cases cost no extra store operation when they close."""
+    history = case.get("history")
+    return isinstance(history, list) and any(
+        isinstance(t, Mapping) and t.get("status") == PAUSED_STATUS for t in history
+    )
 
 
 def _seconds(days: float) -> int | None:
@@ -113,9 +123,9 @@ class RetainingStore:
 
     ``update_if`` sets only some fields, so the ``ttl`` it implies is known after the write: when it
     differs from the stored one, the document is replaced once more on its new ETag (a write that lost a
-    race meanwhile is left alone: the winner stamped its own). When a case document becomes final, its
-    checkpoints are stamped to expire with the finished run's retention (best effort: a failure is logged,
-    and those checkpoints expire on their own ``ttl`` instead)."""
+    race meanwhile is left alone: the winner stamped its own). When a case that ever waited for a person
+    becomes final, its checkpoints are stamped to expire with the finished run's retention (best effort: a
+    failure is logged, and those checkpoints expire on their own ``ttl`` instead)."""
 
     def __init__(self, inner: DocumentStore, retention: Retention) -> None:
         self.inner = inner
@@ -171,7 +181,7 @@ class RetainingStore:
         self.inner.close()
 
     def _after(self, doc: Document) -> Document:
-        if doc.container == "cases" and TTL_FIELD in doc.body:
+        if doc.container == "cases" and TTL_FIELD in doc.body and _paused(doc.body):
             self._expire_checkpoints(doc.id)
         return doc
 

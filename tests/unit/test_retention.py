@@ -120,14 +120,29 @@ def test_a_final_case_stamps_its_checkpoints_a_pause_included(world: World) -> N
         return {"id": doc_id, "caseId": "c1", "kind": "checkpoint", "pendingRequestIds": pending, "encoded": "x"}
 
     world.cases.create("c1", {})
+    assert world.cases.commit_status("c1", 1, "awaiting_approval")
     world.store.create("checkpoints", "c1", "pause", checkpoint("pause", ["r1"]))
     world.store.create("checkpoints", "c1", "after", checkpoint("after", []))
     assert world.sqlite.read("checkpoints", "c1", "pause").body["ttl"] == 90 * DAY  # type: ignore[union-attr]
-    assert world.cases.commit_status("c1", 1, "closed")
+    assert world.cases.commit_status("c1", 2, "closed")
     ttls = {d.id: d.body["ttl"] for d in world.sqlite.query("checkpoints", Query(partition="c1"))}
     assert ttls == {"pause": 7 * DAY, "after": 7 * DAY}
     world.later(7)
     assert world.store.query("checkpoints", Query(partition="c1")) == []
+
+
+def test_a_case_that_never_paused_closes_without_an_extra_store_operation(world: World) -> None:
+    calls: list[str] = []
+    real_query = world.sqlite.query
+
+    def counted(container: str, query: Query) -> list[Any]:
+        calls.append(container)
+        return real_query(container, query)
+
+    world.sqlite.query = counted  # type: ignore[method-assign]
+    world.cases.create("c1", {})
+    assert world.cases.commit_status("c1", 1, "closed")
+    assert calls == []
 
 
 def test_an_alert_is_kept_until_notified_then_expires(world: World) -> None:
