@@ -132,6 +132,8 @@ class RetainingStore:
         self.retention = retention
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (copy, pickle): never recurse
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:

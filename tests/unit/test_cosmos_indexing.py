@@ -187,6 +187,10 @@ def _container_expressions(call: ast.Call, parents: dict[ast.AST, ast.AST], scop
     """The first argument of the store call(s) the query goes to: ``store.query(C, Query(...))``, or
     ``q = Query(...)`` then ``store.query(C, q)`` in the same function."""
     parent = parents.get(call)
+    if isinstance(parent, ast.keyword):  # store.query(C, query=Query(...))
+        call, parent = parent.value, parents.get(parent)  # type: ignore[assignment]
+        if isinstance(parent, ast.Call) and parent.args:
+            return [parent.args[0]]
     if isinstance(parent, ast.Call) and call in parent.args and parent.args[0] is not call:
         return [parent.args[0]]
     if isinstance(parent, (ast.Assign, ast.AnnAssign)):
@@ -438,6 +442,9 @@ def test_an_order_by_on_two_paths_needs_its_composite_index() -> None:
 def test_unreadable_queries_fail_with_their_location() -> None:
     with pytest.raises(Unreadable, match=r"new\.py:2"):
         list(sites_in("def f(store, eq):\n    return store.query('cases', Query(equals=eq))\n", "new.py", {}))
+    keyword = "def f(store):\n    return store.query('cases', query=Query(equals={'status': 'open'}))\n"
+    [site] = sites_in(keyword, "new.py", {"Query": Query})
+    assert site.container == "cases"
     with pytest.raises(Unreadable, match="container"):
         list(sites_in("def f():\n    return Query(limit=1)\n", "new.py", {}))
 
