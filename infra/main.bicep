@@ -285,7 +285,7 @@ param checkpointMaxBytes int = 1500000
 param closedCaseRetentionDays int = 90
 
 @minValue(0)
-@description('SETTLED_EFFECT_RETENTION_DAYS: days a done or failed effect is kept; 0: forever.')
+@description('SETTLED_EFFECT_RETENTION_DAYS: days a done or failed effect is kept once its case is closed or approved; 0: forever.')
 param settledEffectRetentionDays int = 90
 
 @minValue(0)

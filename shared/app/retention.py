@@ -13,7 +13,8 @@ container      expires (after the setting, from last write)  kept
 =============  ===========================================  =====================================
 cases          ``closed`` or ``approved``, gate closed       every other status; an open gate
                (``CLOSED_CASE_RETENTION_DAYS``)
-effects        ``done`` or ``failed``                        ``started``, ``needs_reconciliation``
+effects        ``done`` or ``failed`` once their case is     ``started``, ``needs_reconciliation``;
+               closed or approved                            every effect of a case not final
                (``SETTLED_EFFECT_RETENTION_DAYS``)
 checkpoints    a run's checkpoints without pending requests  -
                (``FINISHED_CHECKPOINT_RETENTION_DAYS``); a
@@ -28,7 +29,10 @@ health         notified alerts (``ALERT_RETENTION_DAYS``);   unnotified alerts; 
 =============  ===========================================  =====================================
 
 A setting of 0 keeps those documents forever. A document that moves back out of a final state (a
-``po.updated`` reopens an approved case) loses its ``ttl`` with that write. A pause checkpoint that expires
+``po.updated`` reopens an approved case) loses its ``ttl`` with that write. An effect's own body cannot say
+whether it is still needed: the money rule counts a case's credit-note requests from the ledger for as long
+as the case can decide again, so effects are stamped only when their case becomes final, and unstamped
+(``ttl: -1``) when it is reopened. A pause checkpoint that expires
 before its answer comes is not a lost answer: the answer then rebuilds the decision from the case document
 (``shared.workflow.runner``), as for any checkpoint it cannot use.
 """
@@ -36,7 +40,7 @@ before its answer comes is not a lost answer: the answer then rebuilds the decis
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,15 +57,13 @@ FAILURE_KINDS = frozenset({"checkpoint_failure", "rejected_event", "lookup_failu
 DEDUPLICATION_KINDS = frozenset({"delivery", "approval_answer"})
 CHECKPOINT_KIND = "checkpoint"
 PAUSED_STATUS = "awaiting_approval"
+NEVER = -1
+"""The ``ttl`` of a document that never expires (Cosmos DB's; a patch cannot remove a field)."""
 
 
-def _paused(case: Mapping[str, Any]) -> bool:
-    """Whether the case ever waited for a person: only then can it hold a pause checkpoint, whose ``ttl`` is
-    longer than a finished run's. Other cases cost no extra store operation when they close."""
+def _history(case: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     history = case.get("history")
-    return isinstance(history, list) and any(
-        isinstance(t, Mapping) and t.get("status") == PAUSED_STATUS for t in history
-    )
+    return [t for t in history if isinstance(t, Mapping)] if isinstance(history, list) else []
 
 
 def _seconds(days: float) -> int | None:
@@ -85,8 +87,7 @@ class Retention:
             final = body.get("status") in FINAL_CASE_STATUSES and not body.get("gateOpen")
             return _seconds(self.closed_case_days) if final else None
         if container == "effects":
-            settled = body.get("status") in SETTLED_EFFECT_STATUSES
-            return _seconds(self.settled_effect_days) if settled else None
+            return None  # stamped when its case becomes final (RetainingStore), never by its own write
         if container == "checkpoints":
             if body.get("kind") == CHECKPOINT_KIND and body.get("pendingRequestIds"):
                 return _seconds(self.closed_case_days)  # a pause: a person's answer may still resume it
@@ -123,9 +124,11 @@ class RetainingStore:
 
     ``update_if`` sets only some fields, so the ``ttl`` it implies is known after the write: when it
     differs from the stored one, the document is replaced once more on its new ETag (a write that lost a
-    race meanwhile is left alone: the winner stamped its own). When a case that ever waited for a person
-    becomes final, its checkpoints are stamped to expire with the finished run's retention (best effort: a
-    failure is logged, and those checkpoints expire on their own ``ttl`` instead)."""
+    race meanwhile is left alone: the winner stamped its own). When a case becomes final, its settled
+    effects, and if it ever waited for a person its checkpoints, are stamped (best effort: a failure is
+    logged, and they are kept longer). When it is reopened its effects are unstamped, and a failure there
+    raises the store's error after the case's own write: the event is retried, and the next write of the
+    case unstamps them, so an effect the money rule counts never expires under an open case."""
 
     def __init__(self, inner: DocumentStore, retention: Retention) -> None:
         self.inner = inner
@@ -183,27 +186,63 @@ class RetainingStore:
         self.inner.close()
 
     def _after(self, doc: Document) -> Document:
-        if doc.container == "cases" and TTL_FIELD in doc.body and _paused(doc.body):
-            self._expire_checkpoints(doc.id)
+        """A case write's consequences for its effects and checkpoints. Only cases whose history names an
+        effect, or that waited for a person, have any: the others cost no extra store operation."""
+        if doc.container != "cases":
+            return doc
+        history = _history(doc.body)
+        has_effects = any(t.get("effectKey") for t in history)
+        if TTL_FIELD in doc.body:
+            effect_ttl = _seconds(self.retention.settled_effect_days)
+            if has_effects and effect_ttl is not None:
+                self._restamp("effects", doc.id, Query(partition=doc.id), lambda body: _settled(body, effect_ttl))
+            checkpoint_ttl = _seconds(self.retention.finished_checkpoint_days)
+            if checkpoint_ttl is not None and any(t.get("status") == PAUSED_STATUS for t in history):
+                query = Query(partition=doc.id, equals={"kind": CHECKPOINT_KIND})
+                self._restamp("checkpoints", doc.id, query, lambda body: _shortened(body, checkpoint_ttl))
+        elif has_effects and any(t.get("status") in FINAL_CASE_STATUSES for t in history):
+            # Reopened: the money rule needs its effects again for as long as the case stays open.
+            self._restamp("effects", doc.id, Query(partition=doc.id), _unstamped, strict=True)
         return doc
 
-    def _expire_checkpoints(self, case_id: str) -> None:
-        """Stamp the final case's checkpoints (a pause among them would otherwise wait out a longer ttl)."""
-        ttl = _seconds(self.retention.finished_checkpoint_days)
-        if ttl is None:
-            return
+    def _restamp(
+        self,
+        container: str,
+        case_id: str,
+        query: Query,
+        wanted: Callable[[dict[str, Any]], int | None],
+        *,
+        strict: bool = False,
+    ) -> None:
+        """Set ``ttl`` to ``wanted(body)`` on each document ``query`` finds (``None``: leave it). A store
+        failure is logged, or raised when ``strict``."""
         try:
-            docs = self.inner.query("checkpoints", Query(partition=case_id, equals={"kind": CHECKPOINT_KIND}))
-            for doc in docs:
-                current = doc.body.get(TTL_FIELD)
-                if isinstance(current, int) and 0 < current <= ttl:
+            for doc in self.inner.query(container, query):
+                ttl = wanted(doc.body)
+                if ttl is None or doc.body.get(TTL_FIELD) == ttl:
                     continue
                 try:
-                    self.inner.update_if("checkpoints", case_id, doc.id, where={}, set_fields={TTL_FIELD: ttl})
+                    self.inner.update_if(container, case_id, doc.id, where={}, set_fields={TTL_FIELD: ttl})
                 except ConcurrencyConflict:
-                    continue  # pruned meanwhile
+                    continue  # deleted meanwhile (a pruned checkpoint)
         except StoreError as exc:
-            log.warning("case %s: its checkpoints keep their own ttl (%s)", case_id, exc)
+            if strict:
+                raise
+            log.warning("case %s: the ttl of its %s was not updated (%s)", case_id, container, exc)
+
+
+def _settled(effect: Mapping[str, Any], ttl: int) -> int | None:
+    return ttl if effect.get("status") in SETTLED_EFFECT_STATUSES else None
+
+
+def _shortened(checkpoint: Mapping[str, Any], ttl: int) -> int | None:
+    current = checkpoint.get(TTL_FIELD)
+    return None if isinstance(current, int) and 0 < current <= ttl else ttl
+
+
+def _unstamped(effect: Mapping[str, Any]) -> int | None:
+    current = effect.get(TTL_FIELD)
+    return NEVER if isinstance(current, int) and current > 0 else None
 
 
 def backend(store: DocumentStore) -> DocumentStore:

@@ -128,7 +128,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # Retention (shared/app/retention.py): days a finished document is kept after its last write; 0 keeps it.
     Setting("CLOSED_CASE_RETENTION_DAYS", "90", "days a closed or approved case (and its event records) is kept"),
-    Setting("SETTLED_EFFECT_RETENTION_DAYS", "90", "days a done or failed effect is kept"),
+    Setting("SETTLED_EFFECT_RETENTION_DAYS", "90", "days a done or failed effect is kept once its case is final"),
     Setting(
         "FINISHED_CHECKPOINT_RETENTION_DAYS",
         "7",

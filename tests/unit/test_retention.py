@@ -18,7 +18,7 @@ from shared.app.retention import DAY, RetainingStore, Retention, backend
 from shared.app.settings import Settings
 from shared.core.cases import CaseRepository
 from shared.core.clock import ManualClock
-from shared.core.errors import ConfigurationError
+from shared.core.errors import ConfigurationError, StoreUnavailable
 from shared.core.ports import Query
 from shared.stores.sqlite import SqliteDocumentStore
 
@@ -37,8 +37,9 @@ POLICY = Retention(
         ("cases", {"status": "awaiting_approval"}, None),
         ("cases", {"status": "needs_review"}, None),
         ("cases", {"status": "credit_requested"}, None),
-        ("effects", {"status": "done"}, 60),
-        ("effects", {"status": "failed"}, 60),
+        # An effect never by its own write: the money rule counts it while its case can decide again.
+        ("effects", {"status": "done"}, None),
+        ("effects", {"status": "failed"}, None),
         ("effects", {"status": "started"}, None),
         ("effects", {"status": "needs_reconciliation"}, None),
         ("checkpoints", {"kind": "checkpoint", "pendingRequestIds": []}, 7),
@@ -106,13 +107,59 @@ def test_reopening_a_case_takes_its_ttl_away(world: World) -> None:
     assert world.store.read("cases", "c1", "c1") is not None
 
 
-def test_a_partial_update_that_settles_an_effect_stamps_it_and_one_that_reopens_it_clears_it(world: World) -> None:
-    world.store.create("effects", "c1", "e1", {"id": "e1", "caseId": "c1", "status": "started"})
-    done = world.store.update_if("effects", "c1", "e1", where={"status": "started"}, set_fields={"status": "done"})
-    assert done.body["ttl"] == 60 * DAY
-    assert world.sqlite.read("effects", "c1", "e1").body["ttl"] == 60 * DAY  # type: ignore[union-attr]
-    again = world.store.update_if("effects", "c1", "e1", where={}, set_fields={"status": "started"})
-    assert "ttl" not in again.body
+def effect_of(world: World, case_id: str, key: str, status: str) -> None:
+    world.store.create("effects", case_id, key, {"id": key, "caseId": case_id, "status": status})
+
+
+def ttl_of(world: World, container: str, partition: str, doc_id: str) -> Any:
+    doc = world.sqlite.read(container, partition, doc_id)
+    assert doc is not None
+    return doc.body.get("ttl")
+
+
+def test_a_case_that_closes_stamps_its_settled_effects_and_keeps_the_rest(world: World) -> None:
+    world.cases.create("c1", {})
+    assert world.cases.pass_gate("c1", 1, effect_key="e1") is not None
+    effect_of(world, "c1", "e1", "done")
+    effect_of(world, "c1", "e2", "needs_reconciliation")
+    assert world.cases.commit_status("c1", 1, "credit_requested", effect_key="e1")
+    assert ttl_of(world, "effects", "c1", "e1") is None  # the case still counts its request
+    world.later(365)
+    assert len(world.store.query("effects", Query(partition="c1"))) == 2
+    assert world.cases.commit_status("c1", 2, "closed")
+    assert ttl_of(world, "effects", "c1", "e1") == 60 * DAY and ttl_of(world, "effects", "c1", "e2") is None
+    world.later(60)
+    assert [d.id for d in world.store.query("effects", Query(partition="c1"))] == ["e2"]
+
+
+def test_reopening_a_case_unstamps_its_effects(world: World) -> None:
+    world.cases.create("c1", {})
+    assert world.cases.pass_gate("c1", 1, effect_key="e1") is not None
+    effect_of(world, "c1", "e1", "done")
+    assert world.cases.commit_status("c1", 1, "approved", effect_key="e1")
+    assert ttl_of(world, "effects", "c1", "e1") == 60 * DAY
+    world.later(59)
+    assert world.cases.commit_status("c1", 2, "open")  # a po.updated reopens it: decided again
+    assert ttl_of(world, "effects", "c1", "e1") == -1
+    world.later(1000)
+    assert world.store.read("effects", "c1", "e1") is not None
+
+
+def test_a_failed_unstamping_fails_the_case_write_for_a_retry(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    world.cases.create("c1", {})
+    assert world.cases.pass_gate("c1", 1, effect_key="e1") is not None
+    effect_of(world, "c1", "e1", "done")
+    assert world.cases.commit_status("c1", 1, "approved", effect_key="e1")
+
+    def down(container: str, query: Query) -> list[Any]:
+        raise StoreUnavailable("store down", container=container)
+
+    monkeypatch.setattr(world.sqlite, "query", down)
+    with pytest.raises(StoreUnavailable):
+        world.cases.commit_status("c1", 2, "open")
+    monkeypatch.undo()
+    world.cases.update_facts("c1", 3, {"poAmount": "90.00"}, reason="po edited")  # the retried event's write
+    assert ttl_of(world, "effects", "c1", "e1") == -1
 
 
 def test_a_final_case_stamps_its_checkpoints_a_pause_included(world: World) -> None:
