@@ -130,5 +130,8 @@ def test_the_cosmos_test_server_keeps_documents_whatever_their_ttl(cosmos_server
     cosmos_store.create("effects", "c1", "e1", effect("e1", status="done", ttl=1))
     time.sleep(2.2)
     found = cosmos_store.read("effects", "c1", "e1")
+    # ensure_containers turns time to live on as the Bicep does (the server keeps the setting, not the expiry).
+    properties = cosmos_store._container("effects").read()  # type: ignore[attr-defined]
     cosmos_store.close()
+    assert properties["defaultTtl"] == -1
     assert found is not None and found.body["ttl"] == 1, "the test server honours ttl now: test it here too"
