@@ -143,6 +143,9 @@ var capacityModel = {
   sessionIdleMs: 1000
   // Wall time of one message in region: about 8 store round trips, the supplier's call, the complete.
   messageMs: 150
+  // CPU of one message, rounded up from make bench's measured CPU per case (docs/performance.md): with the
+  // sessions above, an instance's messages use at most half the 1 vCPU of a 2,048 MB instance.
+  cpuMsPerMessage: 25
   // Scale-out headroom over the peak (model calls, slower regions, redeliveries).
   headroom: 2
 }

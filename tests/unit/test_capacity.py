@@ -82,6 +82,19 @@ def test_the_model_carries_the_peak_at_every_scale_it_prices(cases_per_day: int)
     assert sized["modelCosmosMaxThroughput"] >= peak_ru and sized["modelCosmosMaxThroughput"] % 1000 == 0
 
 
+def test_the_sessions_per_instance_fit_the_measured_cpu_per_message() -> None:
+    """Sessions are chosen from the CPU a message costs: an instance's share stays under half of its one vCPU
+    (Flex Consumption gives a 2,048 MB instance one vCPU), and the model's CPU figure is at least what
+    ``make bench`` measured per case (the table in docs/performance.md)."""
+    figures = model()
+    assert _text(param_default(MAIN, "instanceMemoryMB")) == "2048"
+    per_instance = evaluate(1_000_000)["messagesPerInstancePerSecond"]
+    assert per_instance * figures["cpuMsPerMessage"] <= 500
+    measured = re.search(r"^\| casekeeper \|[^|]*\|[^|]*\|\s*([\d.]+)\s*\|", PERFORMANCE.read_text(), flags=re.M)
+    assert measured, "docs/performance.md lost the bench table's CPU per case"
+    assert float(measured.group(1)) <= figures["cpuMsPerMessage"]
+
+
 def test_the_old_idle_timeout_is_what_capped_the_queue() -> None:
     """The issue's arithmetic: 5 s idle, 8 sessions, 40 instances top out near 60 messages a second,
     under the 10M-a-day peak; the model's settings carry it."""
