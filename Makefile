@@ -14,13 +14,13 @@ PYTHON313 ?= $(shell for p in $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.13*
   $$(command -v python3.13 2>/dev/null); do "$$p" -c 'import sys' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 STAMP313 := .venv313/.installed-stamp
 
-.PHONY: help setup setup-run lint test run demo bench chaos screenshots clean
+.PHONY: help setup setup-run lint test test-313 run demo bench chaos screenshots clean
 .DEFAULT_GOAL := help
 
 # make help: every target with its "##" line.
 help: ## this list
 	@echo "Casekeeper: make run to try it, make test to test it."
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  make \1\t/' | expand -t 20
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /  make \1\t/' | expand -t 20
 
 setup: $(STAMP) $(NODE_STAMP) $(if $(PYTHON313),$(STAMP313)) ## everything the tests need: .venv, npm packages, .venv313
 
@@ -72,6 +72,24 @@ lint: setup $(CHECKOV_STAMP) ## ruff, mypy, the import layers (lint-imports) and
 test: lint ## ruff, mypy and the whole test suite
 	@$(BIN)/pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: that is a failure"; exit $$rc; }
 
+# The whole suite again on Python 3.13, the Python infra/ deploys by default (pythonVersion), in a virtual
+# environment of its own with requirements.txt and requirements-dev.txt: the wheels the deployed app
+# imports, and the same tests, on that interpreter. CI runs it after make test.
+VENV_TEST313 := .venv-test313
+STAMP_TEST313 := $(VENV_TEST313)/.installed-stamp
+
+$(STAMP_TEST313): requirements.txt requirements-dev.txt pyproject.toml
+	@test -n "$(PYTHON313)" || { echo "make test-313 needs a Python 3.13 interpreter (pyenv install 3.13, or PYTHON313=/path/to/python3.13)"; exit 1; }
+	@echo "==> setting up $(VENV_TEST313) (Python 3.13, the whole test suite again)"
+	$(PYTHON313) -m venv $(VENV_TEST313)
+	$(VENV_TEST313)/bin/python -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt -r requirements-dev.txt
+	$(VENV_TEST313)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+test-313: setup $(STAMP_TEST313) ## the whole test suite again on Python 3.13, the deployed Python
+	@$(VENV_TEST313)/bin/python --version
+	@$(VENV_TEST313)/bin/pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: that is a failure"; exit $$rc; }
+
 # FRESH=1 starts from an empty data folder; otherwise the cases are kept across restarts.
 run: setup-run ## start the supplier stub and the local host, with one approval waiting (FRESH=1: start afresh)
 	@CASEKEEPER_FRESH=$(FRESH) scripts/run-local.sh
@@ -102,5 +120,5 @@ chaos: setup ## the guarantees under faults and kill -9 (about 3-4 minutes)
 screenshots: setup ## retake the pages' pictures in docs/
 	CASEKEEPER_SCREENSHOTS=$(CURDIR)/docs $(BIN)/pytest -q tests/browser
 
-clean: ## delete .venv, .venv313, .venv-checkov, node_modules and caches (not the data in .casekeeper)
-	rm -rf $(VENV) .venv313 .venv-checkov node_modules .mypy_cache .ruff_cache .pytest_cache
+clean: ## delete .venv, .venv313, .venv-test313, .venv-checkov, node_modules and caches (not the data in .casekeeper)
+	rm -rf $(VENV) .venv313 $(VENV_TEST313) .venv-checkov node_modules .mypy_cache .ruff_cache .pytest_cache

@@ -44,6 +44,11 @@
 //   ALERT_WEBHOOK_URL                    = Key Vault reference when given, else empty. shared/app/alerts.Alerter
 //                                          POSTs every alert there.
 //   ALERT_NOTIFY_GRACE_SECONDS           = the timer's wait before it notifies an alert its recorder did not.
+//   CLOSED_CASE_RETENTION_DAYS, SETTLED_EFFECT_RETENTION_DAYS, FINISHED_CHECKPOINT_RETENTION_DAYS,
+//   ALERT_RETENTION_DAYS, FAILURE_RETENTION_DAYS
+//                                        = days a finished document is kept after its last write (Cosmos DB
+//                                          time to live, stamped per document by shared/app/retention.py;
+//                                          the containers have defaultTtl -1). 0 keeps them forever.
 //   RETRY_BASE_SECONDS, RETRY_MAX_DELAY_SECONDS, RETRY_FOR_SECONDS
 //                                        = backoff of an event after a transient error (shared/core/retry):
 //                                          delayed copies instead of redeliveries that burn the count.
@@ -68,6 +73,9 @@
 //                                          trace context (app/functionapp.bicep says why not the
 //                                          PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY variant).
 //   AZURE_CLIENT_ID                      = the identity azure-identity's DefaultAzureCredential uses.
+//   AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentSessions
+//                                        = sessions per instance in Azure (the capacity model below),
+//                                          over host.json's 8, which suits the local host's SQLite file.
 // Set by the platform, not as app settings (Flex Consumption deprecates both as app settings):
 //   FUNCTIONS_EXTENSION_VERSION          = ~4, set by the Flex Consumption backend.
 //   FUNCTIONS_WORKER_RUNTIME             = python: functionAppConfig.runtime (pythonVersion: 3.11-3.13,
@@ -113,10 +121,44 @@ param tags object = {}
 @description('Python version of the function app (requirements.txt pins azure-functions per version).')
 param pythonVersion string = '3.13'
 
-@minValue(40)
+// -- Capacity: the model of docs/performance.md#capacity, in integers --
+
+@minValue(1000)
+@description('Cases a day this deployment is sized for. The instance ceiling and the Cosmos DB autoscale maximum follow from it unless set themselves (docs/performance.md#capacity).')
+param casesPerDay int = 1000000
+
+// The model's figures. tests/unit/test_capacity.py evaluates the formulas below with them and checks them
+// against host.json, the function app's settings and docs/performance.md.
+var capacityModel = {
+  // The busiest hour against the day's average.
+  peakFactor: 3
+  // Queue messages per case, in tenths: every case's invoice, and for about 3 in 10 a credit note,
+  // an approval answer or a PO update.
+  messagesPerCaseTenths: 13
+  // Cosmos DB request units per case, the upper end of the model (45-85).
+  requestUnitsPerCase: 85
+  // maxConcurrentSessions of the case worker in Azure (host.json keeps 8 for the local host's one SQLite file).
+  sessionsPerInstance: 16
+  // host.json sessionIdleTimeout: how long a session slot waits for the case's next message.
+  sessionIdleMs: 1000
+  // Wall time of one message in region: about 8 store round trips, the supplier's call, the complete.
+  messageMs: 150
+  // CPU of one message, rounded up from make bench's measured CPU per case (docs/performance.md): with the
+  // sessions above, an instance's messages use at most half the 1 vCPU of a 2,048 MB instance.
+  cpuMsPerMessage: 25
+  // Scale-out headroom over the peak (model calls, slower regions, redeliveries).
+  headroom: 2
+}
+var peakMessagesPerSecond = casesPerDay * capacityModel.messagesPerCaseTenths * capacityModel.peakFactor / (10 * 86400)
+var messagesPerInstancePerSecond = capacityModel.sessionsPerInstance * 1000 / (capacityModel.sessionIdleMs + capacityModel.messageMs)
+var modelMaximumInstanceCount = min(1000, max(10, capacityModel.headroom * (peakMessagesPerSecond / messagesPerInstancePerSecond + 1)))
+var peakRequestUnitsPerSecond = casesPerDay * capacityModel.requestUnitsPerCase * capacityModel.peakFactor / 86400
+var modelCosmosMaxThroughput = max(1000, (peakRequestUnitsPerSecond / 1000 + 1) * 1000)
+
+@minValue(0)
 @maxValue(1000)
-@description('Flex Consumption maximum instance count.')
-param maximumInstanceCount int = 40
+@description('Flex Consumption maximum instance count (the documented range is 1 to 1000); 0: from casesPerDay and the capacity model.')
+param maximumInstanceCount int = 0
 
 @allowed([
   512
@@ -126,8 +168,13 @@ param maximumInstanceCount int = 40
 @description('Flex Consumption instance memory (MB).')
 param instanceMemoryMB int = 2048
 
-@description('Flex Consumption always-ready instances, e.g. [{ name: \'function:case_worker\', instanceCount: 1 }].')
-param alwaysReady array = []
+@description('Flex Consumption always-ready instances. One for the case worker, so the first message after a quiet spell does not wait for a cold start; [] saves its baseline cost.')
+param alwaysReady array = [
+  {
+    name: 'function:case_worker'
+    instanceCount: 1
+  }
+]
 
 // -- Cosmos DB --
 
@@ -137,11 +184,28 @@ param cosmosDatabaseName string = 'casekeeper'
 @description('Cosmos DB serverless (true) or database-level autoscale throughput (false). Fixed at account creation.')
 param cosmosServerless bool = true
 
-@minValue(1000)
-@description('Autoscale maximum RU/s when cosmosServerless is false.')
-param cosmosAutoscaleMaxThroughput int = 1000
+@minValue(0)
+@description('Autoscale maximum RU/s when cosmosServerless is false; 0: from casesPerDay and the capacity model.')
+param cosmosAutoscaleMaxThroughput int = 0
 
 // -- Service Bus --
+
+@allowed([
+  'Standard'
+  'Premium'
+])
+@description('Service Bus tier. Standard is shared and throttles past about 1,000 operations a second (about 2-3 million cases a day); Premium has dedicated messaging units (docs/performance.md#capacity). Changing tier later is a migration.')
+param serviceBusSku string = 'Standard'
+
+@allowed([
+  1
+  2
+  4
+  8
+  16
+])
+@description('Messaging units when serviceBusSku is Premium.')
+param serviceBusPremiumMessagingUnits int = 1
 
 @description('Queue of case events (CASE_EVENTS_QUEUE).')
 param caseEventsQueueName string = 'case-events'
@@ -217,6 +281,27 @@ param checkpointLagSeconds int = 600
 @maxValue(2000000)
 @description('CHECKPOINT_MAX_BYTES: checkpoints larger than this are refused at save time.')
 param checkpointMaxBytes int = 1500000
+
+// Retention (docs/performance.md: at 10M cases a day, about 45 GB a day would otherwise stay forever).
+@minValue(0)
+@description('CLOSED_CASE_RETENTION_DAYS: days a closed or approved case, and the records that deduplicate its events, are kept; 0: forever.')
+param closedCaseRetentionDays int = 90
+
+@minValue(0)
+@description('SETTLED_EFFECT_RETENTION_DAYS: days a done or failed effect is kept once its case is closed or approved; 0: forever.')
+param settledEffectRetentionDays int = 90
+
+@minValue(0)
+@description('FINISHED_CHECKPOINT_RETENTION_DAYS: days a run\'s checkpoints are kept (all of them once the case is final); 0: forever.')
+param finishedCheckpointRetentionDays int = 7
+
+@minValue(0)
+@description('ALERT_RETENTION_DAYS: days a notified alert is kept; 0: forever.')
+param alertRetentionDays int = 30
+
+@minValue(0)
+@description('FAILURE_RETENTION_DAYS: days alerted checkpoint failures, rejected events and lookup failures are kept; 0: forever.')
+param failureRetentionDays int = 30
 
 @description('TRACE_SAMPLING_RATIO: share of traces exported, from 0 to 1 (decimal string). Logs, alerts and metrics are never sampled.')
 param traceSamplingRatio string = '0.25'
@@ -370,7 +455,7 @@ module cosmos 'app/cosmos.bicep' = {
     accountName: names.cosmos
     databaseName: cosmosDatabaseName
     serverless: cosmosServerless
-    autoscaleMaxThroughput: cosmosAutoscaleMaxThroughput
+    autoscaleMaxThroughput: cosmosAutoscaleMaxThroughput > 0 ? cosmosAutoscaleMaxThroughput : modelCosmosMaxThroughput
     publicNetworkAccess: cosmosPublicNetworkAccess
   }
 }
@@ -386,6 +471,8 @@ module serviceBus 'app/servicebus.bicep' = {
     lockDuration: queueLockDuration
     maxDeliveryCount: queueMaxDeliveryCount
     publicNetworkAccess: serviceBusPublicNetworkAccess
+    sku: serviceBusSku
+    premiumMessagingUnits: serviceBusPremiumMessagingUnits
   }
 }
 
@@ -468,6 +555,11 @@ var appSettings = {
   CHECKPOINT_MAX_BYTES: string(checkpointMaxBytes)
   ALERT_WEBHOOK_URL: empty(alertWebhookUrl) ? '' : '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.alertWebhookUrlSecretUri})'
   ALERT_NOTIFY_GRACE_SECONDS: '30'
+  CLOSED_CASE_RETENTION_DAYS: string(closedCaseRetentionDays)
+  SETTLED_EFFECT_RETENTION_DAYS: string(settledEffectRetentionDays)
+  FINISHED_CHECKPOINT_RETENTION_DAYS: string(finishedCheckpointRetentionDays)
+  ALERT_RETENTION_DAYS: string(alertRetentionDays)
+  FAILURE_RETENTION_DAYS: string(failureRetentionDays)
   RETRY_BASE_SECONDS: '1'
   RETRY_MAX_DELAY_SECONDS: '300'
   RETRY_FOR_SECONDS: '3600'
@@ -493,7 +585,8 @@ module functionApp 'app/functionapp.bicep' = {
     deploymentContainerName: deploymentContainerName
     applicationInsightsName: monitoring.outputs.applicationInsightsName
     pythonVersion: pythonVersion
-    maximumInstanceCount: maximumInstanceCount
+    maximumInstanceCount: maximumInstanceCount > 0 ? maximumInstanceCount : modelMaximumInstanceCount
+    maxConcurrentSessions: capacityModel.sessionsPerInstance
     instanceMemoryMB: instanceMemoryMB
     alwaysReady: alwaysReady
     appSettings: appSettings

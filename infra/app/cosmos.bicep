@@ -20,31 +20,131 @@ param serverless bool = true
 @minValue(1000)
 param autoscaleMaxThroughput int = 1000
 
-// Name and partition key path of every container. The application containers match
+// Name, partition key path and indexing policy of every container. The application containers match
 // shared/core/ports.py CONTAINERS; tests/unit/test_infra.py checks this list against it.
+//
+// Indexing: each application container indexes only what the code filters, orders or groups on. Every
+// other path (the history, the facts, an effect's request and result, the encoded checkpoint blob) is
+// excluded by '/*', so a write pays for a few index terms instead of one per JSON value. Composite indexes
+// serve the sweep queries that filter on a field and order by _ts. tests/unit/test_cosmos_indexing.py
+// derives every query the code builds (the Cosmos SQL of each Query) and fails when one uses a path that
+// is not included here or lacks its composite index, and when a path here serves no query. id is always
+// indexed; _ts is listed, as the composite indexes name it.
 var containers = [
   {
     name: 'cases'
     partitionKeyPath: '/id'
+    indexingPolicy: {
+      indexingMode: 'consistent'
+      automatic: true
+      includedPaths: [
+        { path: '/status/?' }
+        { path: '/gateOpen/?' }
+        { path: '/_ts/?' }
+      ]
+      excludedPaths: [
+        { path: '/*' }
+      ]
+      compositeIndexes: [
+        [
+          { path: '/status', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+        ]
+        [
+          { path: '/gateOpen', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+        ]
+      ]
+    }
   }
   {
     name: 'effects'
     partitionKeyPath: '/caseId'
+    indexingPolicy: {
+      indexingMode: 'consistent'
+      automatic: true
+      includedPaths: [
+        { path: '/caseId/?' }
+        { path: '/status/?' }
+        { path: '/_ts/?' }
+      ]
+      excludedPaths: [
+        { path: '/*' }
+      ]
+      compositeIndexes: [
+        [
+          { path: '/status', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+        ]
+      ]
+    }
   }
   {
     name: 'checkpoints'
     partitionKeyPath: '/caseId'
+    indexingPolicy: {
+      indexingMode: 'consistent'
+      automatic: true
+      includedPaths: [
+        { path: '/caseId/?' }
+        { path: '/kind/?' }
+      ]
+      excludedPaths: [
+        { path: '/*' }
+      ]
+      compositeIndexes: []
+    }
   }
   {
     name: 'health'
     partitionKeyPath: '/kind'
+    indexingPolicy: {
+      indexingMode: 'consistent'
+      automatic: true
+      includedPaths: [
+        { path: '/kind/?' }
+        { path: '/caseId/?' }
+        { path: '/notified/?' }
+        { path: '/alerted/?' }
+        { path: '/_ts/?' }
+      ]
+      excludedPaths: [
+        { path: '/*' }
+      ]
+      compositeIndexes: [
+        [
+          { path: '/notified', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+        ]
+        [
+          { path: '/alerted', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+        ]
+        [
+          { path: '/caseId', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+        ]
+      ]
+    }
   }
   // Lease container of the reconciler's change-feed trigger. With an identity-based connection the
   // trigger cannot create it (the data-plane role cannot create containers: 403), so it is made here,
-  // and the trigger requires its partition key to be /id.
+  // and the trigger requires its partition key to be /id. It keeps the default policy (every path): the
+  // trigger's library queries its leases, which are few and small.
   {
     name: 'leases'
     partitionKeyPath: '/id'
+    indexingPolicy: {
+      indexingMode: 'consistent'
+      automatic: true
+      includedPaths: [
+        { path: '/*' }
+      ]
+      excludedPaths: [
+        { path: '/"_etag"/?' }
+      ]
+      compositeIndexes: []
+    }
   }
 ]
 
@@ -115,6 +215,11 @@ resource sqlContainers 'Microsoft.DocumentDB/databaseAccounts/sqlDatabases/conta
           kind: 'Hash'
           version: 2
         }
+        indexingPolicy: container.indexingPolicy
+        // Time to live on, with no default expiry: only a document carrying its own "ttl" expires. The app
+        // stamps one on documents that reached a final state (shared/app/retention.py); everything else,
+        // the leases included, stays until deleted.
+        defaultTtl: -1
       }
     }
   }

@@ -47,6 +47,10 @@ param maximumInstanceCount int = 40
 ])
 param instanceMemoryMB int = 2048
 
+@description('Sessions one instance handles at once (the Service Bus extension\'s maxConcurrentSessions), overriding host.json\'s 8, which suits the local host\'s one SQLite file.')
+@minValue(1)
+param maxConcurrentSessions int = 16
+
 @description('Always-ready instances, e.g. [{ name: \'function:case_worker\', instanceCount: 1 }] so the first message after idle is not delayed by a cold start.')
 param alwaysReady array = []
 
@@ -95,6 +99,12 @@ var hostSettings = [
   {
     name: 'PYTHON_ENABLE_OPENTELEMETRY'
     value: 'true'
+  }
+  // host.json overridden for Azure (the host reads AzureFunctionsJobHost__<path> over host.json):
+  // sessions per instance from the capacity model (docs/performance.md#capacity).
+  {
+    name: 'AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentSessions'
+    value: string(maxConcurrentSessions)
   }
   // azure-identity's DefaultAzureCredential (shared/stores/cosmos.py, shared/messaging/servicebus.py,
   // shared/workflow/model_client.py, its async form) picks the user-assigned identity by this client id.

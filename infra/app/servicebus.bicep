@@ -19,6 +19,16 @@ param queueName string
 ])
 param sku string = 'Standard'
 
+@allowed([
+  1
+  2
+  4
+  8
+  16
+])
+@description('Messaging units of a Premium namespace (ignored on Standard).')
+param premiumMessagingUnits int = 1
+
 @description('How long the broker remembers a message id and drops a resend of it (ISO 8601, 20 seconds to 7 days). The ingress sets message id = webhook delivery id, so a webhook redelivered within this window is dropped; the effect ledger still guards anything older.')
 param duplicateDetectionWindow string = 'P1D'
 
@@ -43,6 +53,7 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
   sku: {
     name: sku
     tier: sku
+    capacity: sku == 'Premium' ? premiumMessagingUnits : 1
   }
   properties: {
     disableLocalAuth: true

@@ -17,6 +17,7 @@ from typing import Any
 
 from shared.app.alerts import Alerter
 from shared.app.operations import Operations
+from shared.app.retention import RetainingStore, backend
 from shared.app.settings import Settings
 from shared.app.telemetry import Telemetry
 from shared.app.telemetry import configure as configure_telemetry
@@ -114,7 +115,13 @@ class Services:
 
 
 def open_store(settings: Settings) -> DocumentStore:
-    """The configured store. Creating it does no network I/O (Cosmos connects on first use)."""
+    """The configured store, stamping each written document's time to live from ``settings.retention``
+    (:class:`~shared.app.retention.RetainingStore`). Creating it does no network I/O (Cosmos connects on
+    first use)."""
+    return RetainingStore(_open_backend(settings), settings.retention)
+
+
+def _open_backend(settings: Settings) -> DocumentStore:
     if settings.store == "cosmos":
         from shared.stores.cosmos import cosmos_store_from_settings
 
@@ -340,7 +347,7 @@ def store_option(settings: Settings, store: DocumentStore) -> str:
     from shared.stores.sqlite import SqliteDocumentStore
 
     path = settings.sqlite_path
-    if isinstance(store, SqliteDocumentStore) and path.name == "casekeeper.sqlite":
+    if isinstance(backend(store), SqliteDocumentStore) and path.name == "casekeeper.sqlite":
         return f"--data {shlex.quote(str(path.parent))}"
     return "--from-settings"
 

@@ -24,6 +24,7 @@ from shared.app.connections import (
     parse_cosmos,
     parse_service_bus,
 )
+from shared.app.retention import Retention
 from shared.core.errors import ConfigurationError
 from shared.core.ledger import DEFAULT_CALL_TIMEOUT
 from shared.core.retry import Backoff
@@ -125,6 +126,18 @@ SETTINGS: tuple[Setting, ...] = (
         "30",
         "how long the timer leaves a just-recorded alert to the host that recorded it before notifying it itself",
     ),
+    # Retention (shared/app/retention.py): days a finished document is kept after its last write; 0 keeps it.
+    Setting("CLOSED_CASE_RETENTION_DAYS", "90", "days a closed or approved case (and its event records) is kept"),
+    Setting("SETTLED_EFFECT_RETENTION_DAYS", "90", "days a done or failed effect is kept once its case is final"),
+    Setting(
+        "FINISHED_CHECKPOINT_RETENTION_DAYS",
+        "7",
+        "days a run's checkpoints are kept (a pause awaiting a person: as a closed case; all once the case is final)",
+    ),
+    Setting("ALERT_RETENTION_DAYS", "30", "days a notified alert is kept (an unnotified one is kept until notified)"),
+    Setting(
+        "FAILURE_RETENTION_DAYS", "30", "days checkpoint failures (once alerted), rejected events and lookup failures"
+    ),
     Setting("RETRY_BASE_SECONDS", "1", "first delay of an event retried after a transient error; doubles per attempt"),
     Setting("RETRY_MAX_DELAY_SECONDS", "300", "longest delay between two retries of an event"),
     Setting(
@@ -190,6 +203,7 @@ class Settings:
     alert_notify_grace: float
     appinsights_connection_string: str | None
     backoff: Backoff
+    retention: Retention
     trace_sampling_ratio: float
     agent_framework_spans: bool
 
@@ -220,6 +234,13 @@ class Settings:
         checkpoint_lag = float(read.number("CHECKPOINT_LAG_SECONDS"))
         checkpoint_max_bytes = int(read.number("CHECKPOINT_MAX_BYTES"))
         alert_notify_grace = float(read.number("ALERT_NOTIFY_GRACE_SECONDS"))
+        retention = Retention(
+            closed_case_days=float(read.number("CLOSED_CASE_RETENTION_DAYS", positive=False)),
+            settled_effect_days=float(read.number("SETTLED_EFFECT_RETENTION_DAYS", positive=False)),
+            finished_checkpoint_days=float(read.number("FINISHED_CHECKPOINT_RETENTION_DAYS", positive=False)),
+            alert_days=float(read.number("ALERT_RETENTION_DAYS", positive=False)),
+            failure_days=float(read.number("FAILURE_RETENTION_DAYS", positive=False)),
+        )
         read.raise_if_invalid()
         values = read.values
         return cls(
@@ -251,6 +272,7 @@ class Settings:
             alert_notify_grace=alert_notify_grace,
             appinsights_connection_string=values["APPLICATIONINSIGHTS_CONNECTION_STRING"],
             backoff=backoff,
+            retention=retention,
             trace_sampling_ratio=trace_sampling_ratio,
             agent_framework_spans=framework_spans,
         )

@@ -48,6 +48,7 @@ from typing import Any
 
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
+from shared.app.retention import backend
 from shared.app.settings import SETTINGS, Settings
 from shared.app.telemetry import configure as configure_telemetry
 from shared.app.telemetry import quiet_library_loggers
@@ -233,7 +234,7 @@ class LocalHost:
                 self._plan.append(f"queue   {name:<18} {queue_name} (sessions, {sessions} at a time)")
             elif kind == "cosmosDBTrigger":
                 container = _resolve(trigger["containerName"], self.env)
-                store = self.services.store
+                store = backend(self.services.store)  # the SQLite store under the retention policy
                 if not isinstance(store, SqliteDocumentStore):
                     log.warning(
                         "%s: no local change feed for a Cosmos DB store; the timer's sweep is the backstop", name

@@ -462,9 +462,13 @@ class CosmosDocumentStore:
             client = self._get_client()
             database = client.create_database_if_not_exists(id=self._database_name)
             for name, path in wanted.items():
+                # Time to live on without a default, as infra/app/cosmos.bicep has it: only a document carrying
+                # its own "ttl" (shared/app/retention.py) expires. Not on lease containers.
+                ttl_option: dict[str, Any] = {"default_ttl": -1} if name in CONTAINERS else {}
                 proxy = database.create_container_if_not_exists(
                     id=self._names.get(name, name),  # a lease container keeps its own name
                     partition_key=PartitionKey(path=path),
+                    **ttl_option,
                 )
                 paths = (proxy.read().get("partitionKey") or {}).get("paths")
                 if paths != [path]:

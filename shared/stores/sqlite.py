@@ -12,12 +12,18 @@ serialised, so that is commit order, and it costs no row beyond the document's o
 given out twice in a container, so that a change-feed continuation never skips a later write and an
 old ETag never matches a recreated document: when a delete removes the container's highest ``seq``, it
 is kept in ``seq_floors`` (deletes only). The schema's version is the file's ``user_version``.
+
+Time to live, as Cosmos DB has it: a document whose body carries a positive ``ttl`` (seconds) expires that
+long after its last write (``ts``). An expired document is gone for every read, query, conditional write
+and the change feed at once; its row is purged by a write at most every :data:`PURGE_INTERVAL` seconds
+(or :meth:`SqliteDocumentStore.purge_expired`), through an index on the expiry time.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -31,11 +37,20 @@ from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite
 _NOW = "casekeeper_now()"
 """The store's clock in SQL: the wall clock of the machine (every process sharing the file shares it), or
 the clock a test hands in."""
+_EXPIRES = "(ts + json_extract(body, '$.ttl'))"
+_HAS_TTL = "json_extract(body, '$.ttl') > 0"
+_LIVE = f"NOT coalesce({_HAS_TTL} AND {_EXPIRES} <= {_NOW}, 0)"  # no ttl: NULL, which must count as live
+"""True for a row that has not expired (Cosmos DB's ``ttl``: seconds after the last write)."""
+PURGE_INTERVAL = 60.0
+"""Seconds between two purges of expired rows by writes of one store instance."""
 _FIELD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 SCHEMA_VERSION = 1
 """The store file's layout (``PRAGMA user_version``). 0: the first layout, whose every write also bumped
 one database-wide counter row; it is migrated when opened. 1: per-container ``seq`` from the index."""
+
+_EXPIRY_INDEX = f"CREATE INDEX IF NOT EXISTS documents_by_expiry ON documents {_EXPIRES} WHERE {_HAS_TTL}"
+"""Expired rows found without a scan. Not part of the layout: a layout-1 file gets it when opened."""
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS documents (
@@ -50,6 +65,7 @@ _SCHEMA = (
     )""",
     "CREATE INDEX IF NOT EXISTS documents_by_seq ON documents (container, seq)",
     "CREATE INDEX IF NOT EXISTS documents_by_ts ON documents (container, ts)",
+    _EXPIRY_INDEX,
     # The highest seq a delete took out of a container while it was the highest there.
     "CREATE TABLE IF NOT EXISTS seq_floors (container TEXT PRIMARY KEY, seq INTEGER NOT NULL)",
 )
@@ -85,6 +101,8 @@ class SqliteDocumentStore:
         self._db = SqliteConnections(self.path, busy_timeout=busy_timeout, what="store", on_connect=register)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._open_schema()
+        self._purge_lock = threading.Lock()
+        self._next_purge = 0.0
 
     # --- connections ----------------------------------------------------------------------------
 
@@ -96,6 +114,15 @@ class SqliteDocumentStore:
         with translate_sqlite_errors():
             (version,) = self._db.get().execute("PRAGMA user_version").fetchone()
         if version == SCHEMA_VERSION:
+            # The expiry index came after layout 1 without changing it: an older build keeps it up to date.
+            (present,) = (
+                self._db.get()
+                .execute("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'documents_by_expiry'")
+                .fetchone()
+            )
+            if not present:
+                with self._db.write() as conn:
+                    conn.execute(_EXPIRY_INDEX)
             return
         with self._db.write() as conn:  # several processes may open a new file at once: one migrates
             (version,) = conn.execute("PRAGMA user_version").fetchone()
@@ -135,6 +162,8 @@ class SqliteDocumentStore:
     def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         data = _checked(container, partition, doc_id, body)
         with self._db.write() as conn:
+            self._purge_now_and_then(conn)
+            self._purge(conn, "AND container = ? AND partition = ? AND id = ?", (container, partition, doc_id))
             seq = self._next_seq(conn, container)
             try:
                 conn.execute(
@@ -153,7 +182,7 @@ class SqliteDocumentStore:
                 self._db.get()
                 .execute(
                     "SELECT container, partition, id, body, etag, ts FROM documents "
-                    "WHERE container = ? AND partition = ? AND id = ?",
+                    f"WHERE container = ? AND partition = ? AND id = ? AND {_LIVE}",
                     (container, partition, doc_id),
                 )
                 .fetchone()
@@ -166,7 +195,7 @@ class SqliteDocumentStore:
             seq = self._next_seq(conn, container)
             cur = conn.execute(
                 f"UPDATE documents SET body = ?, etag = ?, ts = {_NOW}, seq = ? "
-                "WHERE container = ? AND partition = ? AND id = ? AND etag = ?",
+                f"WHERE container = ? AND partition = ? AND id = ? AND etag = ? AND {_LIVE}",
                 (data, str(seq), seq, container, partition, doc_id, etag),
             )
             if cur.rowcount != 1:
@@ -200,7 +229,7 @@ class SqliteDocumentStore:
             seq = self._next_seq(conn, container)
             cur = conn.execute(
                 f"UPDATE documents SET body = json_set(body, {assignments}), etag = ?, ts = {_NOW}, seq = ? "
-                f"WHERE container = ? AND partition = ? AND id = ? {conditions}",
+                f"WHERE container = ? AND partition = ? AND id = ? AND {_LIVE} {conditions}",
                 (*values, str(seq), seq, container, partition, doc_id, *args),
             )
             if cur.rowcount != 1:
@@ -214,6 +243,7 @@ class SqliteDocumentStore:
     def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         data = _checked(container, partition, doc_id, body)
         with self._db.write() as conn:
+            self._purge_now_and_then(conn)
             seq = self._next_seq(conn, container)
             conn.execute(
                 f"INSERT INTO documents (container, partition, id, body, etag, ts, seq) "
@@ -227,6 +257,7 @@ class SqliteDocumentStore:
     def delete(self, container: str, partition: str, doc_id: str, *, etag: str | None = None) -> bool:
         check_document_id(container, doc_id)
         with self._db.write() as conn:
+            self._purge(conn, "AND container = ? AND partition = ? AND id = ?", (container, partition, doc_id))
             row = conn.execute(
                 "SELECT etag, seq FROM documents WHERE container = ? AND partition = ? AND id = ?",
                 (container, partition, doc_id),
@@ -250,7 +281,7 @@ class SqliteDocumentStore:
             return True
 
     def query(self, container: str, query: Query) -> list[Document]:
-        sql = ["SELECT container, partition, id, body, etag, ts FROM documents WHERE container = ?"]
+        sql = [f"SELECT container, partition, id, body, etag, ts FROM documents WHERE container = ? AND {_LIVE}"]
         args: list[Any] = [container]
         if query.partition is not None:
             sql.append("AND partition = ?")
@@ -295,12 +326,39 @@ class SqliteDocumentStore:
                 self._db.get()
                 .execute(
                     "SELECT seq, container, partition, id, body, etag, ts FROM documents "
-                    "WHERE container = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    f"WHERE container = ? AND seq > ? AND {_LIVE} ORDER BY seq LIMIT ?",
                     (container, seq, limit),
                 )
                 .fetchall()
             )
         return [(int(r[0]), _document(r[1:])) for r in rows]
+
+    # --- time to live -----------------------------------------------------------------------------
+
+    def purge_expired(self) -> int:
+        """Delete every expired row now; returns how many. Reads never see them anyway."""
+        with self._db.write() as conn:
+            return self._purge(conn)
+
+    def _purge_now_and_then(self, conn: sqlite3.Connection) -> None:
+        """Purge expired rows inside this write, at most every :data:`PURGE_INTERVAL` seconds."""
+        with self._purge_lock:
+            now = time.monotonic()
+            if now < self._next_purge:
+                return
+            self._next_purge = now + PURGE_INTERVAL
+        self._purge(conn)
+
+    def _purge(self, conn: sqlite3.Connection, where: str = "", args: tuple[Any, ...] = ()) -> int:
+        """Delete the expired rows matching ``where``, keeping each container's highest ``seq`` given out
+        (as :meth:`delete` does) so that no ETag or change-feed position is reused."""
+        expired = f"{_HAS_TTL} AND {_EXPIRES} <= {_NOW} {where}"
+        conn.execute(
+            f"INSERT INTO seq_floors (container, seq) SELECT container, max(seq) FROM documents WHERE {expired} "
+            "GROUP BY container ON CONFLICT (container) DO UPDATE SET seq = max(seq, excluded.seq)",
+            args,
+        )
+        return conn.execute(f"DELETE FROM documents WHERE {expired}", args).rowcount
 
     def _read_in(self, conn: sqlite3.Connection, container: str, partition: str, doc_id: str) -> Document:
         row = conn.execute(
