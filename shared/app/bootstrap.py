@@ -323,6 +323,7 @@ def build(
             ingress=ingress,
             webhook_secrets=settings.webhook_secrets,
             store_option=store_option(settings, ops.store),
+            platform=os.environ,
         ),
     )
 
