@@ -311,6 +311,7 @@ def build(
             dead_letters=ops.dead_letters,
             checkpoint_lag=settings.checkpoint_lag,
             open_case_grace=settings.call_timeout,
+            call_timeout=settings.call_timeout,
         ),
         api=ApiDeps(
             ingress=ingress,
