@@ -12,20 +12,26 @@ Containers and their partition keys (the same names as the Cosmos DB containers)
 - ``cases``: partition = case id (``/id``)
 - ``effects``: partition = case id (``/caseId``)
 - ``checkpoints``: partition = case id (``/caseId``)
-- ``health``: partition = record kind (``/kind``): checkpoint failures, alerts, rejected events
+- ``health``: partition = ``/kind``: the record's kind, spread over shards where one kind can be many
+  (alerts: ``alert-00`` ... ``alert-15``, see ``shared.app.alerts``), so that an incident's records do not
+  all land on one logical partition
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Final, Literal, Protocol, TypeVar, runtime_checkable
+
+HEALTH: Final = "health"
+"""The container of health records (alerts, checkpoint failures, the timer's cursors, the store's clock): the
+one place its name is written."""
 
 CONTAINERS: dict[str, str] = {
     "cases": "id",
     "effects": "caseId",
     "checkpoints": "caseId",
-    "health": "kind",
+    HEALTH: "kind",
 }
 """Container name -> the body field that holds its partition key."""
 

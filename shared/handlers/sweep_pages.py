@@ -23,9 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shared.core.ports import Document, DocumentStore, Query, next_page
+from shared.core.ports import HEALTH, Document, DocumentStore, Query, next_page
 
-HEALTH = "health"
 CURSOR_KIND = "cursor"
 DEFAULT_PAGE = 100
 DEFAULT_BUDGET_SECONDS = 15.0

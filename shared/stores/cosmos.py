@@ -40,7 +40,7 @@ from shared.core.errors import (
     StoreUnavailable,
 )
 from shared.core.ids import check_document_id
-from shared.core.ports import CONTAINERS, Document, Query, partition_of
+from shared.core.ports import CONTAINERS, HEALTH, Document, Query, partition_of
 
 __all__ = [
     "CLOCK_CONTAINER",
@@ -218,7 +218,7 @@ KEYSET_COMPOSITE_INDEX: Final[tuple[dict[str, str], ...]] = (
 and the test server refuse such an ``ORDER BY`` without it). :meth:`CosmosDocumentStore.ensure_containers`
 creates containers with it; in Azure the container's indexing policy in ``infra/`` must hold it."""
 
-CLOCK_CONTAINER: Final = "health"
+CLOCK_CONTAINER: Final = HEALTH
 CLOCK_ID: Final = "clock"
 """The document :meth:`CosmosDocumentStore.now` upserts (partition ``kind="clock"``) to read the clock."""
 

@@ -47,14 +47,13 @@ from typing import Any, Final
 from opentelemetry import metrics
 
 from shared.core.errors import ConcurrencyConflict
-from shared.core.ports import Document, DocumentStore, Query
+from shared.core.ports import HEALTH, Document, DocumentStore, Query
 
 RUNNER_LOGGER: Final = "agent_framework._workflows._runner"
 """The logger Agent Framework's runner reports failed checkpoint saves on."""
 MESSAGE_PREFIX: Final = "Failed to create checkpoint at iteration"
 """How the runner's message template starts (``record.msg``, before formatting)."""
 
-HEALTH: Final = "health"
 KIND_CHECKPOINT_FAILURE: Final = "checkpoint_failure"
 METRIC_NAME: Final = "casekeeper.checkpoint.failures"
 
