@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.core.ports import DocumentStore, Query, next_page, walk
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
+from shared.stores.sqlite import SqliteDocumentStore
 
 pytestmark = pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)
 
