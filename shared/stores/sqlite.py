@@ -306,7 +306,9 @@ class SqliteDocumentStore:
         if query.partition is not None:
             sql.append("AND partition = ?")
             args.append(query.partition)
-        conditions, condition_args = _where_fields(query.equals)
+        # Within one partition the primary key finds the documents; the fields' expression indexes must not
+        # be chosen instead (a query for one case's checkpoints would scan every case's).
+        conditions, condition_args = _where_fields(query.equals, indexed=query.partition is None)
         sql.append(conditions)
         args.extend(condition_args)
         if query.ts_before is not None:
@@ -369,8 +371,10 @@ def _checked(container: str, partition: str, doc_id: str, body: Mapping[str, Any
     return json.dumps({**body, "id": doc_id}, separators=(",", ":"), allow_nan=False)
 
 
-def _where_fields(equals: Mapping[str, Scalar]) -> tuple[str, list[Any]]:
-    """``AND``-ed SQL conditions for equality on top-level body fields (``id`` is the row's column)."""
+def _where_fields(equals: Mapping[str, Scalar], *, indexed: bool = True) -> tuple[str, list[Any]]:
+    """``AND``-ed SQL conditions for equality on top-level body fields (``id`` is the row's column).
+    ``indexed=False`` writes them so that no expression index can serve them (a unary ``+``)."""
+    plus = "" if indexed else "+"
     sql: list[str] = []
     args: list[Any] = []
     for name, value in equals.items():
@@ -379,9 +383,9 @@ def _where_fields(equals: Mapping[str, Scalar]) -> tuple[str, list[Any]]:
             sql.append("AND id = ?")
             args.append(value)
         elif value is None:
-            sql.append(f"AND json_extract(body, '$.{name}') IS NULL")
+            sql.append(f"AND {plus}json_extract(body, '$.{name}') IS NULL")
         else:
-            sql.append(f"AND json_extract(body, '$.{name}') = ?")
+            sql.append(f"AND {plus}json_extract(body, '$.{name}') = ?")
             args.append(int(value) if isinstance(value, bool) else value)
     return " ".join(sql), args
 

@@ -22,10 +22,13 @@ def pending_view(store: DocumentStore, ledger: Ledger, *, limit: int | None = No
         effects.extend(found)
         counts[status.value] = store.count(EFFECTS, Query(equals={"status": status.value})) if limit else len(found)
     effects.sort(key=lambda e: e.ts)
+    now = store.now() if effects else 0.0  # once: on Cosmos DB reading the clock is a write
     rows = []
     for effect in effects:
-        age = ledger.age(effect)
-        left = ledger.in_flight_for(effect)
+        age = now - effect.ts
+        # What Ledger.in_flight_for decides, against the one reading of the clock.
+        due = ledger.recheck_due(effect) - now
+        left = due if effect.status is EffectStatus.STARTED and due > 0 else None
         rows.append(
             {
                 "key": effect.key,
