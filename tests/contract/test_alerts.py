@@ -126,10 +126,12 @@ def test_the_grace_before_the_timer_notifies_a_recorded_alert_is_a_setting(store
         def _notify(self, doc: Document) -> bool:  # the process is gone before its POST
             return False
 
-    DiesBeforeNotifying(store, clock, webhook_url="https://hooks.example/casekeeper", http=receiver.client()).raise_alert(
-        "effect_escalated", "effect e9 escalated", {"caseId": "C-9"}, dedupe_key="e9"
+    DiesBeforeNotifying(
+        store, clock, webhook_url="https://hooks.example/casekeeper", http=receiver.client()
+    ).raise_alert("effect_escalated", "effect e9 escalated", {"caseId": "C-9"}, dedupe_key="e9")
+    timer = Alerter(
+        store, clock, webhook_url="https://hooks.example/casekeeper", http=receiver.client(), notify_grace=3.0
     )
-    timer = Alerter(store, clock, webhook_url="https://hooks.example/casekeeper", http=receiver.client(), notify_grace=3.0)
     clock.advance(2.0)
     assert timer.deliver_pending() == []
     clock.advance(1.5)
