@@ -18,7 +18,8 @@ mid-run, and the cases waiting for an approval, each read a page at a time; then
 checkpoint. The cost follows the runs in flight, not the cases stored.
 
 Exit codes: 0 every in-flight run can be resumed, 1 some cannot, 2 usage or store selection error.
-Reads only.
+Reads only, but for one repair: a run's in-flight mark left behind by a run that no longer is in flight is
+removed (:mod:`shared.views.drain`).
 
 ``casekeeper drain schemas [--against FILE]`` needs no store: it compares this build's checkpointed state
 types with the schemas another build wrote (:mod:`shared.workflow.state_schemas`), for CI before a merge.

@@ -10,8 +10,8 @@ The mark is one small document per case in the ``checkpoints`` container (partit
 :data:`MARKER_ID`, ``kind`` :data:`KIND_RUN_MARKER`), not a field of the case document: every case commit is
 conditional on the case's ETag, and a write to the case in the middle of a run would make the run's own
 commit lose. A mark may outlive its run (a paused run abandoned when a new fact starts another run, or a
-failed removal): the drain check judges the case's newest checkpoint anyway, so a stale mark costs one
-case's read there and reports nothing.
+failed removal): the drain check judges the case's newest checkpoint anyway, reports nothing for it and
+removes the mark (conditionally on its ETag, so a run that marked the case again meanwhile keeps its own).
 """
 
 from __future__ import annotations
