@@ -11,7 +11,7 @@ route                                          role             what
                                                                 reason, csrf)
 ``GET /api/cases/{caseId}/page``              approver or      one case: facts, money rule, effects,
                                                operator         timeline, approvals, what to do next
-``GET /api/ops``                               operator         what is stuck, from the operator commands
+``GET /api/ops``                               operator         what is stuck: the views the commands print
 ``POST /api/ops/redrive``                      operator         put dead-lettered events back
 ``POST /api/ops/resolve``                      operator         settle an escalated effect (as
                                                                 ``casekeeper effects resolve``)
