@@ -97,6 +97,8 @@ class CountingStore:
         self.inner = inner
         self._tally = Tally()
         self._lock = threading.Lock()
+        self.documents_read: Counter[str] = Counter()
+        """Documents the queries returned, by container, since construction (not reset by :meth:`take`)."""
 
     def _count(self, method: str, container: str = "-", *, read: int = 0, written: int = 0) -> None:
         with self._lock:
@@ -142,7 +144,13 @@ class CountingStore:
     def query(self, container: str, query: Query) -> list[Document]:
         docs = self.inner.query(container, query)
         self._count("query", container, read=sum(_size(d.body) for d in docs))
+        with self._lock:
+            self.documents_read[container] += len(docs)
         return docs
+
+    def count(self, container: str, query: Query) -> int:
+        self._count("count", container)
+        return self.inner.count(container, query)
 
     def now(self) -> float:
         self._count("now")  # on Cosmos DB this is a write (the clock document's upsert)

@@ -38,7 +38,7 @@ from shared.core.ports import CONTAINERS, DocumentStore
 
 QUEUE = "case-events"
 PHASES = ("webhook", "case_worker", "reconciler")
-METHODS = ("create", "read", "replace", "update_if", "upsert", "delete", "query", "now")
+METHODS = ("create", "read", "replace", "update_if", "upsert", "delete", "query", "count", "now")
 CLOCK = "-"
 """The container :class:`CountingStore` files ``now()`` under (on Cosmos DB an upsert to ``health``)."""
 

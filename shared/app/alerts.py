@@ -21,6 +21,7 @@ up after :data:`MAX_WEBHOOK_ATTEMPTS` with an ERROR of its own. A notification m
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,10 +33,15 @@ from opentelemetry import metrics
 from shared.core.clock import Clock
 from shared.core.errors import AlreadyExists, ConcurrencyConflict
 from shared.core.ids import storable_id
-from shared.core.ports import Document, DocumentStore, Query
+from shared.core.ports import HEALTH, Document, DocumentStore, Query
 
-HEALTH = "health"
 KIND_ALERT = "alert"
+"""The record's type (field ``record``), and the partition every alert had in the older layout."""
+ALERT_SHARDS = 16
+"""Logical partitions alerts are spread over (``kind`` ``alert-00`` ... ``alert-15``, by a hash of the id): an
+incident's thousands of alerts share no one partition's 20 GB and 10,000 RU/s. Records of the older layout
+(partition ``alert``) are still read, found and marked: :data:`LEGACY_ALERT_PARTITION`."""
+LEGACY_ALERT_PARTITION = KIND_ALERT
 MAX_WEBHOOK_ATTEMPTS = 20
 WEBHOOK_BACKOFF_CAP = 3600.0
 NOTIFY_GRACE_SECONDS = 30.0
@@ -44,6 +50,16 @@ NOTIFY_GRACE_SECONDS = 30.0
 this much plus one timer period; a shorter grace risks a second POST while the first is still in flight."""
 
 log = logging.getLogger("casekeeper.alerts")
+
+ALERTS = Query(equals={"record": KIND_ALERT})
+"""Every alert of the sharded layout, across partitions."""
+
+
+def alert_partition(doc_id: str) -> str:
+    """The logical partition of the alert record ``doc_id``: fixed by the id, so that raising it again lands
+    on the same one (and finds it)."""
+    shard = int(hashlib.sha256(doc_id.encode("utf-8")).hexdigest()[:8], 16) % ALERT_SHARDS
+    return f"{KIND_ALERT}-{shard:02d}"
 
 
 @dataclass(frozen=True)
@@ -98,9 +114,11 @@ class Alerter:
         before (its notification, if still owed, is the timer's). Raises ``StoreUnavailable`` when it
         could not be recorded: the caller's retry raises it again, harmlessly."""
         doc_id = storable_id(f"{alert_kind}:{dedupe_key}"[:250])
+        partition = alert_partition(doc_id)
         body = {
             "id": doc_id,
-            "kind": KIND_ALERT,
+            "kind": partition,
+            "record": KIND_ALERT,
             "alertKind": alert_kind,
             "message": message,
             "fields": dict(fields),
@@ -111,8 +129,10 @@ class Alerter:
             "attempts": 0,
             "nextAttemptAt": None,
         }
+        if self._store.read(HEALTH, LEGACY_ALERT_PARTITION, doc_id) is not None:
+            return False  # recorded by an older build, in the older layout
         try:
-            created = self._store.create(HEALTH, KIND_ALERT, doc_id, body)
+            created = self._store.create(HEALTH, partition, doc_id, body)
         except AlreadyExists:
             return False
         self._notify(created)
@@ -121,7 +141,9 @@ class Alerter:
     def deliver_pending(self) -> list[str]:
         """Notify every recorded alert still owed a notification (the timer's duty). Returns their ids."""
         now = self._clock.now()
-        docs = self._store.query(HEALTH, Query(partition=KIND_ALERT, equals={"notified": False}, order_by_ts="asc"))
+        owed = Query(equals={**ALERTS.equals, "notified": False}, order_by_ts="asc")
+        legacy = Query(partition=LEGACY_ALERT_PARTITION, equals={"notified": False}, order_by_ts="asc")
+        docs = [*self._store.query(HEALTH, legacy), *self._store.query(HEALTH, owed)]
         notified: list[str] = []
         for doc in docs:
             try:
@@ -140,8 +162,11 @@ class Alerter:
         return notified
 
     def recent(self, limit: int = 50) -> list[Alert]:
-        docs = self._store.query(HEALTH, Query(partition=KIND_ALERT, order_by_ts="desc", limit=limit))
-        return [Alert.from_body(d.body) for d in docs]
+        newest = Query(equals=ALERTS.equals, order_by_ts="desc", limit=limit)
+        legacy = Query(partition=LEGACY_ALERT_PARTITION, order_by_ts="desc", limit=limit)
+        docs = [*self._store.query(HEALTH, newest), *self._store.query(HEALTH, legacy)]
+        docs.sort(key=lambda d: d.ts, reverse=True)
+        return [Alert.from_body(d.body) for d in docs[:limit]]
 
     # --- notifying ----------------------------------------------------------------------------------
 
@@ -173,7 +198,7 @@ class Alerter:
         body["notified"] = done
         # Another host may have notified it meanwhile: at least once is the promise, and it holds.
         with contextlib.suppress(ConcurrencyConflict):
-            self._store.replace(HEALTH, KIND_ALERT, doc.id, body, etag=doc.etag)
+            self._store.replace(HEALTH, doc.partition, doc.id, body, etag=doc.etag)
         return done
 
     def _post(self, body: Mapping[str, Any]) -> bool:

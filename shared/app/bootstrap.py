@@ -318,6 +318,7 @@ def build(
             dead_letters=ops.dead_letters,
             checkpoint_lag=settings.checkpoint_lag,
             open_case_grace=settings.call_timeout,
+            call_timeout=settings.call_timeout,
         ),
         api=ApiDeps(
             ingress=ingress,
@@ -330,6 +331,7 @@ def build(
             ingress=ingress,
             webhook_secrets=settings.webhook_secrets,
             store_option=store_option(settings, ops.store),
+            platform=os.environ,
         ),
     )
 

@@ -12,20 +12,26 @@ Containers and their partition keys (the same names as the Cosmos DB containers)
 - ``cases``: partition = case id (``/id``)
 - ``effects``: partition = case id (``/caseId``)
 - ``checkpoints``: partition = case id (``/caseId``)
-- ``health``: partition = record kind (``/kind``): checkpoint failures, alerts, rejected events
+- ``health``: partition = ``/kind``: the record's kind, spread over shards where one kind can be many
+  (alerts: ``alert-00`` ... ``alert-15``, see ``shared.app.alerts``), so that an incident's records do not
+  all land on one logical partition
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal, Protocol, TypeVar, runtime_checkable
+
+HEALTH: Final = "health"
+"""The container of health records (alerts, checkpoint failures, the timer's cursors, the store's clock): the
+one place its name is written."""
 
 CONTAINERS: dict[str, str] = {
     "cases": "id",
     "effects": "caseId",
     "checkpoints": "caseId",
-    "health": "kind",
+    HEALTH: "kind",
 }
 """Container name -> the body field that holds its partition key."""
 
@@ -62,6 +68,12 @@ class Query:
     ts_after: float | None = None
     order_by_ts: Literal["asc", "desc"] | None = None
     limit: int | None = None
+    paged: bool = False
+    """Keyset paging: order by ``(ts, id)`` ascending (``order_by_ts`` is ignored), so that a page ends at a
+    key and :attr:`after` continues exactly there, however many documents share one ``ts`` (Cosmos DB's
+    ``_ts`` has whole seconds). See :func:`next_page`."""
+    after: tuple[float, str] | None = None
+    """With ``paged``: only documents after this ``(ts, id)`` key (the last one of the previous page)."""
 
 
 @runtime_checkable
@@ -115,6 +127,11 @@ class DocumentStore(Protocol):
         """Documents matching ``query``; order is unspecified unless ``order_by_ts`` is set."""
         ...
 
+    def count(self, container: str, query: Query) -> int:
+        """How many documents match ``query`` (its ordering, limit and paging ignored): one aggregate
+        request (Cosmos DB ``SELECT VALUE COUNT(1)``, SQLite ``count(*)``), never the documents themselves."""
+        ...
+
     def now(self) -> float:
         """The store's current time, in seconds since the epoch, comparable with ``Document.ts``."""
         ...
@@ -122,6 +139,40 @@ class DocumentStore(Protocol):
     def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
         ...
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a keyset-paged query: ``documents`` in ``(ts, id)`` order and ``after``, the key to pass
+    as :attr:`Query.after` for the next page (``None`` when this page was the last)."""
+
+    documents: list[Document]
+    after: tuple[float, str] | None
+
+
+def next_page(store: DocumentStore, container: str, query: Query, size: int) -> Page:
+    """The page of ``query`` after ``query.after`` (from the start when ``None``), at most ``size`` documents.
+
+    A page shorter than ``size`` is the last. A document written while a caller pages gets a new ``ts``: it
+    is met later in the same walk, or (written within the second a page ended at, on Cosmos DB) by the
+    next walk from the start; a document that matched throughout is met exactly once.
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ValueError(f"page size must be a positive int, got {size!r}")
+    docs = store.query(container, replace(query, paged=True, limit=size))
+    after = (docs[-1].ts, docs[-1].id) if len(docs) == size else None
+    return Page(docs, after)
+
+
+def walk(store: DocumentStore, container: str, query: Query, size: int = 200) -> Iterator[Document]:
+    """Every document matching ``query``, read a keyset page of ``size`` at a time (see :func:`next_page`)."""
+    current = replace(query, paged=True, after=None)
+    while True:
+        page = next_page(store, container, current, size)
+        yield from page.documents
+        if page.after is None:
+            return
+        current = replace(current, after=page.after)
 
 
 def partition_of(container: str, body: Mapping[str, Any]) -> str:

@@ -31,18 +31,27 @@ duplicate one that is still pending, and a lost one is sent again the next hour.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from shared.app.alerts import Alerter
 from shared.core.cases import CASES, Case, CaseRepository
-from shared.core.ledger import Ledger
+from shared.core.ledger import DEFAULT_CALL_TIMEOUT, EFFECTS, Effect, EffectStatus, Ledger
 from shared.core.ports import Document, DocumentStore, Query, decode_all
 from shared.core.reconcile import RECONCILED_SUFFIX
 from shared.domain import events as ev
 from shared.domain.invoice import Status
 from shared.handlers.case_events import schedule_recheck
+from shared.handlers.sweep_pages import (
+    CURSOR_KIND,
+    DEFAULT_BUDGET_SECONDS,
+    DEFAULT_PAGE,
+    Budget,
+    read_cursor,
+    walk_pages,
+)
 from shared.messaging import DeadLetter, DeadLetterQueue, EventSender, derived_message_id
 from shared.workflow.build import WORKFLOW_NAME
 from shared.workflow.capture import failures_since, mark_alerted
@@ -51,8 +60,16 @@ from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
 log = logging.getLogger("casekeeper.health")
 
-CURSOR_KIND = "cursor"
 CURSOR_ID = "checkpoint-health"
+"""The lagging-runs check's cursor (``health``, kind ``cursor``): the key of the last case it examined.
+Written before the keyset cursor by older builds as ``{"casesTs": <window end>}``, which is read too."""
+SWEEP_CURSORS = {
+    "started effects": "sweep-started-effects",
+    "open gates": "sweep-open-gates",
+    "open cases": "sweep-open-cases",
+}
+"""Each incident sweep's cursor (``health``, kind ``cursor``): where its pass stopped."""
+__all__ = ["CURSOR_ID", "CURSOR_KIND", "HealthChecksFailed", "HealthDeps", "HealthReport", "run_health_checks"]
 DEAD_LETTER_PAGE = 100
 """Dead letters read per peek; the duty pages through all of them."""
 SUPERSTEPS_BEHIND = 2
@@ -74,6 +91,13 @@ class HealthDeps:
     open_case_grace: float
     """How long a case may stay ``open`` before its decision counts as lost (the call timeout: no run
     takes longer)."""
+    call_timeout: float = DEFAULT_CALL_TIMEOUT
+    """``CALL_TIMEOUT_SECONDS``: a ``started`` effect or an open gate older than this is stuck."""
+    page_size: int = DEFAULT_PAGE
+    """Documents per page of every walk; what one page finds is scheduled before the next is read."""
+    duty_budget: float = DEFAULT_BUDGET_SECONDS
+    """Seconds a paged duty may spend per tick; the next tick resumes from its cursor."""
+    monotonic: Callable[[], float] = time.monotonic
 
 
 @dataclass
@@ -96,7 +120,7 @@ class HealthChecksFailed(Exception):
 
 def run_health_checks(deps: HealthDeps) -> HealthReport:
     report = HealthReport()
-    bucket = f"sweep-{int(time.time() // 3600)}"
+    bucket = f"sweep-{int(deps.cases.now() // 3600)}"
     duties: list[tuple[str, Callable[[], None]]] = [
         ("started effects", lambda: _sweep_started_effects(deps, report, bucket)),
         ("open gates", lambda: _sweep_open_gates(deps, report, bucket)),
@@ -144,28 +168,60 @@ def _malformed(deps: HealthDeps, report: HealthReport) -> Callable[[Document, Ex
 # --- sweeps ---------------------------------------------------------------------------------------
 
 
+def _walk(deps: HealthDeps, duty: str, container: str, query: Query, handle: Callable[[list[Document]], None]) -> None:
+    """One tick of an incident sweep: a pass over ``query``'s matches, a page at a time, within the budget."""
+    budget = Budget(deps.duty_budget, deps.monotonic)
+    walk_pages(
+        deps.store,
+        container,
+        query,
+        cursor_id=SWEEP_CURSORS[duty],
+        handle=handle,
+        budget=budget,
+        passes=True,
+        page=deps.page_size,
+    )
+
+
 def _sweep_started_effects(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
-    now = time.time()
-    for effect in deps.ledger.overdue(on_malformed=_malformed(deps, report)):
-        schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, now, tag=bucket)
-        report.rechecks_scheduled.append(effect.key)
+    now = deps.cases.now()
+    cutoff = deps.store.now() - deps.call_timeout
+    query = Query(equals={"status": EffectStatus.STARTED.value}, ts_before=cutoff)
+
+    def handle(docs: list[Document]) -> None:
+        for effect in decode_all(docs, Effect.from_document, _malformed(deps, report)):
+            schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, now, tag=bucket)
+            report.rechecks_scheduled.append(effect.key)
+
+    _walk(deps, "started effects", EFFECTS, query, handle)
 
 
 def _sweep_open_gates(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
-    now = time.time()
-    for case in deps.ledger.stale_gates(on_malformed=_malformed(deps, report)):
-        assert case.gate is not None
-        schedule_recheck(deps.sender, case.id, case.gate.effect_key, 0, now, tag=f"gate-{bucket}")
-        report.gates_rechecked.append(case.id)
+    now = deps.cases.now()
+    cutoff = deps.store.now() - deps.call_timeout
+
+    def handle(docs: list[Document]) -> None:
+        for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
+            if case.gate is None:
+                continue
+            schedule_recheck(deps.sender, case.id, case.gate.effect_key, 0, now, tag=f"gate-{bucket}")
+            report.gates_rechecked.append(case.id)
+
+    _walk(deps, "open gates", CASES, Query(equals={"gateOpen": True}, ts_before=cutoff), handle)
 
 
 def _sweep_open_cases(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
-    for case in deps.cases.in_status_since(Status.OPEN, deps.open_case_grace, on_malformed=_malformed(deps, report)):
-        if case.gate is not None:
-            continue  # an effect passed its gate: the open-gate sweep's re-check settles it first
-        event = ev.CaseEvent(ev.CASE_INVESTIGATE, case.id, {})
-        deps.sender.send(event, message_id=derived_message_id("sweep-open", case.id, str(case.version), bucket))
-        report.investigations_scheduled.append(case.id)
+    cutoff = deps.store.now() - deps.open_case_grace
+
+    def handle(docs: list[Document]) -> None:
+        for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
+            if case.gate is not None:
+                continue  # an effect passed its gate: the open-gate sweep's re-check settles it first
+            event = ev.CaseEvent(ev.CASE_INVESTIGATE, case.id, {})
+            deps.sender.send(event, message_id=derived_message_id("sweep-open", case.id, str(case.version), bucket))
+            report.investigations_scheduled.append(case.id)
+
+    _walk(deps, "open cases", CASES, Query(equals={"status": str(Status.OPEN)}, ts_before=cutoff), handle)
 
 
 # --- alerts ---------------------------------------------------------------------------------------
@@ -190,25 +246,43 @@ def _alert_checkpoint_failures(deps: HealthDeps, report: HealthReport) -> None:
 
 
 def _alert_lagging_runs(deps: HealthDeps, report: HealthReport) -> None:
+    """Cases changed since the cursor, up to a window end that trails now by the lag, a page at a time
+    within the budget (the cursor moves page by page: a tick that runs out resumes there). Only a case whose
+    last transition a workflow run committed can lag; only those cost the checkpoint and failure queries.
+    The window ends at a whole second of the store's clock, so no later write can land behind the cursor
+    (Cosmos DB's ``_ts`` has whole seconds)."""
     lag = deps.checkpoint_lag
-    store_now = deps.store.now()
-    cursor_doc = deps.store.read("health", CURSOR_KIND, CURSOR_ID)
-    since = float(cursor_doc.body["casesTs"]) - 1.0 if cursor_doc is not None else None  # _ts: whole seconds
-    until = store_now - lag
-    docs = deps.store.query(CASES, Query(ts_after=since, ts_before=until))
-    for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
-        try:
-            behind = _lag(deps, case, lag)
-        except Exception:  # one case that cannot be examined must not stop the window from moving on
-            log.exception("lagging-run check of case %s failed; skipped", case.id, extra={"caseId": case.id})
-            continue
-        if behind is None:
-            continue
-        fields = {"caseId": case.id, "caseVersion": case.version, "status": case.status, "behind": behind}
-        message = f"case {case.id}: its run's checkpoints lag its last commit (v{case.version}): {behind}"
-        if deps.alerts.raise_alert("checkpoint_lag", message, fields, dedupe_key=f"{case.id}:v{case.version}"):
-            report.lagging_cases.append(case.id)
-    deps.store.upsert("health", CURSOR_KIND, CURSOR_ID, {"id": CURSOR_ID, "kind": CURSOR_KIND, "casesTs": until})
+    until = float(math.floor(deps.store.now() - lag))
+    body, after = read_cursor(deps.store, CURSOR_ID)
+    legacy = after is None and "casesTs" in body  # the older layout: a window end, whole seconds
+    start = (float(body["casesTs"]) - 1.0, "") if legacy else after
+
+    def handle(docs: list[Document]) -> None:
+        for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
+            try:
+                behind = _lag(deps, case, lag)
+            except Exception:  # one case that cannot be examined must not stop the window from moving on
+                log.exception("lagging-run check of case %s failed; skipped", case.id, extra={"caseId": case.id})
+                continue
+            if behind is None:
+                continue
+            fields = {"caseId": case.id, "caseVersion": case.version, "status": case.status, "behind": behind}
+            message = f"case {case.id}: its run's checkpoints lag its last commit (v{case.version}): {behind}"
+            if deps.alerts.raise_alert("checkpoint_lag", message, fields, dedupe_key=f"{case.id}:v{case.version}"):
+                report.lagging_cases.append(case.id)
+
+    walk_pages(
+        deps.store,
+        CASES,
+        Query(ts_before=until),
+        cursor_id=CURSOR_ID,
+        handle=handle,
+        budget=Budget(deps.duty_budget, deps.monotonic),
+        passes=False,
+        page=deps.page_size,
+        start=start,
+        start_given=legacy,
+    )
 
 
 def _lag(deps: HealthDeps, case: Case, lag: float) -> str | None:
@@ -225,7 +299,7 @@ def _lag(deps: HealthDeps, case: Case, lag: float) -> str | None:
         return "no checkpoint was saved"
     if newest.ts < case.ts - lag:
         return f"newest checkpoint {newest.checkpoint_id} is {case.ts - newest.ts:.0f}s older than the commit"
-    failed = [f for f in failures_since(deps.store, newest.ts - 1.0) if f.case_id == case.id]
+    failed = failures_since(deps.store, newest.ts - 1.0, case_id=case.id)
     if len(failed) >= SUPERSTEPS_BEHIND:
         return f"newest checkpoint {newest.checkpoint_id} is {len(failed)} supersteps behind (saves failed since)"
     return None

@@ -11,7 +11,7 @@ route                                          role             what
                                                                 reason, csrf)
 ``GET /api/cases/{caseId}/page``              approver or      one case: facts, money rule, effects,
                                                operator         timeline, approvals, what to do next
-``GET /api/ops``                               operator         what is stuck, from the operator commands
+``GET /api/ops``                               operator         what is stuck: the views the commands print
 ``POST /api/ops/redrive``                      operator         put dead-lettered events back
 ``POST /api/ops/resolve``                      operator         settle an escalated effect (as
                                                                 ``casekeeper effects resolve``)
@@ -28,9 +28,8 @@ nothing either. The same answer sent twice is one message (the ingress's message
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -41,12 +40,14 @@ from shared.core.keys import approval_request_id
 from shared.domain.invoice import Status
 from shared.handlers.ingress import Ingress
 from shared.handlers.rejected import rejected_events
-from shared.operator.alerts import alert_json
 from shared.operator.cases import DECISION_REASON
-from shared.operator.drain import check as drain_check
-from shared.operator.effects import SETTLED_TEXT, Refused, pending_view
+from shared.operator.effects import SETTLED_TEXT, Refused
 from shared.operator.effects import resolve as resolve_effect
-from shared.operator.runs import graph_hash_of
+from shared.views.alerts import alert_json, recent_alerts
+from shared.views.cases import cases_by_status
+from shared.views.drain import check as drain_check
+from shared.views.effects import pending_view
+from shared.views.runs import graph_hash_of
 from shared.web import csrf
 from shared.web.identity import (
     APPROVER_ROLE,
@@ -67,10 +68,13 @@ log = logging.getLogger("casekeeper.pages")
 MAX_FORM_BYTES = 16 * 1024
 LOGIN_PATH = "/.auth/login/aad"
 """App Service Authentication's Microsoft Entra ID login; it returns to ``post_login_redirect_uri``."""
-# How often each page refreshes its content. The ops page reads every case (drain check), so less often.
+# How often each page refreshes its content, counted from the end of the previous load (a refresh never
+# overlaps one still running: base.html).
 LIST_REFRESH_SECONDS = 10
 REQUEST_REFRESH_SECONDS = 3
 OPS_REFRESH_SECONDS = 20
+OPS_PENDING_SHOWN = 50
+"""Effects of each open status the ops page lists (oldest first); it counts all of them."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,10 @@ class PageDeps:
     store_option: str
     """How the operator commands shown on the ops page reach this store (``--data DIR`` or
     ``--from-settings``)."""
+    platform: Mapping[str, str] = field(default_factory=dict)
+    """The platform's settings as the host sees them now (the composition root passes the process
+    environment): whether App Service Authentication is in front, and whether this is App Service at all
+    (``WEBSITE_SITE_NAME``), in which case a page links to its sign-in."""
 
 
 def resolve_purpose(key: str) -> str:
@@ -109,16 +117,16 @@ def approval_path(case_id: str, request_id: str) -> str:
 # --- who may see what -----------------------------------------------------------------------------
 
 
-def _signed_in(headers: Headers, path: str, *, roles: tuple[str, ...], doing: str) -> Principal | Page:
+def _signed_in(deps: PageDeps, headers: Headers, path: str, *, roles: tuple[str, ...], doing: str) -> Principal | Page:
     """The principal if it holds one of ``roles``; otherwise the page that says why not."""
     try:
-        principal = principal_from_headers(headers)
+        principal = principal_from_headers(headers, deps.platform)
     except PrincipalError as exc:
         return render("message.html", 401, title="Not signed in", principal=None, message=str(exc), login=_login(path))
     if principal is None:
-        if easy_auth_on() and "text/html" in (headers.get("Accept") or ""):
+        if easy_auth_on(deps.platform) and "text/html" in (headers.get("Accept") or ""):
             return redirect(_login(path))
-        if not _on_app_service():
+        if not deps.platform.get("WEBSITE_SITE_NAME"):
             # Locally there is no sign-in page to link to (/.auth/ is App Service's): say how to get one.
             return render(
                 "message.html",
@@ -150,10 +158,6 @@ def _signed_in(headers: Headers, path: str, *, roles: tuple[str, ...], doing: st
             login=None,
         )
     return principal
-
-
-def _on_app_service() -> bool:
-    return bool(os.environ.get("WEBSITE_SITE_NAME"))
 
 
 def _login(path: str) -> str:
@@ -194,7 +198,7 @@ def _form(body: bytes) -> dict[str, str] | None:
 
 
 def approvals_list(deps: PageDeps, headers: Headers) -> Page:
-    who = _signed_in(headers, "/api/approvals", roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see the approvals")
+    who = _signed_in(deps, headers, "/api/approvals", roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see the approvals")
     if isinstance(who, Page):
         return who
     try:
@@ -275,7 +279,7 @@ def approval_page(
     deps: PageDeps, headers: Headers, case_id: str, request_id: str, params: Mapping[str, str] | None = None
 ) -> Page:
     path = approval_path(case_id, request_id)
-    who = _signed_in(headers, path, roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see the approvals")
+    who = _signed_in(deps, headers, path, roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see the approvals")
     if isinstance(who, Page):
         return who
     params = params or {}
@@ -385,7 +389,7 @@ def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, re
     """The approval form's POST: checks who and where from, then whether the request still stands, then
     enqueues the answer as the JSON API does, recorded with the signed-in identity."""
     path = approval_path(case_id, request_id)
-    who = _signed_in(headers, path, roles=(APPROVER_ROLE,), doing="answer approvals")
+    who = _signed_in(deps, headers, path, roles=(APPROVER_ROLE,), doing="answer approvals")
     if isinstance(who, Page):
         return who
     form = _form(body)
@@ -444,7 +448,7 @@ def case_page(deps: PageDeps, headers: Headers, case_id: str) -> Page:
     from shared.handlers import case_page as view
 
     path = view.case_href(case_id)
-    who = _signed_in(headers, path, roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see cases")
+    who = _signed_in(deps, headers, path, roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see cases")
     if isinstance(who, Page):
         return who
     return view.case_page(deps.ops, who, case_id, store_option=deps.store_option)
@@ -478,20 +482,12 @@ def resolve_commands(key: str, by: str, store: str) -> dict[str, str]:
     }
 
 
-def _cases_by_status(deps: PageDeps) -> list[dict[str, Any]]:
-    rows = []
-    for status in Status:
-        cases = deps.ops.cases.in_status(status)
-        rows.append({"status": str(status), "count": len(cases), "ids": [c.id for c in cases[:20]]})
-    return rows
-
-
 def ops_page(deps: PageDeps, headers: Headers, *, notice: str | None = None, status: int = 200) -> Page:
-    who = _signed_in(headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="see the operations page")
+    who = _signed_in(deps, headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="see the operations page")
     if isinstance(who, Page):
         return who
     store = deps.store_option
-    pending = _section(lambda: pending_view(deps.ops))
+    pending = _section(lambda: pending_view(deps.ops.store, deps.ops.ledger, limit=OPS_PENDING_SHOWN))
     escalations: list[dict[str, Any]] = []
     if pending["ok"]:
         for row in pending["value"]["effects"]:
@@ -504,10 +500,10 @@ def ops_page(deps: PageDeps, headers: Headers, *, notice: str | None = None, sta
                     }
                 )
     view = {
-        "cases": _section(lambda: _cases_by_status(deps)),
+        "cases": _section(lambda: cases_by_status(deps.ops.store)),
         "pending": pending,
         "escalations": escalations,
-        "alerts": _section(lambda: [alert_json(a) for a in sorted(deps.ops.alerts.recent(20), key=lambda a: -a.at)]),
+        "alerts": _section(lambda: [alert_json(a) for a in recent_alerts(deps.ops.alerts, 20)]),
         "dead": _section(
             lambda: [
                 {**d.to_json(), "csrf": _token(deps, who, redrive_purpose(d.message_id))}
@@ -516,7 +512,9 @@ def ops_page(deps: PageDeps, headers: Headers, *, notice: str | None = None, sta
         ),
         "queue": _section(deps.ops.dead_letters.counts),
         "drain": _section(
-            lambda: drain_check(deps.ops, graph_hash_of(build_workflow, deps.ops), ALLOWED_CHECKPOINT_TYPES).to_json()
+            lambda: drain_check(
+                deps.ops.store, graph_hash_of(build_workflow, deps.ops.workflow), ALLOWED_CHECKPOINT_TYPES
+            ).to_json()
         ),
         "store": store,
         "csrf": _token(deps, who, redrive_purpose("all")),
@@ -527,7 +525,7 @@ def ops_page(deps: PageDeps, headers: Headers, *, notice: str | None = None, sta
 
 def ops_redrive(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page:
     """Put dead-lettered events back (``casekeeper events redrive``): the ids in the form, or ``all``."""
-    who = _signed_in(headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="redrive dead-lettered events")
+    who = _signed_in(deps, headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="redrive dead-lettered events")
     if isinstance(who, Page):
         return who
     form = _form(body)
@@ -556,7 +554,7 @@ def ops_redrive(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page
 def ops_resolve(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page:
     """Record the outcome a person established for an escalated effect, signed by who is signed in, and
     settle its case: ``casekeeper effects resolve`` (the same function), from the ops page's form."""
-    who = _signed_in(headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="settle escalated effects")
+    who = _signed_in(deps, headers, "/api/ops", roles=(OPERATOR_ROLE,), doing="settle escalated effects")
     if isinstance(who, Page):
         return who
     form = _form(body)

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from shared.core.ids import storable_id
-from shared.core.ports import DocumentStore, Query
+from shared.core.ports import HEALTH, DocumentStore, Query
 
 KIND = "rejected_event"
 MAX_BODY_CHARS = 8000
@@ -44,12 +44,12 @@ def set_aside(
         "truncated": len(text) > MAX_BODY_CHARS,
         "deliveryCount": delivery_count,
     }
-    store.upsert("health", KIND, record_id, record)
+    store.upsert(HEALTH, KIND, record_id, record)
     log.warning("event %s set aside: %s", message_id, reason, extra={"caseId": case_id, "messageId": message_id})
 
 
 def rejected_events(store: DocumentStore, case_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     equals = {"caseId": case_id} if case_id is not None else {}
-    docs = store.query("health", Query(partition=KIND, equals=equals, order_by_ts="desc", limit=limit))
+    docs = store.query(HEALTH, Query(partition=KIND, equals=equals, order_by_ts="desc", limit=limit))
     keys = ("id", "messageId", "caseId", "reason", "fields", "body", "deliveryCount")
     return [{k: d.body.get(k) for k in keys} for d in docs]

@@ -10,9 +10,7 @@ Exit codes: 0 listed (also when there are none), 2 usage or store selection erro
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from shared.app.alerts import Alert
 from shared.app.operations import Operations
 from shared.operator.context import (
     common_arguments,
@@ -21,6 +19,9 @@ from shared.operator.context import (
     run_with_operations,
     time_text,
 )
+from shared.views.alerts import alert_json, delivery_text, recent_alerts
+
+__all__ = ["alert_json", "build_parser", "main"]
 
 PROG = "casekeeper alerts"
 DEFAULT_LIMIT = 20
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _show(ops: Operations, args: argparse.Namespace) -> int:
     # Newest first by when it was raised: a delivery mark rewrites the record and moves its store time.
-    alerts = sorted(ops.alerts.recent(args.limit), key=lambda a: a.at, reverse=True)
+    alerts = recent_alerts(ops.alerts, args.limit)
     if args.json:
         print_json({"alerts": [alert_json(a) for a in alerts]})
         return 0
@@ -57,25 +58,7 @@ def _show(ops: Operations, args: argparse.Namespace) -> int:
         return 0
     for alert in alerts:
         fields = " ".join(f"{k}={compact(v)}" for k, v in alert.fields.items())
-        print(f"{time_text(alert.at)}  {alert.alert_kind:<18} {_delivery(alert.delivered):<15} {alert.message}")
+        print(f"{time_text(alert.at)}  {alert.alert_kind:<18} {delivery_text(alert.delivered):<15} {alert.message}")
         if fields:
             print(f"{'':22}{fields}")
     return 0
-
-
-def _delivery(delivered: bool | None) -> str:
-    if delivered is None:
-        return "no webhook"
-    return "delivered" if delivered else "NOT delivered"
-
-
-def alert_json(alert: Alert) -> dict[str, Any]:
-    return {
-        "id": alert.id,
-        "kind": alert.alert_kind,
-        "at": alert.at,
-        "message": alert.message,
-        "fields": alert.fields,
-        "delivered": alert.delivered,
-        "notified": alert.notified,
-    }

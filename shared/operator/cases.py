@@ -33,7 +33,7 @@ from shared.operator.context import (
     short,
     time_text,
 )
-from shared.operator.runs import RUN_TEXT, Build, CheckpointView, graph_hash_of, inspect_checkpoint
+from shared.views.runs import RUN_TEXT, Build, CheckpointView, graph_hash_of, inspect_checkpoint
 from shared.workflow.actions import money_position
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.checkpoints import CaseCheckpointStorage
@@ -73,7 +73,7 @@ def main(
 
 
 def _show(ops: Operations, args: argparse.Namespace, build: Build, allowed_types: frozenset[str]) -> int:
-    view = case_view(ops, args.case_id, graph_hash_of(build, ops), allowed_types)
+    view = case_view(ops, args.case_id, graph_hash_of(build, ops.workflow), allowed_types)
     if view is None:
         rejected = rejected_events(ops.store, args.case_id)
         if args.json:

@@ -20,14 +20,32 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from shared.app.operations import Operations
 from shared.app.settings import Settings
 from shared.core.errors import ConfigurationError
+from shared.views.text import age_text, compact, short, time_text
 from shared.workflow.proposers import RulesProposer
+
+__all__ = [
+    "DEFAULT_DATA",
+    "STORE_FILE",
+    "StoreSelectionError",
+    "age_text",
+    "app_settings_values",
+    "common_arguments",
+    "compact",
+    "error",
+    "open_operations",
+    "operator_identity",
+    "print_json",
+    "run_with_operations",
+    "settings_for",
+    "short",
+    "time_text",
+]
 
 DEFAULT_DATA = Path(".casekeeper/dev")
 STORE_FILE = "casekeeper.sqlite"
@@ -138,35 +156,6 @@ def print_json(value: Any) -> None:
 
 def error(command: str, message: str) -> None:
     print(f"{command}: {message}", file=sys.stderr)
-
-
-def short(key: str | None) -> str:
-    """An effect key as people read it: the first 12 of its 64 hex characters."""
-    return key[:12] if key else "-"
-
-
-def age_text(seconds: float) -> str:
-    """``45s``, ``12m05s``, ``3h04m``, ``2d03h``."""
-    s = max(int(seconds), 0)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def time_text(epoch: float) -> str:
-    """Seconds since the epoch as UTC, to the second."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def compact(value: Any) -> str:
-    """A value on one line: strings as they are, everything else as compact JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(", ", ": "), default=str)
 
 
 def operator_identity(given: str) -> str:

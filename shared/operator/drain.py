@@ -13,16 +13,13 @@ Nothing is lost if such a run is deployed over anyway: the worker rebuilds it fr
 (its model calls repeat, its effects do not, R1-R2). The check says where that will happen, so a deploy
 can wait for approvals to be answered, or go ahead knowingly.
 
-**Enumeration.** Cases first, then each case's newest checkpoint, rather than one cross-partition query
-of the ``checkpoints`` container. The storage port has no projection, so that query would return every
-stored checkpoint body of every case (each up to 1.5 MB) in one list; per case, the work is a
-single-partition query bounded by the worker's pruning (at most 15 checkpoints), and "newest" is chosen exactly
-as the worker chooses it (``CaseCheckpointStorage.latest_record``). The case query reads small documents
-of every status: an interrupted run can belong to a case in any status (it may have died just after its
-commit). Checkpoints left by a case document that was deleted are not seen; no event can resume them.
+**Enumeration** (:mod:`shared.views.drain`): the cases whose runs marked them when they wrote a checkpoint
+mid-run, and the cases waiting for an approval, each read a page at a time; then each one's newest
+checkpoint. The cost follows the runs in flight, not the cases stored.
 
 Exit codes: 0 every in-flight run can be resumed, 1 some cannot, 2 usage or store selection error.
-Reads only.
+Reads only, but for one repair: a run's in-flight mark left behind by a run that no longer is in flight is
+removed (:mod:`shared.views.drain`).
 
 ``casekeeper drain schemas [--against FILE]`` needs no store: it compares this build's checkpointed state
 types with the schemas another build wrote (:mod:`shared.workflow.state_schemas`), for CI before a merge.
@@ -31,63 +28,22 @@ types with the schemas another build wrote (:mod:`shared.workflow.state_schemas`
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Any
 
 from shared.app.operations import Operations
-from shared.core.cases import CASES, Case
-from shared.core.ports import Query
 from shared.operator.context import (
     common_arguments,
     print_json,
     run_with_operations,
 )
-from shared.operator.runs import Build, CheckpointView, graph_hash_of, inspect_checkpoint
+from shared.views.drain import DrainReport, InFlightRun, check
+from shared.views.runs import Build, graph_hash_of
 from shared.workflow import state_schemas
-from shared.workflow.build import WORKFLOW_NAME, build_workflow
-from shared.workflow.checkpoints import CaseCheckpointStorage
+from shared.workflow.build import build_workflow
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
+__all__ = ["DrainReport", "InFlightRun", "build_parser", "check", "main"]
+
 PROG = "casekeeper drain"
-
-
-@dataclass(frozen=True)
-class InFlightRun:
-    case_id: str
-    case_status: str
-    case_version: int
-    checkpoint: CheckpointView
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "caseId": self.case_id,
-            "caseStatus": self.case_status,
-            "caseVersion": self.case_version,
-            "run": self.checkpoint.run,
-            **self.checkpoint.to_json(),
-        }
-
-
-@dataclass(frozen=True)
-class DrainReport:
-    graph_hash: str
-    in_flight: tuple[InFlightRun, ...]
-
-    @property
-    def stranded(self) -> tuple[InFlightRun, ...]:
-        return tuple(run for run in self.in_flight if not run.checkpoint.resumable)
-
-    def summary(self) -> str:
-        return f"{len(self.in_flight)} in-flight runs, {len(self.stranded)} cannot be resumed by this build"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "graphHash": self.graph_hash,
-            "inFlight": len(self.in_flight),
-            "cannotResume": [run.to_json() for run in self.stranded],
-            "resumable": [run.to_json() for run in self.in_flight if run.checkpoint.resumable],
-            "summary": self.summary(),
-        }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,7 +85,7 @@ def main(
 
 
 def _report(ops: Operations, args: argparse.Namespace, build: Build, allowed_types: frozenset[str]) -> int:
-    report = check(ops, graph_hash_of(build, ops), allowed_types)
+    report = check(ops.store, graph_hash_of(build, ops.workflow), allowed_types)
     if args.json:
         print_json(report.to_json())
     else:
@@ -144,19 +100,3 @@ def _report(ops: Operations, args: argparse.Namespace, build: Build, allowed_typ
             print("these runs will be rebuilt from the case document after the deploy (model calls repeat)")
         print(report.summary())
     return 1 if report.stranded else 0
-
-
-def check(ops: Operations, graph_hash: str, allowed_types: frozenset[str]) -> DrainReport:
-    """Every in-flight run, judged against the build with ``graph_hash`` and ``allowed_types``."""
-    in_flight: list[InFlightRun] = []
-    for doc in ops.store.query(CASES, Query()):
-        case = Case.from_document(doc)
-        storage = CaseCheckpointStorage(ops.store, case.id, allowed_types)
-        record = storage.latest_record(WORKFLOW_NAME)
-        if record is None:
-            continue
-        view = inspect_checkpoint(ops.store, storage, record, graph_hash)
-        if view.in_flight:
-            in_flight.append(InFlightRun(case.id, case.status, case.version, view))
-    in_flight.sort(key=lambda run: run.case_id)
-    return DrainReport(graph_hash, tuple(in_flight))

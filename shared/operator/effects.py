@@ -41,6 +41,7 @@ from shared.operator.context import (
     run_with_operations,
     short,
 )
+from shared.views.effects import pending_view
 
 PROG = "casekeeper effects"
 SOURCE = "operator"
@@ -133,41 +134,8 @@ def _check_resolve_arguments(args: argparse.Namespace) -> str | None:
 # --- pending ------------------------------------------------------------------------------------
 
 
-def pending_view(ops: Operations) -> dict[str, Any]:
-    """Every effect without an outcome, oldest first (store clock), with what happens to it next."""
-    effects = sorted(ops.ledger.with_status(*OPEN_STATUSES), key=lambda e: e.ts)
-    rows = []
-    for effect in effects:
-        age = ops.ledger.age(effect)
-        left = ops.ledger.in_flight_for(effect)
-        rows.append(
-            {
-                "key": effect.key,
-                "shortKey": short(effect.key),
-                "caseId": effect.case_id,
-                "action": effect.action,
-                "status": effect.status.value,
-                "caseVersion": effect.case_version,
-                "ageSeconds": round(age, 3),
-                "attempts": effect.attempts,
-                "reason": effect.reason,
-                "inFlightForSeconds": round(left, 3) if left is not None else None,
-                "next": _next_step(effect, left),
-            }
-        )
-    return {"effects": rows}
-
-
-def _next_step(effect: Effect, in_flight_for: float | None) -> str:
-    if effect.status is EffectStatus.NEEDS_RECONCILIATION:
-        return "a person establishes the outcome and runs 'casekeeper effects resolve'"
-    if in_flight_for is not None:
-        return f"in flight: an attempt may be mid-call (call timeout in {age_text(in_flight_for)})"
-    return "outcome unknown: reconciliation looks it up by key"
-
-
 def _pending(ops: Operations, *, as_json: bool) -> int:
-    view = pending_view(ops)
+    view = pending_view(ops.store, ops.ledger)
     if as_json:
         print_json(view)
         return 0

@@ -22,7 +22,7 @@ import math
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType, TracebackType
 from typing import Any, Final, Literal
 
@@ -40,11 +40,12 @@ from shared.core.errors import (
     StoreUnavailable,
 )
 from shared.core.ids import check_document_id
-from shared.core.ports import CONTAINERS, Document, Query, partition_of
+from shared.core.ports import CONTAINERS, HEALTH, Document, Query, partition_of
 
 __all__ = [
     "CLOCK_CONTAINER",
     "CLOCK_ID",
+    "KEYSET_COMPOSITE_INDEX",
     "NOT_FOUND",
     "STATUS_ERRORS",
     "SYSTEM_FIELDS",
@@ -209,7 +210,15 @@ def _translate(
 SYSTEM_FIELDS: Final[frozenset[str]] = frozenset({"_rid", "_self", "_etag", "_attachments", "_ts"})
 """Fields Cosmos DB adds to every document; never part of ``Document.body``."""
 
-CLOCK_CONTAINER: Final = "health"
+KEYSET_COMPOSITE_INDEX: Final[tuple[dict[str, str], ...]] = (
+    {"path": "/_ts", "order": "ascending"},
+    {"path": "/id", "order": "ascending"},
+)
+"""The composite index a paged query's ``ORDER BY c._ts ASC, c.id ASC`` needs, on every container (Cosmos DB
+and the test server refuse such an ``ORDER BY`` without it). :meth:`CosmosDocumentStore.ensure_containers`
+creates containers with it; in Azure the container's indexing policy in ``infra/`` must hold it."""
+
+CLOCK_CONTAINER: Final = HEALTH
 CLOCK_ID: Final = "clock"
 """The document :meth:`CosmosDocumentStore.now` upserts (partition ``kind="clock"``) to read the clock."""
 
@@ -264,16 +273,19 @@ def _to_document(container: str, partition: str | None, raw: Mapping[str, Any]) 
     )
 
 
-def build_query(container: str, query: Query) -> tuple[str, list[dict[str, object]]]:
-    """The parameterised Cosmos SQL for ``query`` and its parameters.
+def build_query(container: str, query: Query, *, count: bool = False) -> tuple[str, list[dict[str, object]]]:
+    """The parameterised Cosmos SQL for ``query`` and its parameters (``count``: ``SELECT VALUE COUNT(1)``,
+    without ordering or limit).
 
     Only the SQL that ``@vercel/cosmosdb-server`` (our test server) also runs is used: ``TOP n`` for the
-    limit (it has no ``OFFSET ... LIMIT``), a single ``ORDER BY c._ts``. A partition query also filters on
-    the partition field: Cosmos does so implicitly, the test server does not.
+    limit (it has no ``OFFSET ... LIMIT``), ``ORDER BY c._ts`` or, for a paged query, ``ORDER BY c._ts,
+    c.id`` (a composite index ``(/_ts ASC, /id ASC)``: :data:`KEYSET_COMPOSITE_INDEX`, which both Cosmos DB
+    and the test server require), and ``COUNT`` without ``GROUP BY`` (the test server has none). A
+    partition query also filters on the partition field: Cosmos does so implicitly, the test server does not.
 
     Raises ``ValueError`` for an unknown container, a field name that is not an identifier or is a system
-    field, a non-scalar value, a non-finite ``ts`` bound, a negative or non-integer limit, or an unknown
-    ordering.
+    field, a non-scalar value, a non-finite ``ts`` bound, a negative or non-integer limit, an unknown
+    ordering, or ``after`` without ``paged``.
     """
     if container not in CONTAINERS:
         raise ValueError(f"unknown container {container!r}; known: {sorted(CONTAINERS)}")
@@ -299,10 +311,21 @@ def build_query(container: str, query: Query) -> tuple[str, list[dict[str, objec
     ):
         if bound is None:
             continue
-        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound):
-            raise ValueError(f"ts bound must be a finite number, got {bound!r}")
+        _check_ts(bound)
         conditions.append(f"c._ts {operator} {parameter}")
         parameters.append({"name": parameter, "value": bound})
+    if query.after is not None:
+        if not query.paged:
+            raise ValueError("Query.after continues a paged query: set paged=True")
+        after_ts, after_id = query.after
+        _check_ts(after_ts)
+        if not isinstance(after_id, str):
+            raise ValueError(f"the id of Query.after must be a string, got {after_id!r}")
+        conditions.append("(c._ts > @afterTs OR (c._ts = @afterTs AND c.id > @afterId))")
+        parameters.extend([{"name": "@afterTs", "value": after_ts}, {"name": "@afterId", "value": after_id}])
+    where = " WHERE " + " AND ".join(conditions) if conditions else ""
+    if count:
+        return f"SELECT VALUE COUNT(1) FROM c{where}", parameters
     top = ""
     if query.limit is not None:
         if isinstance(query.limit, bool) or not isinstance(query.limit, int) or query.limit < 0:
@@ -310,14 +333,19 @@ def build_query(container: str, query: Query) -> tuple[str, list[dict[str, objec
         # An int literal, checked above, so interpolating it is safe.
         top = f"TOP {query.limit} "
     # Only checked identifiers and an int literal are interpolated; every value is a parameter.
-    sql = f"SELECT {top}* FROM c"
-    if conditions:
-        sql += " WHERE " + " AND ".join(conditions)
-    if query.order_by_ts is not None:
+    sql = f"SELECT {top}* FROM c{where}"
+    if query.paged:
+        sql += " ORDER BY c._ts ASC, c.id ASC"
+    elif query.order_by_ts is not None:
         if query.order_by_ts not in ("asc", "desc"):
             raise ValueError(f"order_by_ts must be 'asc', 'desc' or None, got {query.order_by_ts!r}")
         sql += f" ORDER BY c._ts {query.order_by_ts.upper()}"
     return sql, parameters
+
+
+def _check_ts(bound: object) -> None:
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound):
+        raise ValueError(f"ts bound must be a finite number, got {bound!r}")
 
 
 def build_conditional_patch(
@@ -464,11 +492,18 @@ class CosmosDocumentStore:
             for name, path in wanted.items():
                 # Time to live on without a default, as infra/app/cosmos.bicep has it: only a document carrying
                 # its own "ttl" (shared/app/retention.py) expires. Not on lease containers.
-                ttl_option: dict[str, Any] = {"default_ttl": -1} if name in CONTAINERS else {}
+                options: dict[str, Any] = {}
+                if name in CONTAINERS:
+                    options["default_ttl"] = -1
+                    options["indexing_policy"] = {
+                        "indexingMode": "consistent",
+                        "includedPaths": [{"path": "/*"}],
+                        "compositeIndexes": [list(KEYSET_COMPOSITE_INDEX)],
+                    }
                 proxy = database.create_container_if_not_exists(
                     id=self._names.get(name, name),  # a lease container keeps its own name
                     partition_key=PartitionKey(path=path),
-                    **ttl_option,
+                    **options,
                 )
                 paths = (proxy.read().get("partitionKey") or {}).get("paths")
                 if paths != [path]:
@@ -585,6 +620,19 @@ class CosmosDocumentStore:
             # list() drains every page inside the translation block: paging requests can fail too.
             items = list(self._container(container).query_items(query=sql, parameters=parameters, **options))
         return [_to_document(container, query.partition, item) for item in items]
+
+    def count(self, container: str, query: Query) -> int:
+        """How many documents match ``query``: one ``SELECT VALUE COUNT(1)`` (across partitions when
+        ``partition`` is ``None``; the SDK sums the partitions' counts). Ordering, limit and paging are ignored."""
+        sql, parameters = build_query(container, replace(query, limit=None, paged=False, after=None), count=True)
+        options: dict[str, Any] = {"partition_key": query.partition}
+        if query.partition is None:
+            options = {"enable_cross_partition_query": True}
+        with _translate(container, None):
+            values: list[Any] = list(
+                self._container(container).query_items(query=sql, parameters=parameters, **options)
+            )
+        return sum(int(value) for value in values)
 
     def now(self) -> float:
         """The server's clock in seconds since the epoch (whole seconds), the same clock as ``Document.ts``.

@@ -70,6 +70,15 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS seq_floors (container TEXT PRIMARY KEY, seq INTEGER NOT NULL)",
 )
 
+_QUERY_INDEXES = tuple(
+    # The fields the sweeps, the pages and the drain check ask about by equality, with the keyset order
+    # after them: a count or a page then reads the index entries that match, never every document of the
+    # container. The expressions are the text the queries use (``_where_fields``), or SQLite would not use them.
+    f"CREATE INDEX IF NOT EXISTS documents_by_{name} ON documents (container, json_extract(body, '$.{name}'), ts, id)"
+    for name in ("status", "gateOpen", "kind", "caseId")
+)
+"""Created on every open (``IF NOT EXISTS``): a file of layout 1 written before them gains them."""
+
 _RETIRED_COUNTER = (
     # Layout 0's counter, kept so that a build of that layout refuses to write to this file (with this
     # message) instead of counting from an old value and reusing seqs and ETags.
@@ -123,6 +132,7 @@ class SqliteDocumentStore:
             if not present:
                 with self._db.write() as conn:
                     conn.execute(_EXPIRY_INDEX)
+            self._ensure_query_indexes()
             return
         with self._db.write() as conn:  # several processes may open a new file at once: one migrates
             (version,) = conn.execute("PRAGMA user_version").fetchone()
@@ -152,6 +162,18 @@ class SqliteDocumentStore:
             for statement in _RETIRED_COUNTER:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._ensure_query_indexes()
+
+    def _ensure_query_indexes(self) -> None:
+        existing = {
+            row[0] for row in self._db.get().execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
+        }
+        missing = [sql for sql in _QUERY_INDEXES if sql.split()[5] not in existing]
+        if not missing:
+            return  # the usual open: no write lock taken
+        with self._db.write() as conn:
+            for statement in missing:
+                conn.execute(statement)
 
     def _next_seq(self, conn: sqlite3.Connection, container: str) -> int:
         """The container's next ``seq``, inside the caller's write transaction (two index lookups, no write)."""
@@ -283,19 +305,13 @@ class SqliteDocumentStore:
     def query(self, container: str, query: Query) -> list[Document]:
         sql = [f"SELECT container, partition, id, body, etag, ts FROM documents WHERE container = ? AND {_LIVE}"]
         args: list[Any] = [container]
-        if query.partition is not None:
-            sql.append("AND partition = ?")
-            args.append(query.partition)
-        conditions, condition_args = _where_fields(query.equals)
-        sql.append(conditions)
-        args.extend(condition_args)
-        if query.ts_before is not None:
-            sql.append("AND ts < ?")
-            args.append(query.ts_before)
-        if query.ts_after is not None:
-            sql.append("AND ts > ?")
-            args.append(query.ts_after)
-        if query.order_by_ts is not None:
+        self._conditions(query, sql, args)
+        if query.paged:
+            if query.after is not None:
+                sql.append("AND (ts > ? OR (ts = ? AND id > ?))")
+                args.extend((query.after[0], query.after[0], query.after[1]))
+            sql.append("ORDER BY ts ASC, id ASC")
+        elif query.order_by_ts is not None:
             direction = "ASC" if query.order_by_ts == "asc" else "DESC"
             sql.append(f"ORDER BY ts {direction}, seq {direction}")
         if query.limit is not None:
@@ -304,6 +320,34 @@ class SqliteDocumentStore:
         with translate_sqlite_errors():
             rows = self._db.get().execute(" ".join(sql), args).fetchall()
         return [_document(r) for r in rows]
+
+    def count(self, container: str, query: Query) -> int:
+        sql = [f"SELECT count(*) FROM documents WHERE container = ? AND {_LIVE}"]
+        args: list[Any] = [container]
+        self._conditions(query, sql, args)
+        with translate_sqlite_errors():
+            (found,) = self._db.get().execute(" ".join(sql), args).fetchone()
+        return int(found)
+
+    @staticmethod
+    def _conditions(query: Query, sql: list[str], args: list[Any]) -> None:
+        """The ``WHERE`` conditions of ``query`` (after ``container = ?``), appended to ``sql`` and ``args``."""
+        if query.after is not None and not query.paged:
+            raise ValueError("Query.after continues a paged query: set paged=True")
+        if query.partition is not None:
+            sql.append("AND partition = ?")
+            args.append(query.partition)
+        # Within one partition the primary key finds the documents; the fields' expression indexes must not
+        # be chosen instead (a query for one case's checkpoints would scan every case's).
+        conditions, condition_args = _where_fields(query.equals, indexed=query.partition is None)
+        sql.append(conditions)
+        args.extend(condition_args)
+        if query.ts_before is not None:
+            sql.append("AND ts < ?")
+            args.append(query.ts_before)
+        if query.ts_after is not None:
+            sql.append("AND ts > ?")
+            args.append(query.ts_after)
 
     def now(self) -> float:
         with translate_sqlite_errors():
@@ -385,8 +429,10 @@ def _checked(container: str, partition: str, doc_id: str, body: Mapping[str, Any
     return json.dumps({**body, "id": doc_id}, separators=(",", ":"), allow_nan=False)
 
 
-def _where_fields(equals: Mapping[str, Scalar]) -> tuple[str, list[Any]]:
-    """``AND``-ed SQL conditions for equality on top-level body fields (``id`` is the row's column)."""
+def _where_fields(equals: Mapping[str, Scalar], *, indexed: bool = True) -> tuple[str, list[Any]]:
+    """``AND``-ed SQL conditions for equality on top-level body fields (``id`` is the row's column).
+    ``indexed=False`` writes them so that no expression index can serve them (a unary ``+``)."""
+    plus = "" if indexed else "+"
     sql: list[str] = []
     args: list[Any] = []
     for name, value in equals.items():
@@ -395,9 +441,9 @@ def _where_fields(equals: Mapping[str, Scalar]) -> tuple[str, list[Any]]:
             sql.append("AND id = ?")
             args.append(value)
         elif value is None:
-            sql.append(f"AND json_extract(body, '$.{name}') IS NULL")
+            sql.append(f"AND {plus}json_extract(body, '$.{name}') IS NULL")
         else:
-            sql.append(f"AND json_extract(body, '$.{name}') = ?")
+            sql.append(f"AND {plus}json_extract(body, '$.{name}') = ?")
             args.append(int(value) if isinstance(value, bool) else value)
     return " ".join(sql), args
 

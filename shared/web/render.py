@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import jinja2
 
-from shared.operator.context import age_text, short, time_text
+from shared.views.text import age_text, short, time_text
 
 
 @dataclass(frozen=True)

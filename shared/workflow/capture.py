@@ -47,14 +47,13 @@ from typing import Any, Final
 from opentelemetry import metrics
 
 from shared.core.errors import ConcurrencyConflict
-from shared.core.ports import Document, DocumentStore, Query
+from shared.core.ports import HEALTH, Document, DocumentStore, Query
 
 RUNNER_LOGGER: Final = "agent_framework._workflows._runner"
 """The logger Agent Framework's runner reports failed checkpoint saves on."""
 MESSAGE_PREFIX: Final = "Failed to create checkpoint at iteration"
 """How the runner's message template starts (``record.msg``, before formatting)."""
 
-HEALTH: Final = "health"
 KIND_CHECKPOINT_FAILURE: Final = "checkpoint_failure"
 METRIC_NAME: Final = "casekeeper.checkpoint.failures"
 
@@ -332,10 +331,13 @@ def _check_installed() -> None:
 # --- reading and acknowledging --------------------------------------------------------------------
 
 
-def failures_since(store: DocumentStore, ts: float | None, *, alerted: bool | None = None) -> list[CheckpointFailure]:
+def failures_since(
+    store: DocumentStore, ts: float | None, *, alerted: bool | None = None, case_id: str | None = None
+) -> list[CheckpointFailure]:
     """Recorded checkpoint failures written after store time ``ts`` (all when ``None``), oldest first.
 
-    ``alerted`` filters on the flag (``False``: not yet alerted). Cosmos DB's ``_ts`` has one-second
+    ``alerted`` filters on the flag (``False``: not yet alerted); ``case_id`` on the case (indexed).
+    Cosmos DB's ``_ts`` has one-second
     resolution and the bound is strict, so a record written in the same second as the previous
     watermark is not returned: a timer should select on ``alerted=False`` (with ``ts`` only as a
     look-back limit) rather than trust the watermark alone.
@@ -343,6 +345,8 @@ def failures_since(store: DocumentStore, ts: float | None, *, alerted: bool | No
     equals: dict[str, str | bool] = {"kind": KIND_CHECKPOINT_FAILURE}
     if alerted is not None:
         equals["alerted"] = alerted
+    if case_id is not None:
+        equals["caseId"] = case_id
     docs = store.query(HEALTH, Query(partition=KIND_CHECKPOINT_FAILURE, equals=equals, ts_after=ts, order_by_ts="asc"))
     # The store orders by ts only; make ties (same second on Cosmos) deterministic.
     return [CheckpointFailure.from_document(d) for d in sorted(docs, key=lambda d: (d.ts, d.body.get("at", ""), d.id))]

@@ -27,10 +27,13 @@ check that a checkpoint loads back under the allow-list runs on every checkpoint
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from agent_framework import WorkflowCheckpoint
 
+from shared.core.ports import DocumentStore
+from shared.workflow import run_marker
 from shared.workflow.capture import report_failed_save
 from shared.workflow.checkpoints import CaseCheckpointStorage
 
@@ -47,9 +50,20 @@ class RunCheckpoints:
     a write). Pass a fresh instance per run and call :meth:`finish` when the run returns.
     """
 
-    def __init__(self, storage: CaseCheckpointStorage, *, model_calls: bool) -> None:
+    def __init__(
+        self,
+        storage: CaseCheckpointStorage,
+        *,
+        model_calls: bool,
+        store: DocumentStore | None = None,
+        resumed: bool = False,
+    ) -> None:
+        """``store`` (the storage's): keep the case's in-flight mark (:mod:`shared.workflow.run_marker`);
+        ``resumed``: this run resumes a checkpoint, so its case may be marked."""
         self._storage = storage
         self._model_calls = model_calls
+        self._store = store
+        self._may_be_marked = resumed
         self._held: WorkflowCheckpoint | None = None
         self._last_written: str | None = None
         self.written = 0
@@ -71,6 +85,9 @@ class RunCheckpoints:
             self._held = checkpoint
             return checkpoint.checkpoint_id
         self._held = None
+        if self._store is not None:  # marked before it is written: no checkpoint in flight is unmarked
+            await asyncio.to_thread(run_marker.mark, self._store, self._storage.case_id, checkpoint.checkpoint_id)
+            self._may_be_marked = True
         checkpoint_id = await self._storage.save(checkpoint)
         self._last_written = checkpoint_id
         self.written += 1
@@ -114,3 +131,5 @@ class RunCheckpoints:
             report_failed_save(held.iteration_count, exc, self._last_written or held.previous_checkpoint_id)
             return
         self.written += 1
+        if self._store is not None and self._may_be_marked:  # the run ended with a finished checkpoint
+            await asyncio.to_thread(run_marker.unmark, self._store, self._storage.case_id)

@@ -209,7 +209,12 @@ class WorkflowRunner:
         Safe because every commit is conditional on the version the run decided on: were it stale, the
         commit would lose and the case be decided again. ``new_case``: the event created it (no effects)."""
         case_id = storage.case_id
-        saves = RunCheckpoints(storage, model_calls=getattr(self._deps.proposer, "calls_model", True))
+        saves = RunCheckpoints(
+            storage,
+            model_calls=getattr(self._deps.proposer, "calls_model", True),
+            store=self._store,
+            resumed=checkpoint_id is not None,
+        )
         deps = replace(self._deps, known_case=known, new_case=new_case) if known is not None else self._deps
         workflow = self._build(deps)
         attributes = {

@@ -185,6 +185,11 @@ class CheckpointFaults:
             raise StoreUnavailable("injected: the store is unreachable (outage)")
         return self.inner.query(container, query)
 
+    def count(self, container: str, query: Query) -> int:
+        if self.down:
+            raise StoreUnavailable("injected: the store is unreachable (outage)")
+        return self.inner.count(container, query)
+
     def now(self) -> float:
         return self.inner.now()
 

@@ -99,7 +99,7 @@ def assert_committed_once(app: Harness, supplier: SupplierStub, case_id: str) ->
 
 
 def alerts(store: SqliteDocumentStore) -> list[str]:
-    return [d.body["alertKind"] for d in store.query("health", Query(partition="alert"))]
+    return [d.body["alertKind"] for d in store.query("health", Query(equals={"record": "alert"}))]
 
 
 @pytest.mark.parametrize("name", list(CHANGES))

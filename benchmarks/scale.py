@@ -1,0 +1,309 @@
+"""What the operations page, the drain check and one timer tick cost over a store of 1k and 100k cases.
+
+The store is seeded directly (no events, no worker per case): a few template cases are made by the real
+case worker against a real supplier stub (a credit requested and finished, a run paused for an approval),
+and then every seeded case is a copy of one of them under its own id, with its effects and its checkpoint.
+A small fraction is stuck: paused for an approval (with its checkpoint and the run's in-flight mark), an
+effect ``started`` and never settled, a version gate open. The rest finished long ago.
+
+Then, through :class:`~benchmarks.guarded_effect.CountingStore`, each of these is run once and measured
+(wall time, store round trips, documents the queries returned):
+
+- **ops page counts**: the counts by status and the first ids of each (``shared.views.cases``);
+- **pending effects**: the ops page's list (the oldest 50 of each open status, and their counts);
+- **drain check**: every in-flight run judged against this build (``shared.views.drain``);
+- **timer tick**: every duty of one tick (``shared.handlers.health``), the call timeout set to zero so
+  that every seeded ``started`` effect and open gate is overdue.
+
+SQLite gets 1k and 100k cases (inserted in one transaction per container). The Cosmos DB test server
+keeps everything in one Node process's memory and takes about 5 ms a write, so it gets 1k and 10k (say
+``--cosmos-sizes``); the script says so in its output.
+
+Run: ``python -m benchmarks.scale [--sizes 1000 100000] [--cosmos-sizes 1000 10000] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sqlite3
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.guarded_effect import CountingStore
+from shared.app import bootstrap
+from shared.app.alerts import Alerter
+from shared.app.settings import Settings
+from shared.core.cases import CaseRepository
+from shared.core.clock import ManualClock
+from shared.core.ledger import Ledger
+from shared.core.ports import CONTAINERS, Document, DocumentStore, Query, partition_of
+from shared.domain import events as ev
+from shared.domain.invoice import Rules
+from shared.handlers.health import run_health_checks
+from shared.localhost.supplier_stub import SupplierStub
+from shared.stores.sqlite import SqliteDocumentStore
+from shared.supplier.portal import SupplierPortal
+from shared.views.cases import cases_by_status
+from shared.views.drain import check
+from shared.views.effects import pending_view
+from shared.views.runs import graph_hash_of
+from shared.workflow.build import build_workflow
+from shared.workflow.capture import uninstall
+from shared.workflow.deps import WorkflowDeps
+from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
+from shared.workflow.proposers import RulesProposer
+from shared.workflow.runner import WorkflowRunner
+from shared.workflow.worker import CaseWorker
+
+STUCK_FRACTION = 0.01
+"""Of the seeded cases: 40 % of these paused for an approval, 40 % with a started effect, 20 % a gate open."""
+PAGE_SHOWN = 50
+INVOICE = {"invoiceId": "INV-1", "supplierId": "SUP-9", "poNumber": "PO-1", "currency": "EUR", "poAmount": "1000.00"}
+
+
+@dataclass
+class Measure:
+    what: str
+    seconds: float
+    round_trips: int
+    documents_read: int
+    by_method: dict[str, int]
+
+
+@dataclass
+class SizeResult:
+    backend: str
+    cases: int
+    stuck: int
+    seed_seconds: float
+    measures: list[Measure] = field(default_factory=list)
+
+
+# --- templates: real cases, made by the real worker -------------------------------------------------
+
+
+def templates(store: DocumentStore, supplier_url: str) -> dict[str, list[Document]]:
+    """``finished`` (credit requested, its run finished) and ``paused`` (awaiting an approval): each case's
+    documents in every container."""
+    cases = CaseRepository(store, ManualClock())
+    deps = WorkflowDeps(
+        cases=cases,
+        ledger=Ledger(store, cases),
+        supplier=SupplierPortal(supplier_url, timeout=10.0),
+        proposer=RulesProposer(),
+        rules=Rules(),
+    )
+    worker = CaseWorker(WorkflowRunner(deps, store, alerts=Alerter(store, ManualClock())))
+    made = {"finished": ("T-FIN", "1100.00"), "paused": ("T-PAUSE", "2500.00")}
+    found: dict[str, list[Document]] = {}
+    for name, (case_id, amount) in made.items():
+        asyncio.run(worker.handle(ev.CaseEvent(ev.INVOICE_RECEIVED, case_id, {**INVOICE, "invoiceAmount": amount})))
+        docs: list[Document] = []
+        for container in ("cases", "effects", "checkpoints"):
+            docs.extend(store.query(container, Query(partition=case_id)))
+        found[name] = docs
+    uninstall()
+    return found
+
+
+def copies(
+    template: list[Document], case_id: str, *, effect_status: str | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The template's documents for ``case_id``: (container, body)."""
+    out = []
+    for doc in template:
+        body = json.loads(json.dumps(doc.body).replace(f'"{doc.partition}"', f'"{case_id}"'))
+        if doc.container == "effects":
+            body["id"] = f"{case_id}-{doc.id[:16]}"
+            if effect_status is not None:
+                body["status"] = effect_status
+        out.append((doc.container, body))
+    return out
+
+
+def seed_plan(
+    n: int, tpl: dict[str, list[Document]], stuck: int | None = None
+) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+    """Every document of ``n`` cases (``stuck`` of them stuck; default ``STUCK_FRACTION``), and how many are
+    stuck."""
+    stuck = max(int(n * STUCK_FRACTION), 5) if stuck is None else stuck
+    paused, started = int(stuck * 0.4), int(stuck * 0.4)
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for i in range(n):
+        case_id = f"S{i:07d}"
+        if i < paused:
+            docs.extend(copies(tpl["paused"], case_id))  # its checkpoint and its run's in-flight mark too
+        elif i < paused + started:
+            docs.extend(copies(tpl["finished"], case_id, effect_status="started"))
+        elif i < stuck:
+            for container, body in copies(tpl["finished"], case_id):
+                if container == "cases":
+                    body.update(status="open", gateOpen=True, gate={"effectKey": f"{case_id}-gate", "version": 1})
+                docs.append((container, body))
+        else:
+            docs.extend(copies(tpl["finished"], case_id))
+    return docs, stuck
+
+
+def seed_sqlite(store: SqliteDocumentStore, docs: list[tuple[str, dict[str, Any]]]) -> None:
+    """One transaction: the rows as ``create`` would write them (the store's own ``seq`` and clock)."""
+    conn = sqlite3.connect(store.path)
+    try:
+        with conn:
+            seqs = {
+                c: conn.execute("SELECT coalesce(max(seq), 0) FROM documents WHERE container = ?", (c,)).fetchone()[0]
+                for c in CONTAINERS
+            }
+            now = time.time()
+            rows = []
+            for container, body in docs:
+                seqs[container] += 1
+                seq = seqs[container]
+                rows.append(
+                    (container, partition_of(container, body), body["id"], json.dumps(body), str(seq), now, seq)
+                )
+            conn.executemany(
+                "INSERT INTO documents (container, partition, id, body, etag, ts, seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+    finally:
+        conn.close()
+
+
+def seed_cosmos(store: DocumentStore, docs: list[tuple[str, dict[str, Any]]]) -> None:
+    def put(item: tuple[str, dict[str, Any]]) -> None:
+        container, body = item
+        store.create(container, partition_of(container, body), body["id"], body)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(put, docs))
+
+
+# --- measuring ----------------------------------------------------------------------------------------
+
+
+def measure(what: str, counting: CountingStore, work: Callable[[], object]) -> Measure:
+    counting.take_tally()
+    before = sum(counting.documents_read.values())
+    started = time.perf_counter()
+    work()
+    seconds = time.perf_counter() - started
+    tally = counting.take_tally()
+    by_method = {m: n for m, n in tally.by_method().items() if n}
+    return Measure(what, seconds, tally.total(), sum(counting.documents_read.values()) - before, by_method)
+
+
+@contextlib.contextmanager
+def backend(name: str, tmp: Path) -> Iterator[DocumentStore]:
+    if name == "sqlite":
+        store = SqliteDocumentStore(tmp / "scale.sqlite")
+        try:
+            yield store
+        finally:
+            store.close()
+        return
+    from shared.localhost.cosmos_server import make_cosmos_store, start_cosmos_server
+
+    warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+    with start_cosmos_server() as server:
+        cosmos = make_cosmos_store(server, f"scale{int(time.time())}")
+        try:
+            yield cosmos
+        finally:
+            cosmos.close()
+
+
+def run_size(name: str, n: int, supplier_url: str, *, stuck: int | None = None) -> SizeResult:
+    """Seed a fresh store of backend ``name`` with ``n`` cases and measure each view and a tick once."""
+    with tempfile.TemporaryDirectory(prefix="casekeeper-scale-") as tmp_dir, backend(name, Path(tmp_dir)) as store:
+        tmp = Path(tmp_dir)
+        tpl = templates(store, supplier_url)
+        docs, stuck = seed_plan(n, tpl, stuck)
+        started = time.perf_counter()
+        if isinstance(store, SqliteDocumentStore):
+            seed_sqlite(store, docs)
+        else:
+            seed_cosmos(store, docs)
+        result = SizeResult(name, n, stuck, time.perf_counter() - started)
+        counting = CountingStore(store)
+        settings = Settings.from_mapping(
+            {
+                "CASEKEEPER_STORE": "sqlite",
+                "CASEKEEPER_SQLITE_PATH": str(tmp / "unused.sqlite"),
+                "CASEKEEPER_QUEUE": "local",
+                "CASEKEEPER_LOCAL_QUEUE_PATH": str(tmp / "queue.sqlite"),
+                "SUPPLIER_PORTAL_URL": supplier_url,
+                "WEBHOOK_SECRET": "bench",
+            },
+            receives_events=False,
+        )
+        svc = bootstrap.build(settings, store=counting, proposer=RulesProposer())  # type: ignore[arg-type]
+        try:
+            graph = graph_hash_of(build_workflow, svc.ops.workflow)
+            health = replace(svc.health, call_timeout=0.0)
+            result.measures = [
+                measure("ops page counts", counting, lambda: cases_by_status(counting)),
+                measure("pending effects", counting, lambda: pending_view(counting, svc.ops.ledger, limit=PAGE_SHOWN)),
+                measure("drain check", counting, lambda: check(counting, graph, ALLOWED_CHECKPOINT_TYPES)),
+                measure("timer tick", counting, lambda: run_health_checks(health)),
+            ]
+        finally:
+            uninstall()
+            svc.close()
+        return result
+
+
+def render(results: list[SizeResult]) -> list[str]:
+    head = f"{'backend':<8} {'cases':>7} {'stuck':>5}  {'what':<16} {'ms':>8} {'round trips':>11} {'docs read':>9}"
+    lines = [f"{head}  by method"]
+    for r in results:
+        for m in r.measures:
+            methods = ", ".join(f"{k} {v}" for k, v in sorted(m.by_method.items()))
+            where = f"{r.backend:<8} {r.cases:>7} {r.stuck:>5}  {m.what:<16}"
+            cost = f"{m.seconds * 1000:>8.1f} {m.round_trips:>11} {m.documents_read:>9}"
+            lines.append(f"{where} {cost}  {methods}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000], help="SQLite store sizes")
+    parser.add_argument("--cosmos-sizes", type=int, nargs="*", default=[1000, 10_000], help="Cosmos test server sizes")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    results: list[SizeResult] = []
+    supplier = SupplierStub(port=0)
+    supplier.start()
+    try:
+        for n in args.sizes:
+            results.append(run_size("sqlite", n, supplier.url))
+        for n in args.cosmos_sizes:
+            results.append(run_size("cosmos", n, supplier.url))
+    finally:
+        supplier.stop()
+    print("\n".join(render(results)))
+    for r in results:
+        print(f"seeded {r.cases} cases on {r.backend} in {r.seed_seconds:.1f}s")
+    if args.cosmos_sizes and max(args.cosmos_sizes) < max(args.sizes):
+        print(
+            f"the Cosmos DB test server was seeded with at most {max(args.cosmos_sizes)} cases, not "
+            f"{max(args.sizes)}: it holds everything in one Node process and takes milliseconds a write"
+        )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps([r.__dict__ | {"measures": [m.__dict__ for m in r.measures]} for r in results], indent=2)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
