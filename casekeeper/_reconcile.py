@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from shared.core.ledger import Effect, EffectStatus
+from shared.core.ledger import Effect
 from shared.core.reconcile import ActionPolicy, RecheckResult, Reconciler
 
 if TYPE_CHECKING:
@@ -39,24 +39,8 @@ def sweep(guard: Guard, *, loop: asyncio.AbstractEventLoop | None) -> list[Reche
 
 
 def recheck(guard: Guard, rec: Reconciler, record_id: str, key: str) -> RecheckResult:
-    """The core re-check, except that a ``done`` row without a commit intent is escalated, not skipped."""
-    effect = guard.ledger.get(record_id, key)
-    if (
-        effect is not None
-        and effect.status is EffectStatus.DONE
-        and not isinstance(effect.request.get("commit"), Mapping)
-    ):
-        reason = "done, but its ledger row names no commit intent"
-        escalate(guard, effect, reason)
-        return RecheckResult("no_intent", key, record_id, reason)
+    """The core re-check (a ``done`` row without a commit intent is escalated there: ``no_intent``)."""
     return rec.recheck(record_id, key)
-
-
-def escalate(guard: Guard, effect: Effect, reason: str) -> None:
-    """Tell the guard's escalation hook that a person must settle ``effect``."""
-    if guard._on_escalate is not None:
-        fields = {"recordId": effect.case_id, "effectKey": effect.key, "action": effect.action, "reason": reason}
-        guard._on_escalate(f"effect {effect.key[:12]} of record {effect.case_id} needs a person: {reason}", fields)
 
 
 def reconciler(guard: Guard, loop: asyncio.AbstractEventLoop | None) -> Reconciler:

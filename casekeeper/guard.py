@@ -30,7 +30,6 @@ from casekeeper import _reconcile, approvals
 from casekeeper._numbers import inexact_numbers
 from casekeeper.approvals import ApprovalRequest
 from casekeeper.clock import SystemClock
-from casekeeper.errors import MissingCommitIntent
 from shared.core.cases import Case, CaseRepository
 from shared.core.clock import Clock
 from shared.core.commits import CommitFinisher
@@ -401,8 +400,6 @@ class Guard:
         )
 
     def _finish(self, effect: Effect, *, expected: Record | None = None, suffix: str = "") -> tuple[str, Record | None]:
-        if not isinstance(effect.request.get("commit"), Mapping):
-            raise MissingCommitIntent(key=effect.key, case_id=effect.case_id, action=effect.action)
         declared = self._effects.get(effect.action)
         data = declared.data_for(effect) if declared is not None else {}
         finished = self._finisher.finish(effect, data=data, expected=expected, reason_suffix=suffix)

@@ -20,6 +20,7 @@ from shared.core.ledger import Call, Effect, EffectStatus
 from shared.core.reconcile import ActionPolicy
 from shared.domain.credit import CreditRequest, Position, position
 from shared.domain.invoice import Action, InvoiceFacts
+from shared.workflow.messages import PENDING_APPROVAL
 
 REQUEST_CREDIT_NOTE = Action.REQUEST_CREDIT_NOTE.value
 
@@ -78,8 +79,10 @@ class CreditNoteCall:
 
 
 def credit_request_data(effect: Effect) -> dict[str, Any]:
-    """The case ``data`` written with the ``credit_requested`` commit, by the worker or the reconciler."""
-    return {
+    """The case ``data`` written with the ``credit_requested`` commit, by whoever finishes it (the worker,
+    the reconciler, the timer, a person's resolution): the request made and, when the decision answered an
+    approval (its intent says ``clearPendingApproval``), the withdrawn pending request."""
+    data: dict[str, Any] = {
         "creditRequest": {
             "effectKey": effect.key,
             "creditNoteId": (effect.result or {}).get("creditNoteId"),
@@ -87,6 +90,10 @@ def credit_request_data(effect: Effect) -> dict[str, Any]:
             "currency": effect.request.get("currency"),
         }
     }
+    intent = effect.request.get("commit")
+    if isinstance(intent, Mapping) and intent.get("clearPendingApproval"):
+        data[PENDING_APPROVAL] = None
+    return data
 
 
 def credit_requests(effects: Iterable[Effect]) -> tuple[CreditRequest, ...]:
