@@ -51,7 +51,7 @@ def reconciler(guard: Guard, loop: asyncio.AbstractEventLoop | None) -> Reconcil
         assert lookup is not None
 
         def retry(effect: Effect) -> Callable[[str], Mapping[str, Any]]:
-            args = dict(effect.request.get("args") or {})
+            args = declared.args_of(effect.request)
             return lambda key: resolved(declared.call(key, args), loop)
 
         return ActionPolicy(
@@ -67,7 +67,14 @@ def reconciler(guard: Guard, loop: asyncio.AbstractEventLoop | None) -> Reconcil
 
     policies = {a: policy(d) for a, d in guard._effects.items() if d.lookup is not None}
     return Reconciler(
-        guard.ledger, guard.records, guard.store, policies, alert=alert, review_status=guard.review_status
+        guard.ledger,
+        guard.records,
+        guard.store,
+        policies,
+        alert=alert,
+        review_status=guard.review_status,
+        lookup_backoff=guard._lookup_backoff,
+        raise_alert=guard._alert,
     )
 
 

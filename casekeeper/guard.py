@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +30,12 @@ from casekeeper import _reconcile, approvals
 from casekeeper._numbers import inexact_numbers
 from casekeeper.approvals import ApprovalRequest
 from casekeeper.clock import SystemClock
-from shared.core.cases import Case, CaseRepository
+from shared.core.cases import Answer, Case, CaseRepository
 from shared.core.clock import Clock
 from shared.core.commits import CommitFinisher
 from shared.core.errors import EffectFailed, EffectInFlight, NeedsReconciliation
 from shared.core.keys import canonical_json
-from shared.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, Effect, EffectStatus, Ledger
+from shared.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, AlertSink, Effect, EffectStatus, Ledger
 from shared.core.ports import DocumentStore
 from shared.core.reconcile import RecheckResult
 
@@ -54,6 +54,9 @@ tell whether the effect happened. May be ``async``."""
 Lookup = Callable[[str], CallResult | Awaitable[CallResult | None] | None]
 """``lookup(key)``: the downstream's record of the effect made with ``key``, ``None`` when it has none;
 raises ``OutcomeUnknown`` when it cannot tell. May be ``async``."""
+CommitData = Callable[[Effect], Mapping[str, Any]]
+"""``commit_data_from(effect)``: record ``data`` fields written with the commit, given the whole ledger row
+(key, request, result)."""
 Escalate = Callable[[str, dict[str, Any]], object]
 """``on_escalate(message, fields)``: a person must settle an effect (fields: recordId, effectKey, action,
 reason)."""
@@ -115,6 +118,16 @@ class EffectResult:
     record: Record | None
 
 
+@dataclass(frozen=True)
+class Settled:
+    """What :meth:`Guard.settle` found: the ``record`` and its ``effects`` as they are now, and the
+    crash-left commits it ``finished`` (each effect with ``committed`` or ``needs_review``)."""
+
+    record: Record
+    effects: tuple[Effect, ...]
+    finished: tuple[tuple[Effect, str], ...]
+
+
 class GuardedEffect:
     """One declared effect (see :meth:`Guard.effect`). Run it with :meth:`run` or :meth:`arun`."""
 
@@ -128,6 +141,9 @@ class GuardedEffect:
         lookup: Lookup | None,
         retry_same_key: bool,
         commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None,
+        commit_data_from: CommitData | None = None,
+        flat_request: bool = False,
+        review_on_refusal: bool = True,
     ) -> None:
         if not action:
             raise ValueError("action must be a non-empty string")
@@ -141,7 +157,12 @@ class GuardedEffect:
         self._commit = commit
         self.lookup = lookup
         self.retry_same_key = retry_same_key
+        if commit_data is not None and commit_data_from is not None:
+            raise ValueError(f"effect {action!r}: give commit_data or commit_data_from, not both")
         self._commit_data = commit_data
+        self._commit_data_from = commit_data_from
+        self.flat_request = flat_request
+        self.review_on_refusal = review_on_refusal
         self.__doc__ = getattr(call, "__doc__", None) or f"Guarded effect {action!r}."
 
     def __repr__(self) -> str:
@@ -152,13 +173,38 @@ class GuardedEffect:
         return self._commit(args) if callable(self._commit) else self._commit
 
     def data_for(self, effect: Effect) -> dict[str, Any]:
-        """The record ``data`` fields written with the commit (from ``commit_data``, given the result)."""
+        """The record ``data`` fields written with the commit (``commit_data_from(effect)``, or
+        ``commit_data(result)``)."""
+        if self._commit_data_from is not None:
+            return dict(self._commit_data_from(effect))
         if self._commit_data is None or effect.result is None:
             return {}
         return dict(self._commit_data(effect.result))
 
+    def request_for(self, args: Mapping[str, Any], intent: Mapping[str, Any]) -> dict[str, Any]:
+        """The ledger row's ``request``: the args (under ``args``, or at the top level for a
+        ``flat_request`` effect) and the commit intent (under ``commit``)."""
+        if self.flat_request:
+            if "commit" in args:
+                raise ValueError(f"effect {self.action!r} stores its args flat: no arg may be named 'commit'")
+            return {**args, "commit": dict(intent)}
+        return {"args": dict(args), "commit": dict(intent)}
+
+    def args_of(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The args a ledger row's ``request`` was made with (what a same-key retry calls again with)."""
+        if self.flat_request:
+            return {k: v for k, v in request.items() if k != "commit"}
+        return dict(request.get("args") or {})
+
     def run(
-        self, decision: Decision | Mapping[str, Any], args: Mapping[str, Any], *, reason: str | None = None
+        self,
+        decision: Decision | Mapping[str, Any],
+        args: Mapping[str, Any],
+        *,
+        reason: str | None = None,
+        proposed_by: str | None = None,
+        answer: Answer | None = None,
+        commit_fields: Mapping[str, Any] | None = None,
     ) -> EffectResult:
         """Run the effect for ``decision`` (or its :meth:`Decision.to_json`) at most once, then commit the record.
 
@@ -167,16 +213,75 @@ class GuardedEffect:
         status), ``EffectInFlight`` (another attempt may be mid-call: try later), ``NeedsReconciliation``
         (outcome unknown past the call timeout: reconciliation settles it), ``MissingCommitIntent``, and
         re-raises the call's ``OutcomeUnknown`` (or other exception) with the ledger row left ``started``.
+
+        The commit's transition records ``reason``, ``proposed_by`` (who proposed the decision) and
+        ``answer`` (the person's answer it commits, if any). ``commit_fields`` are stored in the commit
+        intent for your own readers of the ledger; the guard writes them and never reads them.
         """
-        return self._guard._run(self, self._guard.pin(decision), dict(args), reason, loop=None)
+        decision = self._guard.pin(decision)
+        if decision.guard_id not in (0, id(self._guard)):
+            raise ValueError("this decision was made by another guard")
+        intent = self._intent(args, reason, proposed_by, answer, commit_fields)
+        return self._guard._run(self, decision.record_id, decision.version, dict(args), intent, loop=None)
+
+    def run_on(
+        self,
+        record_id: str,
+        version: int,
+        args: Mapping[str, Any],
+        *,
+        reason: str | None = None,
+        proposed_by: str | None = None,
+        answer: Answer | None = None,
+        commit_fields: Mapping[str, Any] | None = None,
+    ) -> EffectResult:
+        """:meth:`run` for the decision made on ``version`` of ``record_id``, without reading the record
+        first: the version gate is the check (``StaleDecision`` if the record has moved). For a workflow
+        step that carries the decided-on version in its message."""
+        intent = self._intent(args, reason, proposed_by, answer, commit_fields)
+        return self._guard._run(self, record_id, version, dict(args), intent, loop=None)
 
     async def arun(
-        self, decision: Decision | Mapping[str, Any], args: Mapping[str, Any], *, reason: str | None = None
+        self,
+        decision: Decision | Mapping[str, Any],
+        args: Mapping[str, Any],
+        *,
+        reason: str | None = None,
+        proposed_by: str | None = None,
+        answer: Answer | None = None,
+        commit_fields: Mapping[str, Any] | None = None,
     ) -> EffectResult:
         """:meth:`run` off the event loop; an ``async`` call runs on this loop."""
         loop = asyncio.get_running_loop()
         guard = self._guard
-        return await asyncio.to_thread(lambda: guard._run(self, guard.pin(decision), dict(args), reason, loop=loop))
+
+        def run() -> EffectResult:
+            pinned = guard.pin(decision)
+            if pinned.guard_id not in (0, id(guard)):
+                raise ValueError("this decision was made by another guard")
+            intent = self._intent(args, reason, proposed_by, answer, commit_fields)
+            return guard._run(self, pinned.record_id, pinned.version, dict(args), intent, loop=loop)
+
+        return await asyncio.to_thread(run)
+
+    def _intent(
+        self,
+        args: Mapping[str, Any],
+        reason: str | None,
+        proposed_by: str | None,
+        answer: Answer | None,
+        commit_fields: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        reserved = {"status", "reason", "proposedBy", "answer"} & set(commit_fields or {})
+        if reserved:
+            raise ValueError(f"commit_fields may not set {sorted(reserved)}: pass them as arguments")
+        return {
+            **(commit_fields or {}),
+            "status": self.commit_status(args),
+            "reason": reason or f"{self.action} done",
+            **({"proposedBy": proposed_by} if proposed_by else {}),
+            **({"answer": answer.to_json()} if answer is not None else {}),
+        }
 
 
 class Guard:
@@ -201,14 +306,81 @@ class Guard:
         review_status: str = "needs_review",
         probe: Callable[[str], None] | None = None,
         observer: Callable[[str, Effect], None] | None = None,
+        alert: AlertSink | None = None,
+        send_margin: float | None = None,
+        lookup_backoff: float = 30.0,
+    ) -> None:
+        records = CaseRepository(store, clock or SystemClock())
+        ledger = Ledger(
+            store,
+            records,
+            call_timeout=call_timeout,
+            probe=probe,
+            observer=observer,
+            alert=alert,
+            send_margin=send_margin,
+        )
+        self._assemble(
+            store,
+            records,
+            ledger,
+            on_escalate=on_escalate,
+            review_status=review_status,
+            probe=probe,
+            alert=alert,
+            lookup_backoff=lookup_backoff,
+        )
+
+    @classmethod
+    def from_parts(
+        cls,
+        store: DocumentStore,
+        records: CaseRepository,
+        ledger: Ledger,
+        *,
+        on_escalate: Escalate | None = None,
+        review_status: str = "needs_review",
+        probe: Callable[[str], None] | None = None,
+        alert: AlertSink | None = None,
+        lookup_backoff: float = 30.0,
+    ) -> Guard:
+        """A guard over a record repository and a ledger built elsewhere (``guard.records`` and
+        ``guard.ledger`` of another guard, or an application's composition root that configured its ledger
+        with its own telemetry, probes and alerts). All three must be over ``store``."""
+        guard = cls.__new__(cls)
+        guard._assemble(
+            store,
+            records,
+            ledger,
+            on_escalate=on_escalate,
+            review_status=review_status,
+            probe=probe,
+            alert=alert,
+            lookup_backoff=lookup_backoff,
+        )
+        return guard
+
+    def _assemble(
+        self,
+        store: DocumentStore,
+        records: CaseRepository,
+        ledger: Ledger,
+        *,
+        on_escalate: Escalate | None,
+        review_status: str,
+        probe: Callable[[str], None] | None,
+        alert: AlertSink | None,
+        lookup_backoff: float,
     ) -> None:
         self.store = store
-        self.records = CaseRepository(store, clock or SystemClock())
+        self.records = records
+        self.ledger = ledger
         self._probe = probe or (lambda point: None)
-        self.ledger = Ledger(store, self.records, call_timeout=call_timeout, probe=self._probe, observer=observer)
         self.review_status = review_status
-        self._finisher = CommitFinisher(self.records, self.ledger, review_status)
+        self._alert = alert
+        self._finisher = CommitFinisher(records, ledger, review_status, alert=alert)
         self._on_escalate = on_escalate
+        self._lookup_backoff = lookup_backoff
         self._effects: dict[str, GuardedEffect] = {}
 
     # --- declaring effects ----------------------------------------------------------------------
@@ -221,6 +393,9 @@ class Guard:
         lookup: Lookup | None = None,
         retry_same_key: bool = False,
         commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+        commit_data_from: CommitData | None = None,
+        flat_request: bool = False,
+        review_on_refusal: bool = True,
     ) -> Callable[[Call], GuardedEffect]:
         """Decorator declaring the guarded call of ``action``, once.
 
@@ -228,12 +403,24 @@ class Guard:
         ``lookup``: how reconciliation asks the downstream by key (see :data:`Lookup`); without one, an
         unknown outcome goes to a person. ``retry_same_key``: after a lookup found nothing, call again with
         the same key (only if the downstream honours idempotency keys). ``commit_data(result)``: record
-        ``data`` fields written with the commit. Raises ``ValueError`` for a second declaration of
-        ``action`` or a missing commit."""
+        ``data`` fields written with the commit; ``commit_data_from(effect)`` instead, given the whole ledger
+        row. ``flat_request``: store the args at the top level of the ledger row's ``request`` (beside
+        ``commit``) rather than under ``args``, for an application whose own readers read them there.
+        ``review_on_refusal=False``: on a definite refusal, record ``failed`` and raise ``EffectFailed``
+        but leave the record alone (the caller commits the refusal itself, conditionally on its version).
+        Raises ``ValueError`` for a second declaration of ``action`` or a missing commit."""
 
         def declare(call: Call) -> GuardedEffect:
             return self.register(
-                action, call, commit=commit, lookup=lookup, retry_same_key=retry_same_key, commit_data=commit_data
+                action,
+                call,
+                commit=commit,
+                lookup=lookup,
+                retry_same_key=retry_same_key,
+                commit_data=commit_data,
+                commit_data_from=commit_data_from,
+                flat_request=flat_request,
+                review_on_refusal=review_on_refusal,
             )
 
         return declare
@@ -247,12 +434,24 @@ class Guard:
         lookup: Lookup | None = None,
         retry_same_key: bool = False,
         commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+        commit_data_from: CommitData | None = None,
+        flat_request: bool = False,
+        review_on_refusal: bool = True,
     ) -> GuardedEffect:
         """:meth:`effect` without the decorator."""
         if action in self._effects:
             raise ValueError(f"effect {action!r} is already declared")
         declared = GuardedEffect(
-            self, action, call, commit=commit, lookup=lookup, retry_same_key=retry_same_key, commit_data=commit_data
+            self,
+            action,
+            call,
+            commit=commit,
+            lookup=lookup,
+            retry_same_key=retry_same_key,
+            commit_data=commit_data,
+            commit_data_from=commit_data_from,
+            flat_request=flat_request,
+            review_on_refusal=review_on_refusal,
         )
         self._effects[action] = declared
         return declared
@@ -352,22 +551,50 @@ class Guard:
         Raises ``RecordNotFound``; ``EffectInFlight`` (``retry_after`` seconds) or ``NeedsReconciliation``
         while an earlier effect's outcome is unknown; ``MissingCommitIntent``."""
         for _ in range(4):
-            record = self.records.require(record_id)
-            effects = self.ledger.for_case(record_id)
-            gate = record.gate
-            left = next(
-                (e for e in effects if gate and e.key == gate.effect_key and e.status is EffectStatus.DONE), None
-            )
-            if left is None:
+            settled = self.settle(record_id)
+            if not settled.finished:
                 break
-            self._finish(left)  # then look again: the record moved
         else:  # pragma: no cover - a record whose gates keep reopening is a bug elsewhere
             raise RuntimeError(f"record {record_id!r}: crash-left commits keep appearing")
-        for effect in effects:
-            if effect.status in OPEN_STATUSES and effect.case_version != record.version:
-                self._refuse_open(effect)
-        earlier = tuple(e for e in effects if e.case_version != record.version)
+        record = settled.record
+        earlier = tuple(e for e in settled.effects if e.case_version != record.version)
         return Decision(record, earlier, None, id(self))
+
+    def settle(
+        self,
+        record_id: str,
+        *,
+        record: Record | None = None,
+        effects: Sequence[Effect] | None = None,
+        include_current: bool = False,
+    ) -> Settled:
+        """What :meth:`decide` does before it pins, one step at a time, for a workflow that reports each
+        step itself. ``record`` and ``effects`` (as just read) save reads.
+
+        A crash-left commit (a ``done`` effect the record's gate is still open on) is finished; then
+        ``Settled.finished`` names it with its outcome and ``record`` is the record after it (the
+        caller decides again on that, or stops), and nothing else is checked. Otherwise an effect
+        without a known outcome of an earlier version (of any version, the current one too, with
+        ``include_current``: for a workflow that waits even for its own decision's unsettled effect)
+        raises ``EffectInFlight`` or ``NeedsReconciliation``. Raises ``RecordNotFound`` and
+        ``MissingCommitIntent``."""
+        record = record if record is not None and record.id == record_id else self.records.require(record_id)
+        effects = tuple(effects) if effects is not None else tuple(self.ledger.for_case(record_id))
+        gate = record.gate
+        left = next((e for e in effects if gate and e.key == gate.effect_key and e.status is EffectStatus.DONE), None)
+        if left is not None:
+            outcome, after = self._finish(left)
+            if outcome in ("committed", "needs_review"):
+                after = after if after is not None else self.records.require(record_id)
+                return Settled(after, tuple(self.ledger.for_case(record_id)), ((left, outcome),))
+        for effect in effects:
+            if effect.status in OPEN_STATUSES and (include_current or effect.case_version != record.version):
+                self._refuse_open(effect)
+        return Settled(record, effects, ())
+
+    async def asettle(self, record_id: str, **kwargs: Any) -> Settled:
+        """:meth:`settle` off the event loop (same keyword arguments)."""
+        return await asyncio.to_thread(lambda: self.settle(record_id, **kwargs))
 
     def pinned(self, record_id: str, version: int, *, approval: Mapping[str, Any] | None = None) -> Decision:
         """The decision made earlier on ``version`` (from :meth:`Decision.to_json`, carried in a workflow
@@ -410,31 +637,32 @@ class Guard:
     def _run(
         self,
         declared: GuardedEffect,
-        decision: Decision,
+        record_id: str,
+        version: int,
         args: dict[str, Any],
-        reason: str | None,
+        intent: dict[str, Any],
         *,
         loop: asyncio.AbstractEventLoop | None,
     ) -> EffectResult:
-        if decision.guard_id not in (0, id(self)):
-            raise ValueError("this decision was made by another guard")
         canonical_json(args)  # refuses what JSON cannot carry (NaN, sets, objects) before anything is written
         # A reconciliation retry rebuilds the call from the stored args: they must come back unchanged.
         inexact = inexact_numbers(args, "args", integral_floats=False)
         if inexact:
             raise ValueError(f"{declared.action}: {'; '.join(inexact)}: pass such numbers as strings")
-        intent = {"status": declared.commit_status(args), "reason": reason or f"{declared.action} done"}
-        record_id = decision.record_id
+        canonical_json(intent)
+        request = declared.request_for(args, intent)
         try:
             outcome = self.ledger.run(
                 case_id=record_id,
                 action=declared.action,
-                decided_on_version=decision.version,
+                decided_on_version=version,
                 call=lambda key: _reconcile.resolved(declared.call(key, args), loop),
-                request={"args": args, "commit": intent},
+                request=request,
             )
         except EffectFailed as exc:
-            self._finisher.to_review(record_id, f"{declared.action} refused: {exc.reason}", {}, effect_key=exc.key)
+            if declared.review_on_refusal:
+                reason = f"{declared.action} refused: {exc.reason}"
+                self._finisher.to_review(record_id, reason, {}, effect_key=exc.key)
             raise
         effect = outcome.effect
         self._probe("F5")

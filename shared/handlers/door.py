@@ -31,7 +31,7 @@ from typing import Any
 
 from casekeeper import AlreadyExists, DocumentStore, approval_request_id
 from casekeeper import Record as Case
-from shared.workflow.approval import pending_request
+from shared.workflow.approval import pending_ref
 
 HEALTH = "health"
 KIND_DELIVERY = "delivery"
@@ -106,9 +106,9 @@ def answer_refusal(case: Case, request_id: str, case_version: int) -> str | None
     """Why an answer to ``request_id`` on ``case_version`` cannot count, as far as the door can tell from
     the case: the request was never asked on this case, is no longer pending, or was asked on another
     version. ``None``: it is the pending request, on the case's version."""
-    pending = pending_request(case)
-    if pending is not None and pending.request_id == request_id and case.status == AWAITING_APPROVAL:
-        if case_version != case.version or pending.case_version != case.version:
+    pending = pending_ref(case)
+    if pending is not None and pending[0] == request_id and case.status == AWAITING_APPROVAL:
+        if case_version != case.version or pending[1] != case.version:
             return (
                 f"stale: answered on v{case_version}, and the case is {case.status} at v{case.version}; an "
                 "answer counts only on the version it was asked on"

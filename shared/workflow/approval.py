@@ -46,6 +46,18 @@ def pending_request(case: Record | Mapping[str, Any]) -> ApprovalRequest | None:
         return None
 
 
+def pending_ref(case: Record) -> tuple[str, int] | None:
+    """The id of the request ``case`` waits for and the version it was asked on: all the door needs to
+    judge an answer, read from the same stored request without requiring the rest of it."""
+    stored = case.data.get(PENDING_APPROVAL)
+    if not isinstance(stored, Mapping) or not stored.get("requestId"):
+        return None
+    try:
+        return str(stored["requestId"]), int(stored.get("caseVersion", -1))
+    except (TypeError, ValueError):
+        return str(stored["requestId"]), -1
+
+
 def answer_of(case_id: str, transition: Transition) -> Answer | None:
     """The person's answer ``transition`` committed, or ``None`` when it committed none. Reads the
     transition's ``answer`` field, or, for a transition written before that field existed, its reason."""
