@@ -51,7 +51,7 @@ def reconciler(guard: Guard, loop: asyncio.AbstractEventLoop | None) -> Reconcil
         assert lookup is not None
 
         def retry(effect: Effect) -> Callable[[str], Mapping[str, Any]]:
-            args = declared.args_of(effect.request)
+            args = declared.args_of(effect)
             return lambda key: resolved(declared.call(key, args), loop)
 
         return ActionPolicy(

@@ -144,6 +144,7 @@ class GuardedEffect:
         commit_data_from: CommitData | None = None,
         flat_request: bool = False,
         review_on_refusal: bool = True,
+        retry_args: Callable[[Effect], Mapping[str, Any]] | None = None,
     ) -> None:
         if not action:
             raise ValueError("action must be a non-empty string")
@@ -163,6 +164,7 @@ class GuardedEffect:
         self._commit_data_from = commit_data_from
         self.flat_request = flat_request
         self.review_on_refusal = review_on_refusal
+        self._retry_args = retry_args
         self.__doc__ = getattr(call, "__doc__", None) or f"Guarded effect {action!r}."
 
     def __repr__(self) -> str:
@@ -190,11 +192,14 @@ class GuardedEffect:
             return {**args, "commit": dict(intent)}
         return {"args": dict(args), "commit": dict(intent)}
 
-    def args_of(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """The args a ledger row's ``request`` was made with (what a same-key retry calls again with)."""
+    def args_of(self, effect: Effect) -> dict[str, Any]:
+        """The args a ledger row was made with: what a same-key retry calls again with (``retry_args``,
+        when declared, rebuilds them from the row)."""
+        if self._retry_args is not None:
+            return dict(self._retry_args(effect))
         if self.flat_request:
-            return {k: v for k, v in request.items() if k != "commit"}
-        return dict(request.get("args") or {})
+            return {k: v for k, v in effect.request.items() if k != "commit"}
+        return dict(effect.request.get("args") or {})
 
     def run(
         self,
@@ -396,6 +401,7 @@ class Guard:
         commit_data_from: CommitData | None = None,
         flat_request: bool = False,
         review_on_refusal: bool = True,
+        retry_args: Callable[[Effect], Mapping[str, Any]] | None = None,
     ) -> Callable[[Call], GuardedEffect]:
         """Decorator declaring the guarded call of ``action``, once.
 
@@ -408,7 +414,8 @@ class Guard:
         ``commit``) rather than under ``args``, for an application whose own readers read them there.
         ``review_on_refusal=False``: on a definite refusal, record ``failed`` and raise ``EffectFailed``
         but leave the record alone (the caller commits the refusal itself, conditionally on its version).
-        Raises ``ValueError`` for a second declaration of ``action`` or a missing commit."""
+        ``retry_args(effect)``: the args of a same-key retry, rebuilt from the ledger row (for rows
+        written before the args held everything the call needs). Raises ``ValueError`` for a second declaration of ``action`` or a missing commit."""
 
         def declare(call: Call) -> GuardedEffect:
             return self.register(
@@ -421,6 +428,7 @@ class Guard:
                 commit_data_from=commit_data_from,
                 flat_request=flat_request,
                 review_on_refusal=review_on_refusal,
+                retry_args=retry_args,
             )
 
         return declare
@@ -437,6 +445,7 @@ class Guard:
         commit_data_from: CommitData | None = None,
         flat_request: bool = False,
         review_on_refusal: bool = True,
+        retry_args: Callable[[Effect], Mapping[str, Any]] | None = None,
     ) -> GuardedEffect:
         """:meth:`effect` without the decorator."""
         if action in self._effects:
@@ -452,6 +461,7 @@ class Guard:
             commit_data_from=commit_data_from,
             flat_request=flat_request,
             review_on_refusal=review_on_refusal,
+            retry_args=retry_args,
         )
         self._effects[action] = declared
         return declared

@@ -24,8 +24,8 @@ from agent_framework import Executor, WorkflowContext, handler, response_handler
 
 from casekeeper import (
     Answer,
-    Effect,
     EffectFailed,
+    EffectResult,
     NeedsReconciliation,
     StaleDecision,
     approval_request_id,
@@ -33,11 +33,10 @@ from casekeeper import (
     effect_key,
 )
 from casekeeper import Record as Case
-from shared.core.commits import FinishResult
 from shared.core.errors import InvalidProposal
 from shared.domain.credit import CreditRequest, needs_approval, position, status_for, validate
 from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Status
-from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall, credit_request_data, credit_requests
+from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall, credit_requests
 from shared.workflow.approval import pending_request
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import (
@@ -319,8 +318,9 @@ class Commit(Executor):
             "casekeeper.effect_key": effect_key(order.case_id, order.action, order.decided_on_version),
         }
         try:
-            with deps.telemetry.span(f"effect {order.action}", attributes):
-                effect, gated = await asyncio.to_thread(self._run_effect, order)
+            with deps.telemetry.span(f"effect {order.action}", attributes) as span:
+                done = await asyncio.to_thread(self._run_effect, order)
+                span.set_attribute("casekeeper.committed", done.commit)
         except StaleDecision as exc:
             case = await asyncio.to_thread(deps.cases.require, order.case_id)
             await ctx.yield_output(_superseded(case, str(exc), effect_key=exc.key))
@@ -342,62 +342,56 @@ class Commit(Executor):
             )
             await ctx.yield_output(await self._commit(refused, effect_key=exc.key))
             return
-        deps.probe("F5")
-        with deps.telemetry.span("commit_status", attributes) as span:
-            finished = await asyncio.to_thread(
-                deps.finisher.finish, effect, data=credit_request_data(effect), expected=gated
-            )
-            span.set_attribute("casekeeper.committed", finished.outcome)
-        deps.probe("F6")
-        await ctx.yield_output(await self._outcome(order, effect, finished))
+        await ctx.yield_output(await self._outcome(order, done))
 
-    def _run_effect(self, order: CommitOrder) -> tuple[Effect, Case | None]:
+    def _run_effect(self, order: CommitOrder) -> EffectResult:
+        """The credit-note request through the guard: at most once per decision, only while the case is at
+        the decided-on version, then its commit (the guard calls the probe at F5 and F6)."""
         assert order.amount is not None and order.invoice_id and order.supplier_id and order.currency
         call = CreditNoteCall(order.case_id, order.invoice_id, order.supplier_id, order.amount, order.currency)
-        intent = {
-            "status": order.target_status,
-            "reason": order.reason,
-            "clearPendingApproval": order.clear_pending_approval,
-            **({"proposedBy": order.proposed_by} if order.proposed_by else {}),
-            **({"answer": order.answer} if order.answer else {}),
-        }
-        outcome = self._deps.ledger.run(
-            case_id=order.case_id,
-            action=order.action or REQUEST_CREDIT_NOTE,
-            decided_on_version=order.decided_on_version,
-            call=call.bind(self._deps.supplier),
-            request=call.record(commit=intent, basis=order.basis),
+        _, credit_note = self._deps.guarded
+        return credit_note.run_on(
+            order.case_id,
+            order.decided_on_version,
+            call.args(basis=order.basis),
+            reason=order.reason,
+            proposed_by=order.proposed_by,
+            answer=Answer.from_json(order.answer) if order.answer else None,
+            # Read by the commit data (and a person's resolution): the commit withdraws the pending request.
+            commit_fields={"clearPendingApproval": order.clear_pending_approval},
         )
-        return outcome.effect, outcome.case
 
-    async def _outcome(self, order: CommitOrder, effect: Effect, finished: FinishResult) -> RunOutcome:
-        case = finished.case
+    async def _outcome(self, order: CommitOrder, done: EffectResult) -> RunOutcome:
+        case = done.record
         if case is None:
             case = await asyncio.to_thread(self._deps.cases.require, order.case_id)
-        if finished.outcome == "committed":
-            return RunOutcome(case.id, "committed", case.status, case.version, order.reason, effect.key)
-        if finished.outcome == "already":
+        if done.commit == "committed":
+            return RunOutcome(case.id, "committed", case.status, case.version, order.reason, done.key)
+        if done.commit == "already":
             detail = f"already committed: {order.target_status} on v{order.decided_on_version}"
-            return RunOutcome(case.id, "already_applied", case.status, case.version, detail, effect.key)
+            return RunOutcome(case.id, "already_applied", case.status, case.version, detail, done.key)
         self._deps.telemetry.lost_commit("commit")
-        detail = f"effect {effect.key[:12]} happened on v{effect.case_version}; the case moved on: a person decides"
-        return RunOutcome(case.id, "needs_review", case.status, case.version, detail, effect.key)
+        detail = f"effect {done.key[:12]} happened on v{order.decided_on_version}; the case moved on: a person decides"
+        return RunOutcome(case.id, "needs_review", case.status, case.version, detail, done.key)
 
     async def _commit(self, order: CommitOrder, *, effect_key: str | None = None) -> RunOutcome:
         """A status change without an effect (or after a refused one), conditional on the version."""
         deps = self._deps
         data = {PENDING_APPROVAL: None} if order.clear_pending_approval else {}
-        committed = await asyncio.to_thread(
-            deps.cases.commit_status,
-            order.case_id,
-            order.decided_on_version,
-            order.target_status,
-            reason=order.reason,
-            effect_key=effect_key,
-            data=data,
-            proposed_by=order.proposed_by,
-            answer=Answer.from_json(order.answer) if order.answer else None,
-        )
+        attributes = {"casekeeper.case_id": order.case_id, "casekeeper.case_version": order.decided_on_version}
+        with deps.telemetry.span("commit_status", attributes) as span:
+            committed = await asyncio.to_thread(
+                deps.cases.commit_status,
+                order.case_id,
+                order.decided_on_version,
+                order.target_status,
+                reason=order.reason,
+                effect_key=effect_key,
+                data=data,
+                proposed_by=order.proposed_by,
+                answer=Answer.from_json(order.answer) if order.answer else None,
+            )
+            span.set_attribute("casekeeper.committed", "committed" if committed is not None else "lost")
         if committed is not None:
             return RunOutcome(committed.id, "committed", committed.status, committed.version, order.reason, effect_key)
         case = await asyncio.to_thread(deps.cases.require, order.case_id)
