@@ -62,8 +62,8 @@ def reconciler(guard: Guard, loop: asyncio.AbstractEventLoop | None) -> Reconcil
 
     def alert(message: str, fields: dict[str, Any]) -> None:
         if guard._on_escalate is not None:
-            renamed = {("recordId" if k == "caseId" else k): v for k, v in fields.items()}
-            guard._on_escalate(message.replace(" of case ", " of record "), renamed)
+            # A record is what the core calls a case: both names, so either reader finds it.
+            guard._on_escalate(message, {**fields, "recordId": fields.get("caseId")})
 
     policies = {a: policy(d) for a, d in guard._effects.items() if d.lookup is not None}
     return Reconciler(

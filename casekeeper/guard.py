@@ -58,8 +58,8 @@ CommitData = Callable[[Effect], Mapping[str, Any]]
 """``commit_data_from(effect)``: record ``data`` fields written with the commit, given the whole ledger row
 (key, request, result)."""
 Escalate = Callable[[str, dict[str, Any]], object]
-"""``on_escalate(message, fields)``: a person must settle an effect (fields: recordId, effectKey, action,
-reason)."""
+"""``on_escalate(message, fields)``: a person must settle an effect (fields: recordId, also as caseId,
+effectKey, action, reason)."""
 
 
 @dataclass(frozen=True)
@@ -415,7 +415,8 @@ class Guard:
         ``review_on_refusal=False``: on a definite refusal, record ``failed`` and raise ``EffectFailed``
         but leave the record alone (the caller commits the refusal itself, conditionally on its version).
         ``retry_args(effect)``: the args of a same-key retry, rebuilt from the ledger row (for rows
-        written before the args held everything the call needs). Raises ``ValueError`` for a second declaration of ``action`` or a missing commit."""
+        written before the args held everything the call needs). Raises ``ValueError`` for a second
+        declaration of ``action`` or a missing commit."""
 
         def declare(call: Call) -> GuardedEffect:
             return self.register(
@@ -692,6 +693,23 @@ class Guard:
     async def areconcile(self) -> list[RecheckResult]:
         """:meth:`reconcile` off the event loop; ``async`` lookups and calls run on this loop."""
         return await asyncio.to_thread(_reconcile.sweep, self, loop=asyncio.get_running_loop())
+
+    def finish_commit(self, effect: Effect) -> str:
+        """Make the record show a ``done`` effect's commit (from a change feed that saw the row become
+        ``done``): ``already``, ``committed``, ``needs_review`` (the record had moved on: handed to a
+        person), ``with_person``, ``gone``, or ``no_intent`` (the row names no commit: handed to a person,
+        never a silent no-op). Harmless to repeat."""
+        return _reconcile.reconciler(self, None).finish_commit(effect)
+
+    def recheck_due(self, effect: Effect) -> float:
+        """When (store clock, seconds) a ``started`` effect's outcome becomes unknown: schedule its
+        :meth:`reconcile_effect` for then."""
+        return self.ledger.recheck_due(effect)
+
+    def rechecks_exhausted(self, result: RecheckResult, rechecks: int) -> None:
+        """Say (one alert per effect and outcome) that re-checks of an effect stop at their cap while it is
+        still unsettled: :meth:`reconcile` remains the backstop, a person should look."""
+        _reconcile.reconciler(self, None).rechecks_exhausted(result, rechecks)
 
     def reconcile_effect(self, record_id: str, key: str) -> RecheckResult:
         """Re-check one effect (from a change feed that saw its ledger row): in flight (``retry_after``

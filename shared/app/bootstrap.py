@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import shlex
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from casekeeper import Guard, SystemClock
 from shared.app.alerts import Alerter
 from shared.app.operations import Operations
 from shared.app.settings import Settings
@@ -40,13 +40,6 @@ from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import AgentProposer, Proposer, RulesProposer
 from shared.workflow.runner import WorkflowRunner
 from shared.workflow.worker import CaseWorker
-
-
-class SystemClock:
-    """The wall clock, for human-facing timestamps only (safety decisions use the store's clock)."""
-
-    def now(self) -> float:
-        return time.time()
 
 
 @dataclass
@@ -204,7 +197,21 @@ def build_operations(
             dedupe_key=digest,
         )
     )
+    # The guard over the ledger configured above: the workflow's effects, their commits, re-checks by key.
+    guard = Guard.from_parts(
+        store,
+        cases,
+        ledger,
+        on_escalate=lambda message, fields: alerts.raise_alert(
+            "effect_escalated", message, fields, dedupe_key=str(fields.get("effectKey"))
+        ),
+        probe=probe,
+        alert=alerts.raise_alert,
+        # A failed lookup is retried a few times before a person is asked; pace it by the call timeout.
+        lookup_backoff=max(1.0, min(60.0, settings.call_timeout / 4)),
+    )
     workflow = WorkflowDeps(
+        guard=guard,
         cases=cases,
         ledger=ledger,
         supplier=supplier,
@@ -292,16 +299,14 @@ def build(
         telemetry=telemetry,
         case_events=CaseEventDeps(
             worker=ops.worker,
-            reconciler=ops.reconciler,
+            guard=ops.workflow.guarded[0],
             sender=sender,
             store=ops.store,
             clock=ops.clock,
             backoff=settings.backoff,
             telemetry=telemetry,
         ),
-        effect_changes=EffectChangeDeps(
-            reconciler=ops.reconciler, ledger=ops.ledger, sender=sender, telemetry=telemetry
-        ),
+        effect_changes=EffectChangeDeps(guard=ops.workflow.guarded[0], sender=sender, telemetry=telemetry),
         health=HealthDeps(
             store=ops.store,
             cases=ops.cases,
