@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,12 +35,18 @@ from shared.core.cases import Answer, Case, CaseRepository
 from shared.core.clock import Clock
 from shared.core.commits import CommitFinisher
 from shared.core.errors import EffectFailed, EffectInFlight, NeedsReconciliation
-from shared.core.keys import canonical_json
+from shared.core.keys import canonical_json, effect_key
 from shared.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, AlertSink, Effect, EffectStatus, Ledger
 from shared.core.ports import DocumentStore
 from shared.core.reconcile import RecheckResult
 
 log = logging.getLogger("casekeeper.guard")
+
+
+@contextmanager
+def _no_trace(name: str, attributes: Mapping[str, Any]) -> Iterator[None]:
+    yield None
+
 
 Record = Case
 """A record as read from the store: ``id``, ``status``, ``version``, ``facts``, ``data``, ``history``."""
@@ -57,6 +64,12 @@ raises ``OutcomeUnknown`` when it cannot tell. May be ``async``."""
 CommitData = Callable[[Effect], Mapping[str, Any]]
 """``commit_data_from(effect)``: record ``data`` fields written with the commit, given the whole ledger row
 (key, request, result)."""
+Trace = Callable[[str, Mapping[str, Any]], AbstractContextManager[Any]]
+"""``trace(name, attributes)``: a context manager around each stage of running an effect, for an
+application's tracing (an OpenTelemetry span, say): ``effect <action>`` (the claim, the gate, the call,
+the outcome) and then ``commit_status`` (the commit it leads to). Attributes: ``casekeeper.case_id``,
+``casekeeper.case_version``, ``casekeeper.effect_key``; if what the commit's context yields has
+``set_attribute``, the guard sets ``casekeeper.committed`` on it."""
 Escalate = Callable[[str, dict[str, Any]], object]
 """``on_escalate(message, fields)``: a person must settle an effect (fields: recordId, also as caseId,
 effectKey, action, reason)."""
@@ -298,8 +311,13 @@ class Guard:
     effect younger than this may still be mid-call; older, its outcome is unknown. Set it above the
     call's own client timeout. ``on_escalate`` hears every effect handed to a person. ``review_status`` is
     the status a record is moved to when a person must look. ``observer(event, effect)`` hears the
-    ledger's ``started``, ``done``, ``failed`` and ``stale`` (for telemetry). ``probe`` is a test hook,
-    called at the failure points F1, F2, F4, F5 and F6 (docs/design.md#failure-points)."""
+    ledger's ``started``, ``done``, ``failed`` and ``stale`` (for telemetry); ``trace`` wraps the commit
+    after an effect (see :data:`Trace`). ``alert`` (``alert(kind, message, fields, dedupe_key=...)``)
+    hears what is not an escalation: an effect found done on a version the record left, a late outcome,
+    re-checks given up. ``send_margin``: how much of ``call_timeout`` must be left after the version gate
+    for the call to be sent (default a quarter). ``lookup_backoff``: seconds before a failed lookup is
+    tried again. ``probe`` is a test hook, called at the failure points F1, F2, F4, F5 and F6
+    (docs/design.md#failure-points)."""
 
     def __init__(
         self,
@@ -314,6 +332,7 @@ class Guard:
         alert: AlertSink | None = None,
         send_margin: float | None = None,
         lookup_backoff: float = 30.0,
+        trace: Trace | None = None,
     ) -> None:
         records = CaseRepository(store, clock or SystemClock())
         ledger = Ledger(
@@ -334,6 +353,7 @@ class Guard:
             probe=probe,
             alert=alert,
             lookup_backoff=lookup_backoff,
+            trace=trace,
         )
 
     @classmethod
@@ -348,6 +368,7 @@ class Guard:
         probe: Callable[[str], None] | None = None,
         alert: AlertSink | None = None,
         lookup_backoff: float = 30.0,
+        trace: Trace | None = None,
     ) -> Guard:
         """A guard over a record repository and a ledger built elsewhere (``guard.records`` and
         ``guard.ledger`` of another guard, or an application's composition root that configured its ledger
@@ -362,6 +383,7 @@ class Guard:
             probe=probe,
             alert=alert,
             lookup_backoff=lookup_backoff,
+            trace=trace,
         )
         return guard
 
@@ -376,8 +398,10 @@ class Guard:
         probe: Callable[[str], None] | None,
         alert: AlertSink | None,
         lookup_backoff: float,
+        trace: Trace | None,
     ) -> None:
         self.store = store
+        self._trace: Trace = trace or _no_trace
         self.records = records
         self.ledger = ledger
         self._probe = probe or (lambda point: None)
@@ -662,14 +686,20 @@ class Guard:
             raise ValueError(f"{declared.action}: {'; '.join(inexact)}: pass such numbers as strings")
         canonical_json(intent)
         request = declared.request_for(args, intent)
+        attributes = {
+            "casekeeper.case_id": record_id,
+            "casekeeper.case_version": version,
+            "casekeeper.effect_key": effect_key(record_id, declared.action, version),
+        }
         try:
-            outcome = self.ledger.run(
-                case_id=record_id,
-                action=declared.action,
-                decided_on_version=version,
-                call=lambda key: _reconcile.resolved(declared.call(key, args), loop),
-                request=request,
-            )
+            with self._trace(f"effect {declared.action}", attributes):
+                outcome = self.ledger.run(
+                    case_id=record_id,
+                    action=declared.action,
+                    decided_on_version=version,
+                    call=lambda key: _reconcile.resolved(declared.call(key, args), loop),
+                    request=request,
+                )
         except EffectFailed as exc:
             if declared.review_on_refusal:
                 reason = f"{declared.action} refused: {exc.reason}"
@@ -677,7 +707,10 @@ class Guard:
             raise
         effect = outcome.effect
         self._probe("F5")
-        commit, record = self._finish(effect, expected=outcome.case)
+        with self._trace("commit_status", attributes) as span:
+            commit, record = self._finish(effect, expected=outcome.case)
+            if span is not None and hasattr(span, "set_attribute"):
+                span.set_attribute("casekeeper.committed", commit)
         self._probe("F6")
         return EffectResult(effect.key, dict(effect.result or {}), outcome.replayed, commit, record)
 

@@ -3,6 +3,8 @@
 Every store implements one protocol, :class:`DocumentStore` (conditional writes over JSON documents in
 four containers: ``cases``, ``effects``, ``checkpoints``, ``health``), and passes one contract suite.
 docs/guard.md#stores says what a store must provide and how to run the suite against a new one.
+Every id must be one every store can keep: :func:`id_problem` says what is wrong with one (at most
+:data:`MAX_ID_LENGTH` characters), :func:`storable_id` turns any text into one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shared.core.ids import MAX_ID_LENGTH, id_problem, storable_id
 from shared.core.ports import CONTAINERS, Document, DocumentStore, Query
 from shared.stores.sqlite import SqliteDocumentStore
 
@@ -48,4 +51,15 @@ def open_cosmos(
     return store
 
 
-__all__ = ["CONTAINERS", "Document", "DocumentStore", "Query", "SqliteDocumentStore", "open_cosmos", "open_sqlite"]
+__all__ = [
+    "CONTAINERS",
+    "MAX_ID_LENGTH",
+    "Document",
+    "DocumentStore",
+    "Query",
+    "SqliteDocumentStore",
+    "id_problem",
+    "open_cosmos",
+    "open_sqlite",
+    "storable_id",
+]

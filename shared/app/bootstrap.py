@@ -209,6 +209,7 @@ def build_operations(
         alert=alerts.raise_alert,
         # A failed lookup is retried a few times before a person is asked; pace it by the call timeout.
         lookup_backoff=max(1.0, min(60.0, settings.call_timeout / 4)),
+        trace=telemetry.span,
     )
     workflow = WorkflowDeps(
         guard=guard,

@@ -11,13 +11,12 @@ The ledger's effects of this action are also the case's credit-note *requests* f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from casekeeper import Effect, EffectStatus, Guard, GuardedEffect
-from shared.core.ledger import Call
 from shared.core.reconcile import ActionPolicy
 from shared.domain.credit import CreditRequest, Position, position
 from shared.domain.invoice import Action, InvoiceFacts, Status
@@ -37,7 +36,7 @@ class CreditNoteCall:
     amount: Decimal
     currency: str
 
-    def bind(self, supplier: Any) -> Call:
+    def bind(self, supplier: Any) -> Callable[[str], dict[str, Any]]:
         """The guarded call: receives the effect key and sends it as ``Idempotency-Key``. ``supplier`` is a
         ``SupplierPortal`` (or anything with its ``request_credit_note``)."""
 

@@ -18,8 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from casekeeper import Answer, Record, Transition, approval_request_id
-from shared.core.reconcile import RECONCILED_SUFFIX
+from casekeeper import RECONCILED_SUFFIX, Answer, Record, Transition, approval_request_id
 from shared.domain.invoice import Action
 from shared.workflow.messages import PENDING_APPROVAL, ApprovalRequest
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from casekeeper import Guard, GuardedEffect, Record
+from casekeeper.records import AlertSink, Ledger
+from casekeeper.records import RecordRepository as CaseRepository
 from shared.app.telemetry import Telemetry
-from shared.core.cases import CaseRepository
-from shared.core.ledger import AlertSink, Ledger
 from shared.domain.invoice import Rules
 from shared.workflow.actions import declare_credit_note
 from shared.workflow.proposers import Proposer
@@ -40,7 +40,12 @@ class WorkflowDeps:
     def __post_init__(self) -> None:
         if self.guard is None:
             self.guard = Guard.from_parts(
-                self.ledger.store, self.cases, self.ledger, probe=self.probe, alert=self.alert
+                self.ledger.store,
+                self.cases,
+                self.ledger,
+                probe=self.probe,
+                alert=self.alert,
+                trace=self.telemetry.span,
             )
         if self.credit_note is None:
             self.credit_note = declare_credit_note(self.guard, self.supplier)

@@ -312,15 +312,9 @@ class Commit(Executor):
             await ctx.yield_output(await self._commit(order))
             return
         deps = self._deps
-        attributes = {
-            "casekeeper.case_id": order.case_id,
-            "casekeeper.case_version": order.decided_on_version,
-            "casekeeper.effect_key": effect_key(order.case_id, order.action, order.decided_on_version),
-        }
         try:
-            with deps.telemetry.span(f"effect {order.action}", attributes) as span:
-                done = await asyncio.to_thread(self._run_effect, order)
-                span.set_attribute("casekeeper.committed", done.commit)
+            # The guard traces the call (``effect <action>``) and the commit after it (``commit_status``).
+            done = await asyncio.to_thread(self._run_effect, order)
         except StaleDecision as exc:
             case = await asyncio.to_thread(deps.cases.require, order.case_id)
             await ctx.yield_output(_superseded(case, str(exc), effect_key=exc.key))
