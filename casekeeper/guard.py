@@ -38,7 +38,7 @@ from shared.core.errors import EffectFailed, EffectInFlight, NeedsReconciliation
 from shared.core.keys import canonical_json, effect_key
 from shared.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, AlertSink, Effect, EffectStatus, Ledger
 from shared.core.ports import DocumentStore
-from shared.core.reconcile import RecheckResult
+from shared.core.reconcile import RecheckResult, Reconciler
 
 log = logging.getLogger("casekeeper.guard")
 
@@ -726,6 +726,12 @@ class Guard:
     async def areconcile(self) -> list[RecheckResult]:
         """:meth:`reconcile` off the event loop; ``async`` lookups and calls run on this loop."""
         return await asyncio.to_thread(_reconcile.sweep, self, loop=asyncio.get_running_loop())
+
+    @property
+    def reconciler(self) -> Reconciler:
+        """The reconciler this guard runs (its policies: the declared effects with a lookup), for tools that
+        settle effects themselves (an operator's resolution) and want the guard's escalation and alerts."""
+        return _reconcile.reconciler(self, None)
 
     def finish_commit(self, effect: Effect) -> str:
         """Make the record show a ``done`` effect's commit (from a change feed that saw the row become

@@ -29,10 +29,8 @@ from typing import Any
 import httpx
 from opentelemetry import metrics
 
-from shared.core.clock import Clock
-from shared.core.errors import AlreadyExists, ConcurrencyConflict
-from shared.core.ids import storable_id
-from shared.core.ports import Document, DocumentStore, Query
+from casekeeper import AlreadyExists, Clock, ConcurrencyConflict, Document, DocumentStore, Query
+from casekeeper.stores import storable_id
 
 HEALTH = "health"
 KIND_ALERT = "alert"

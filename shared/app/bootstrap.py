@@ -14,17 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from casekeeper import Guard, SystemClock
+from casekeeper import Clock, DocumentStore, Guard, SystemClock
+from casekeeper.records import Ledger, Reconciler
+from casekeeper.records import RecordRepository as CaseRepository
 from shared.app.alerts import Alerter
 from shared.app.operations import Operations
 from shared.app.settings import Settings
 from shared.app.telemetry import Telemetry
 from shared.app.telemetry import configure as configure_telemetry
-from shared.core.cases import CaseRepository
-from shared.core.clock import Clock
-from shared.core.ledger import Ledger
-from shared.core.ports import DocumentStore
-from shared.core.reconcile import Reconciler
 from shared.handlers.case_events import CaseEventDeps
 from shared.handlers.effect_changes import EffectChangeDeps
 from shared.handlers.health import HealthDeps
@@ -34,7 +31,6 @@ from shared.handlers.pages import PageDeps
 from shared.messaging import DeadLetterQueue, EventSender
 from shared.supplier.portal import SupplierPortal
 from shared.workflow import checkpoint_decoding
-from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import install as install_capture
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import AgentProposer, Proposer, RulesProposer
@@ -222,18 +218,9 @@ def build_operations(
         probe=probe or (lambda point: None),
         alert=alerts.raise_alert,
     )
-    reconciler = Reconciler(
-        ledger,
-        cases,
-        store,
-        {REQUEST_CREDIT_NOTE: credit_note_policy(supplier)},
-        alert=lambda message, fields: alerts.raise_alert(
-            "effect_escalated", message, fields, dedupe_key=str(fields.get("effectKey"))
-        ),
-        # A failed lookup is retried a few times before a person is asked; pace it by the call timeout.
-        lookup_backoff=max(1.0, min(60.0, settings.call_timeout / 4)),
-        raise_alert=alerts.raise_alert,
-    )
+    # The guard's own reconciler (its policy: the credit-note request declared on it by the workflow's
+    # deps), for the commands and the timer that settle effects themselves.
+    reconciler = guard.reconciler
     return Operations(
         store=store,
         clock=clock,

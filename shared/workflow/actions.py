@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from casekeeper import Effect, EffectStatus, Guard, GuardedEffect
-from shared.core.reconcile import ActionPolicy
+from casekeeper.records import ActionPolicy
 from shared.domain.credit import CreditRequest, Position, position
 from shared.domain.invoice import Action, InvoiceFacts, Status
 from shared.workflow.messages import PENDING_APPROVAL
