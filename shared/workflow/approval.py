@@ -24,23 +24,28 @@ from shared.workflow.messages import PENDING_APPROVAL, ApprovalRequest
 
 LEGACY_ANSWER = re.compile(
     r"^(?P<decision>approved|rejected) by (?P<by>.+?)"
-    r"(?:, but (?P<exceeds>.+? exceeds what may still be requested .*?))?"
+    r"(?:, but .+? exceeds what may still be requested .*?)?"
     r"(?: \(reason: (?P<reason>.*?)\))?"
     r"(?: " + re.escape(RECONCILED_SUFFIX) + r")?$",
     re.DOTALL,
 )
-"""An answer as old transitions wrote it in their reason text (see the module docstring)."""
+"""An answer as old transitions wrote it in their reason text (see the module docstring). Its groups are
+(decision, approver, reason), as the pattern the operator views used had them."""
 
 
-def pending_request(case: Record | Mapping[str, Any]) -> ApprovalRequest | None:
+def pending_request(
+    case: Record | Mapping[str, Any], request_type: type[ApprovalRequest] = ApprovalRequest
+) -> ApprovalRequest | None:
     """The approval request ``case`` (a case, or its ``data``) waits for; ``None`` when none is pending or
-    what is stored is not a request (a damaged document is not a pending approval)."""
+    what is stored is not a request (a damaged document is not a pending approval). ``request_type``: the
+    type the running build makes requests of, when the caller holds it (the workflow's gate, whose type a
+    release may change)."""
     data = case.data if isinstance(case, Record) else case
     stored = data.get(PENDING_APPROVAL)
     if not isinstance(stored, Mapping) or not stored.get("requestId"):
         return None
     try:
-        return ApprovalRequest.from_json(dict(stored))
+        return request_type.from_json(dict(stored))
     except (KeyError, TypeError, ValueError, ArithmeticError):
         return None
 
@@ -72,5 +77,5 @@ def answer_of(case_id: str, transition: Transition) -> Answer | None:
         approved=match["decision"] == "approved",
         by=match["by"],
         on_version=transition.from_version,
-        reason=match["reason"] or match["exceeds"],
+        reason=match["reason"],
     )
