@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from casekeeper.approvals import ApprovalRequest, asked_on
 from casekeeper.clock import Clock, ManualClock, SystemClock
+from casekeeper.effects import Call, Decision, EffectResult, GuardedEffect, Lookup, Record, Settled
 from casekeeper.errors import (
     AlreadyExists,
     ApprovalNotPending,
@@ -46,7 +47,7 @@ from casekeeper.errors import (
     StoreError,
     StoreUnavailable,
 )
-from casekeeper.guard import Call, Decision, EffectResult, Guard, GuardedEffect, Lookup, Record
+from casekeeper.guard import Guard
 from casekeeper.records import (
     OPEN_STATUSES,
     RECONCILED_SUFFIX,
@@ -101,6 +102,7 @@ __all__ = [
     "Record",
     "RecordNotFound",
     "SendDeadlinePassed",
+    "Settled",
     "StaleApproval",
     "StaleDecision",
     "StoreError",

@@ -15,7 +15,8 @@ from shared.core.ledger import Effect
 from shared.core.reconcile import ActionPolicy, RecheckResult, Reconciler
 
 if TYPE_CHECKING:
-    from casekeeper.guard import Guard, GuardedEffect
+    from casekeeper.effects import GuardedEffect
+    from casekeeper.guard import Guard
 
 log = logging.getLogger("casekeeper.guard")
 

@@ -24,7 +24,8 @@ from shared.core.errors import StaleDecision
 from shared.core.keys import approval_request_id, canonical_json, effect_key
 
 if TYPE_CHECKING:
-    from casekeeper.guard import Decision, Guard
+    from casekeeper.effects import Decision
+    from casekeeper.guard import Guard
 
 PENDING = "pendingApproval"
 ANSWERED = "approval"
@@ -106,7 +107,7 @@ def answer(
     approved_status: str,
     rejected_status: str,
 ) -> Decision | None:
-    from casekeeper.guard import Decision
+    from casekeeper.effects import Decision
 
     entry: dict[str, Any] = {
         "requestId": request_id,
