@@ -20,8 +20,9 @@ The Agent Framework pieces are in :mod:`casekeeper.agent` (imported on demand: t
 
 from __future__ import annotations
 
-from casekeeper.approvals import ApprovalRequest
+from casekeeper.approvals import ApprovalRequest, asked_on
 from casekeeper.clock import Clock, ManualClock, SystemClock
+from casekeeper.effects import Call, Decision, EffectResult, GuardedEffect, Lookup, Record, Settled
 from casekeeper.errors import (
     AlreadyExists,
     ApprovalNotPending,
@@ -46,13 +47,27 @@ from casekeeper.errors import (
     StoreError,
     StoreUnavailable,
 )
-from casekeeper.guard import Call, Decision, EffectResult, Guard, GuardedEffect, Lookup, Record
+from casekeeper.guard import Guard
+from casekeeper.records import (
+    OPEN_STATUSES,
+    RECONCILED_SUFFIX,
+    Answer,
+    Effect,
+    EffectStatus,
+    Gate,
+    RecheckResult,
+    Transition,
+    approval_request_id,
+    effect_key,
+)
 from casekeeper.stores import CONTAINERS, Document, DocumentStore, Query, open_cosmos, open_sqlite
-from shared.core.reconcile import RecheckResult
 
 __all__ = [
     "CONTAINERS",
+    "OPEN_STATUSES",
+    "RECONCILED_SUFFIX",
     "AlreadyExists",
+    "Answer",
     "ApprovalNotPending",
     "ApprovalRequest",
     "Call",
@@ -66,10 +81,13 @@ __all__ = [
     "DocumentStore",
     "DownstreamError",
     "DownstreamRejected",
+    "Effect",
     "EffectError",
     "EffectFailed",
     "EffectInFlight",
     "EffectResult",
+    "EffectStatus",
+    "Gate",
     "Guard",
     "GuardedEffect",
     "InvalidDocumentId",
@@ -84,11 +102,16 @@ __all__ = [
     "Record",
     "RecordNotFound",
     "SendDeadlinePassed",
+    "Settled",
     "StaleApproval",
     "StaleDecision",
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "Transition",
+    "approval_request_id",
+    "asked_on",
+    "effect_key",
     "open_cosmos",
     "open_sqlite",
 ]

@@ -11,11 +11,12 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from shared.core.ledger import Effect, EffectStatus
+from shared.core.ledger import Effect
 from shared.core.reconcile import ActionPolicy, RecheckResult, Reconciler
 
 if TYPE_CHECKING:
-    from casekeeper.guard import Guard, GuardedEffect
+    from casekeeper.effects import GuardedEffect
+    from casekeeper.guard import Guard
 
 log = logging.getLogger("casekeeper.guard")
 
@@ -39,24 +40,8 @@ def sweep(guard: Guard, *, loop: asyncio.AbstractEventLoop | None) -> list[Reche
 
 
 def recheck(guard: Guard, rec: Reconciler, record_id: str, key: str) -> RecheckResult:
-    """The core re-check, except that a ``done`` row without a commit intent is escalated, not skipped."""
-    effect = guard.ledger.get(record_id, key)
-    if (
-        effect is not None
-        and effect.status is EffectStatus.DONE
-        and not isinstance(effect.request.get("commit"), Mapping)
-    ):
-        reason = "done, but its ledger row names no commit intent"
-        escalate(guard, effect, reason)
-        return RecheckResult("no_intent", key, record_id, reason)
+    """The core re-check (a ``done`` row without a commit intent is escalated there: ``no_intent``)."""
     return rec.recheck(record_id, key)
-
-
-def escalate(guard: Guard, effect: Effect, reason: str) -> None:
-    """Tell the guard's escalation hook that a person must settle ``effect``."""
-    if guard._on_escalate is not None:
-        fields = {"recordId": effect.case_id, "effectKey": effect.key, "action": effect.action, "reason": reason}
-        guard._on_escalate(f"effect {effect.key[:12]} of record {effect.case_id} needs a person: {reason}", fields)
 
 
 def reconciler(guard: Guard, loop: asyncio.AbstractEventLoop | None) -> Reconciler:
@@ -67,7 +52,7 @@ def reconciler(guard: Guard, loop: asyncio.AbstractEventLoop | None) -> Reconcil
         assert lookup is not None
 
         def retry(effect: Effect) -> Callable[[str], Mapping[str, Any]]:
-            args = dict(effect.request.get("args") or {})
+            args = declared.args_of(effect)
             return lambda key: resolved(declared.call(key, args), loop)
 
         return ActionPolicy(
@@ -78,12 +63,19 @@ def reconciler(guard: Guard, loop: asyncio.AbstractEventLoop | None) -> Reconcil
 
     def alert(message: str, fields: dict[str, Any]) -> None:
         if guard._on_escalate is not None:
-            renamed = {("recordId" if k == "caseId" else k): v for k, v in fields.items()}
-            guard._on_escalate(message.replace(" of case ", " of record "), renamed)
+            # A record is what the core calls a case: both names, so either reader finds it.
+            guard._on_escalate(message, {**fields, "recordId": fields.get("caseId")})
 
     policies = {a: policy(d) for a, d in guard._effects.items() if d.lookup is not None}
     return Reconciler(
-        guard.ledger, guard.records, guard.store, policies, alert=alert, review_status=guard.review_status
+        guard.ledger,
+        guard.records,
+        guard.store,
+        policies,
+        alert=alert,
+        review_status=guard.review_status,
+        lookup_backoff=guard._lookup_backoff,
+        raise_alert=guard._alert,
     )
 
 

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from casekeeper.errors import ApprovalNotPending, StaleApproval
+from shared.core.cases import Answer, version_after
 from shared.core.errors import StaleDecision
 from shared.core.keys import approval_request_id, canonical_json, effect_key
 
 if TYPE_CHECKING:
-    from casekeeper.guard import Decision, Guard
+    from casekeeper.effects import Decision
+    from casekeeper.guard import Guard
 
 PENDING = "pendingApproval"
 ANSWERED = "approval"
@@ -55,14 +57,20 @@ class ApprovalRequest:
         return cls(record_id, str(data["requestId"]), str(data["action"]), int(data["askedOn"]), dict(data["details"]))
 
 
+def asked_on(decided_on_version: int) -> int:
+    """The version an approval asked by a decision on ``decided_on_version`` is asked on: asking is a commit,
+    which moves the version by one, and the approver sees the record as it waits."""
+    return version_after(decided_on_version)
+
+
 def ask(guard: Guard, decision: Decision, action: str, details: Mapping[str, Any], *, status: str) -> ApprovalRequest:
-    asked_on = decision.version + 1
+    on = asked_on(decision.version)
     canonical_json(dict(details))
     request = ApprovalRequest(
         decision.record_id,
-        approval_request_id(decision.record_id, action, asked_on),
+        approval_request_id(decision.record_id, action, on),
         action,
-        asked_on,
+        on,
         dict(details),
     )
     committed = guard.records.commit_status(
@@ -76,7 +84,7 @@ def ask(guard: Guard, decision: Decision, action: str, details: Mapping[str, Any
         return request
     record = guard.records.require(decision.record_id)
     pending = record.data.get(PENDING) or {}
-    if pending.get("requestId") == request.request_id and record.version == asked_on:
+    if pending.get("requestId") == request.request_id and record.version == on:
         return request  # a replay of this very ask: ask the same request again
     raise StaleDecision(
         key=effect_key(decision.record_id, action, decision.version),
@@ -99,7 +107,7 @@ def answer(
     approved_status: str,
     rejected_status: str,
 ) -> Decision | None:
-    from casekeeper.guard import Decision
+    from casekeeper.effects import Decision
 
     entry: dict[str, Any] = {
         "requestId": request_id,
@@ -115,21 +123,28 @@ def answer(
         if pending.get("requestId") != request_id:
             answered = record.data.get(ANSWERED) or {}
             same = all(answered.get(k) == entry[k] for k in ("requestId", "approved", "by", "onVersion"))
-            if same and approve and record.version == on_version + 1 and record.status == approved_status:
+            if same and approve and record.version == version_after(on_version) and record.status == approved_status:
                 # This answer landed before and nothing has happened since (a crash right after it):
                 # the same decision again, on the same version, so its effect is replayed, not repeated.
                 return Decision(record, _earlier(guard, record), dict(answered), id(guard))
             detail = "answered already" if answered.get("requestId") == request_id else "no such pending request"
             raise ApprovalNotPending(case_id=record_id, request_id=request_id, detail=detail)
-        asked_on = int(pending.get("askedOn", -1))
-        if on_version != record.version or asked_on != record.version:
+        waiting_on = int(pending.get("askedOn", -1))
+        if on_version != record.version or waiting_on != record.version:
             raise StaleApproval(
                 case_id=record_id, request_id=request_id, answered_on=on_version, current_version=record.version
             )
         target = approved_status if approve else rejected_status
         who = f"{'approved' if approve else 'rejected'} by {by}" + (f": {reason}" if reason else "")
+        answered_by = Answer(request_id, approve, by, on_version, reason)
         committed = guard.records.commit_status(
-            record_id, record.version, target, reason=who, data={PENDING: None, ANSWERED: entry}, expected=record
+            record_id,
+            record.version,
+            target,
+            reason=who,
+            data={PENDING: None, ANSWERED: entry},
+            expected=record,
+            answer=answered_by,
         )
         if committed is None:
             continue  # the record moved meanwhile: look again (another answer, or a change of facts)

@@ -1,10 +1,10 @@
 """The error tree of the guard, in one place.
 
 Every error the guard raises on purpose is a :class:`CasekeeperError`; ``retryable`` says whether trying
-the same thing again later can help. The tree is Casekeeper's own (``shared.core.errors``), re-exported,
-plus three errors of the public API:
+the same thing again later can help. The tree is Casekeeper's own (``shared.core.errors``), re-exported
+(among them :class:`MissingCommitIntent`: a ``done`` effect without the commit it should lead to, never a
+silent no-op), plus two errors of the public API:
 
-- :class:`MissingCommitIntent`: a ``done`` effect without the commit it should lead to (never silent);
 - :class:`ApprovalNotPending`: an answer to a request that is not the record's pending one (answered
   already, withdrawn, or never asked);
 - :class:`StaleApproval`: an answer given on a record version the record has left (rule R6).
@@ -32,6 +32,7 @@ from shared.core.errors import (
     EffectFailed,
     EffectInFlight,
     InvalidDocumentId,
+    MissingCommitIntent,
     NeedsReconciliation,
     OutcomeAlreadyRecorded,
     OutcomeUnknown,
@@ -43,19 +44,6 @@ from shared.core.errors import (
 
 RecordNotFound = CaseNotFound
 """No record with this id (the guard's records are Casekeeper's cases)."""
-
-
-class MissingCommitIntent(EffectError):
-    """A ``done`` effect whose ledger row names no commit: the guard cannot tell what the record should
-    become. Raised instead of silently leaving the record's gate open; a person settles it."""
-
-    def __init__(self, *, key: str, case_id: str, action: str) -> None:
-        super().__init__(
-            f"effect {action} ({key[:12]}) of record {case_id!r} is done but names no commit intent",
-            key=key,
-            case_id=case_id,
-            action=action,
-        )
 
 
 class ApprovalNotPending(CaseError):

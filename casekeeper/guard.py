@@ -22,162 +22,41 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from casekeeper import _reconcile, approvals
 from casekeeper._numbers import inexact_numbers
 from casekeeper.approvals import ApprovalRequest
 from casekeeper.clock import SystemClock
-from casekeeper.errors import MissingCommitIntent
-from shared.core.cases import Case, CaseRepository
+from casekeeper.effects import (
+    Call,
+    CommitData,
+    Decision,
+    EffectResult,
+    Escalate,
+    GuardedEffect,
+    Lookup,
+    Record,
+    Settled,
+    Trace,
+)
+from shared.core.cases import CaseRepository
 from shared.core.clock import Clock
 from shared.core.commits import CommitFinisher
 from shared.core.errors import EffectFailed, EffectInFlight, NeedsReconciliation
-from shared.core.keys import canonical_json
-from shared.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, Effect, EffectStatus, Ledger
+from shared.core.keys import canonical_json, effect_key
+from shared.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, AlertSink, Effect, EffectStatus, Ledger
 from shared.core.ports import DocumentStore
-from shared.core.reconcile import RecheckResult
+from shared.core.reconcile import RecheckResult, Reconciler
 
 log = logging.getLogger("casekeeper.guard")
 
-Record = Case
-"""A record as read from the store: ``id``, ``status``, ``version``, ``facts``, ``data``, ``history``."""
 
-CallResult = Mapping[str, Any]
-Call = Callable[[str, Mapping[str, Any]], CallResult | Awaitable[CallResult]]
-"""A guarded call: ``call(key, args)``. ``key`` (64 hex characters) is the same for every attempt of one
-decision: forward it as the downstream's idempotency key. ``args`` are the JSON arguments given to
-:meth:`GuardedEffect.run`. Returns a JSON object (the downstream's record of the effect). Raises
-``DownstreamRejected`` for a definite refusal and ``OutcomeUnknown`` (or anything else) when it cannot
-tell whether the effect happened. May be ``async``."""
-Lookup = Callable[[str], CallResult | Awaitable[CallResult | None] | None]
-"""``lookup(key)``: the downstream's record of the effect made with ``key``, ``None`` when it has none;
-raises ``OutcomeUnknown`` when it cannot tell. May be ``async``."""
-Escalate = Callable[[str, dict[str, Any]], object]
-"""``on_escalate(message, fields)``: a person must settle an effect (fields: recordId, effectKey, action,
-reason)."""
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A decision pinned to one version of one record, from :meth:`Guard.decide` or an approval.
-
-    ``effects`` are the record's effects of earlier versions (this decision's own, on ``version``, are
-    left out: they are the ones this decision will replay). ``approval`` is the answered approval this
-    decision carries (``None`` when it was not approved by a person)."""
-
-    record: Record
-    effects: tuple[Effect, ...] = ()
-    approval: dict[str, Any] | None = None
-    guard_id: int = field(default=0, repr=False)
-    pinned_version: int | None = None
-    """Set by :meth:`Guard.pinned`: the version decided on, when the record read since may be newer."""
-
-    @property
-    def record_id(self) -> str:
-        """The record's id."""
-        return self.record.id
-
-    @property
-    def version(self) -> int:
-        """The version this decision is pinned to: its effects' keys and commits are on this version."""
-        return self.record.version if self.pinned_version is None else self.pinned_version
-
-    def to_json(self) -> dict[str, Any]:
-        """What to carry in a workflow message (plain JSON): give it back to :meth:`Guard.pinned`."""
-        return {"recordId": self.record_id, "version": self.version, "approval": self.approval}
-
-    @property
-    def facts(self) -> dict[str, Any]:
-        """The record's facts at :attr:`version`."""
-        return self.record.facts
-
-    def done(self, action: str | None = None) -> list[Effect]:
-        """Earlier ``done`` effects (of ``action``, or all), oldest first: what was already done for the
-        record, for instance to subtract amounts already refunded."""
-        return [e for e in self.effects if e.status is EffectStatus.DONE and action in (None, e.action)]
-
-
-@dataclass(frozen=True)
-class EffectResult:
-    """What :meth:`GuardedEffect.run` returns for an effect that happened.
-
-    ``result`` is the call's JSON result (recorded in the ledger); ``replayed`` is True when it came from
-    the ledger and no call was made now. ``commit`` says what happened to the record: ``committed`` (now),
-    ``already`` (an earlier attempt committed it), ``needs_review`` (the record moved on before the commit:
-    handed to a person) or ``with_person`` (a person has it already). ``record`` is the record after."""
-
-    key: str
-    result: dict[str, Any]
-    replayed: bool
-    commit: str
-    record: Record | None
-
-
-class GuardedEffect:
-    """One declared effect (see :meth:`Guard.effect`). Run it with :meth:`run` or :meth:`arun`."""
-
-    def __init__(
-        self,
-        guard: Guard,
-        action: str,
-        call: Call,
-        *,
-        commit: str | Callable[[Mapping[str, Any]], str],
-        lookup: Lookup | None,
-        retry_same_key: bool,
-        commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None,
-    ) -> None:
-        if not action:
-            raise ValueError("action must be a non-empty string")
-        if not commit:
-            raise ValueError(f"effect {action!r} needs a commit: the status the record moves to once it is done")
-        if retry_same_key and lookup is None:
-            raise ValueError(f"effect {action!r}: retry_same_key needs a lookup (retry only what was not found)")
-        self._guard = guard
-        self.action = action
-        self.call = call
-        self._commit = commit
-        self.lookup = lookup
-        self.retry_same_key = retry_same_key
-        self._commit_data = commit_data
-        self.__doc__ = getattr(call, "__doc__", None) or f"Guarded effect {action!r}."
-
-    def __repr__(self) -> str:
-        return f"GuardedEffect({self.action!r})"
-
-    def commit_status(self, args: Mapping[str, Any]) -> str:
-        """The status the record moves to once the effect made with ``args`` is done."""
-        return self._commit(args) if callable(self._commit) else self._commit
-
-    def data_for(self, effect: Effect) -> dict[str, Any]:
-        """The record ``data`` fields written with the commit (from ``commit_data``, given the result)."""
-        if self._commit_data is None or effect.result is None:
-            return {}
-        return dict(self._commit_data(effect.result))
-
-    def run(
-        self, decision: Decision | Mapping[str, Any], args: Mapping[str, Any], *, reason: str | None = None
-    ) -> EffectResult:
-        """Run the effect for ``decision`` (or its :meth:`Decision.to_json`) at most once, then commit the record.
-
-        Raises ``StaleDecision`` (the record moved since the decision: nothing called; decide again),
-        ``EffectFailed`` (definite refusal, now or earlier: the record goes to the guard's review
-        status), ``EffectInFlight`` (another attempt may be mid-call: try later), ``NeedsReconciliation``
-        (outcome unknown past the call timeout: reconciliation settles it), ``MissingCommitIntent``, and
-        re-raises the call's ``OutcomeUnknown`` (or other exception) with the ledger row left ``started``.
-        """
-        return self._guard._run(self, self._guard.pin(decision), dict(args), reason, loop=None)
-
-    async def arun(
-        self, decision: Decision | Mapping[str, Any], args: Mapping[str, Any], *, reason: str | None = None
-    ) -> EffectResult:
-        """:meth:`run` off the event loop; an ``async`` call runs on this loop."""
-        loop = asyncio.get_running_loop()
-        guard = self._guard
-        return await asyncio.to_thread(lambda: guard._run(self, guard.pin(decision), dict(args), reason, loop=loop))
+@contextmanager
+def _no_trace(name: str, attributes: Mapping[str, Any]) -> Iterator[None]:
+    yield None
 
 
 class Guard:
@@ -189,8 +68,13 @@ class Guard:
     effect younger than this may still be mid-call; older, its outcome is unknown. Set it above the
     call's own client timeout. ``on_escalate`` hears every effect handed to a person. ``review_status`` is
     the status a record is moved to when a person must look. ``observer(event, effect)`` hears the
-    ledger's ``started``, ``done``, ``failed`` and ``stale`` (for telemetry). ``probe`` is a test hook,
-    called at the failure points F1, F2, F4, F5 and F6 (docs/design.md#failure-points)."""
+    ledger's ``started``, ``done``, ``failed`` and ``stale`` (for telemetry); ``trace`` wraps the commit
+    after an effect (see :data:`Trace`). ``alert`` (``alert(kind, message, fields, dedupe_key=...)``)
+    hears what is not an escalation: an effect found done on a version the record left, a late outcome,
+    re-checks given up. ``send_margin``: how much of ``call_timeout`` must be left after the version gate
+    for the call to be sent (default a quarter). ``lookup_backoff``: seconds before a failed lookup is
+    tried again. ``probe`` is a test hook, called at the failure points F1, F2, F4, F5 and F6
+    (docs/design.md#failure-points)."""
 
     def __init__(
         self,
@@ -202,14 +86,87 @@ class Guard:
         review_status: str = "needs_review",
         probe: Callable[[str], None] | None = None,
         observer: Callable[[str, Effect], None] | None = None,
+        alert: AlertSink | None = None,
+        send_margin: float | None = None,
+        lookup_backoff: float = 30.0,
+        trace: Trace | None = None,
+    ) -> None:
+        records = CaseRepository(store, clock or SystemClock())
+        ledger = Ledger(
+            store,
+            records,
+            call_timeout=call_timeout,
+            probe=probe,
+            observer=observer,
+            alert=alert,
+            send_margin=send_margin,
+        )
+        self._assemble(
+            store,
+            records,
+            ledger,
+            on_escalate=on_escalate,
+            review_status=review_status,
+            probe=probe,
+            alert=alert,
+            lookup_backoff=lookup_backoff,
+            trace=trace,
+        )
+
+    @classmethod
+    def from_parts(
+        cls,
+        store: DocumentStore,
+        records: CaseRepository,
+        ledger: Ledger,
+        *,
+        on_escalate: Escalate | None = None,
+        review_status: str = "needs_review",
+        probe: Callable[[str], None] | None = None,
+        alert: AlertSink | None = None,
+        lookup_backoff: float = 30.0,
+        trace: Trace | None = None,
+    ) -> Guard:
+        """A guard over a record repository and a ledger built elsewhere (``guard.records`` and
+        ``guard.ledger`` of another guard, or an application's composition root that configured its ledger
+        with its own telemetry, probes and alerts). All three must be over ``store``."""
+        guard = cls.__new__(cls)
+        guard._assemble(
+            store,
+            records,
+            ledger,
+            on_escalate=on_escalate,
+            review_status=review_status,
+            probe=probe,
+            alert=alert,
+            lookup_backoff=lookup_backoff,
+            trace=trace,
+        )
+        return guard
+
+    def _assemble(
+        self,
+        store: DocumentStore,
+        records: CaseRepository,
+        ledger: Ledger,
+        *,
+        on_escalate: Escalate | None,
+        review_status: str,
+        probe: Callable[[str], None] | None,
+        alert: AlertSink | None,
+        lookup_backoff: float,
+        trace: Trace | None,
     ) -> None:
         self.store = store
-        self.records = CaseRepository(store, clock or SystemClock())
+        self._trace: Trace = trace or _no_trace
+        self.records = records
+        self.ledger = ledger
         self._probe = probe or (lambda point: None)
-        self.ledger = Ledger(store, self.records, call_timeout=call_timeout, probe=self._probe, observer=observer)
         self.review_status = review_status
-        self._finisher = CommitFinisher(self.records, self.ledger, review_status)
+        self._alert = alert
+        self._finisher = CommitFinisher(records, ledger, review_status, alert=alert)
         self._on_escalate = on_escalate
+        self._lookup_backoff = lookup_backoff
         self._effects: dict[str, GuardedEffect] = {}
 
     # --- declaring effects ----------------------------------------------------------------------
@@ -222,6 +179,10 @@ class Guard:
         lookup: Lookup | None = None,
         retry_same_key: bool = False,
         commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+        commit_data_from: CommitData | None = None,
+        flat_request: bool = False,
+        review_on_refusal: bool = True,
+        retry_args: Callable[[Effect], Mapping[str, Any]] | None = None,
     ) -> Callable[[Call], GuardedEffect]:
         """Decorator declaring the guarded call of ``action``, once.
 
@@ -229,12 +190,27 @@ class Guard:
         ``lookup``: how reconciliation asks the downstream by key (see :data:`Lookup`); without one, an
         unknown outcome goes to a person. ``retry_same_key``: after a lookup found nothing, call again with
         the same key (only if the downstream honours idempotency keys). ``commit_data(result)``: record
-        ``data`` fields written with the commit. Raises ``ValueError`` for a second declaration of
-        ``action`` or a missing commit."""
+        ``data`` fields written with the commit; ``commit_data_from(effect)`` instead, given the whole ledger
+        row. ``flat_request``: store the args at the top level of the ledger row's ``request`` (beside
+        ``commit``) rather than under ``args``, for an application whose own readers read them there.
+        ``review_on_refusal=False``: on a definite refusal, record ``failed`` and raise ``EffectFailed``
+        but leave the record alone (the caller commits the refusal itself, conditionally on its version).
+        ``retry_args(effect)``: the args of a same-key retry, rebuilt from the ledger row (for rows
+        written before the args held everything the call needs). Raises ``ValueError`` for a second
+        declaration of ``action`` or a missing commit."""
 
         def declare(call: Call) -> GuardedEffect:
             return self.register(
-                action, call, commit=commit, lookup=lookup, retry_same_key=retry_same_key, commit_data=commit_data
+                action,
+                call,
+                commit=commit,
+                lookup=lookup,
+                retry_same_key=retry_same_key,
+                commit_data=commit_data,
+                commit_data_from=commit_data_from,
+                flat_request=flat_request,
+                review_on_refusal=review_on_refusal,
+                retry_args=retry_args,
             )
 
         return declare
@@ -248,12 +224,26 @@ class Guard:
         lookup: Lookup | None = None,
         retry_same_key: bool = False,
         commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+        commit_data_from: CommitData | None = None,
+        flat_request: bool = False,
+        review_on_refusal: bool = True,
+        retry_args: Callable[[Effect], Mapping[str, Any]] | None = None,
     ) -> GuardedEffect:
         """:meth:`effect` without the decorator."""
         if action in self._effects:
             raise ValueError(f"effect {action!r} is already declared")
         declared = GuardedEffect(
-            self, action, call, commit=commit, lookup=lookup, retry_same_key=retry_same_key, commit_data=commit_data
+            self,
+            action,
+            call,
+            commit=commit,
+            lookup=lookup,
+            retry_same_key=retry_same_key,
+            commit_data=commit_data,
+            commit_data_from=commit_data_from,
+            flat_request=flat_request,
+            review_on_refusal=review_on_refusal,
+            retry_args=retry_args,
         )
         self._effects[action] = declared
         return declared
@@ -353,22 +343,50 @@ class Guard:
         Raises ``RecordNotFound``; ``EffectInFlight`` (``retry_after`` seconds) or ``NeedsReconciliation``
         while an earlier effect's outcome is unknown; ``MissingCommitIntent``."""
         for _ in range(4):
-            record = self.records.require(record_id)
-            effects = self.ledger.for_case(record_id)
-            gate = record.gate
-            left = next(
-                (e for e in effects if gate and e.key == gate.effect_key and e.status is EffectStatus.DONE), None
-            )
-            if left is None:
+            settled = self.settle(record_id)
+            if not settled.finished:
                 break
-            self._finish(left)  # then look again: the record moved
         else:  # pragma: no cover - a record whose gates keep reopening is a bug elsewhere
             raise RuntimeError(f"record {record_id!r}: crash-left commits keep appearing")
-        for effect in effects:
-            if effect.status in OPEN_STATUSES and effect.case_version != record.version:
-                self._refuse_open(effect)
-        earlier = tuple(e for e in effects if e.case_version != record.version)
+        record = settled.record
+        earlier = tuple(e for e in settled.effects if e.case_version != record.version)
         return Decision(record, earlier, None, id(self))
+
+    def settle(
+        self,
+        record_id: str,
+        *,
+        record: Record | None = None,
+        effects: Sequence[Effect] | None = None,
+        include_current: bool = False,
+    ) -> Settled:
+        """What :meth:`decide` does before it pins, one step at a time, for a workflow that reports each
+        step itself. ``record`` and ``effects`` (as just read) save reads.
+
+        A crash-left commit (a ``done`` effect the record's gate is still open on) is finished; then
+        ``Settled.finished`` names it with its outcome and ``record`` is the record after it (the
+        caller decides again on that, or stops), and nothing else is checked. Otherwise an effect
+        without a known outcome of an earlier version (of any version, the current one too, with
+        ``include_current``: for a workflow that waits even for its own decision's unsettled effect)
+        raises ``EffectInFlight`` or ``NeedsReconciliation``. Raises ``RecordNotFound`` and
+        ``MissingCommitIntent``."""
+        record = record if record is not None and record.id == record_id else self.records.require(record_id)
+        effects = tuple(effects) if effects is not None else tuple(self.ledger.for_case(record_id))
+        gate = record.gate
+        left = next((e for e in effects if gate and e.key == gate.effect_key and e.status is EffectStatus.DONE), None)
+        if left is not None:
+            outcome, after = self._finish(left)
+            if outcome in ("committed", "needs_review"):
+                after = after if after is not None else self.records.require(record_id)
+                return Settled(after, tuple(self.ledger.for_case(record_id)), ((left, outcome),))
+        for effect in effects:
+            if effect.status in OPEN_STATUSES and (include_current or effect.case_version != record.version):
+                self._refuse_open(effect)
+        return Settled(record, effects, ())
+
+    async def asettle(self, record_id: str, **kwargs: Any) -> Settled:
+        """:meth:`settle` off the event loop (same keyword arguments)."""
+        return await asyncio.to_thread(lambda: self.settle(record_id, **kwargs))
 
     def pinned(self, record_id: str, version: int, *, approval: Mapping[str, Any] | None = None) -> Decision:
         """The decision made earlier on ``version`` (from :meth:`Decision.to_json`, carried in a workflow
@@ -401,8 +419,6 @@ class Guard:
         )
 
     def _finish(self, effect: Effect, *, expected: Record | None = None, suffix: str = "") -> tuple[str, Record | None]:
-        if not isinstance(effect.request.get("commit"), Mapping):
-            raise MissingCommitIntent(key=effect.key, case_id=effect.case_id, action=effect.action)
         declared = self._effects.get(effect.action)
         data = declared.data_for(effect) if declared is not None else {}
         finished = self._finisher.finish(effect, data=data, expected=expected, reason_suffix=suffix)
@@ -413,35 +429,45 @@ class Guard:
     def _run(
         self,
         declared: GuardedEffect,
-        decision: Decision,
+        record_id: str,
+        version: int,
         args: dict[str, Any],
-        reason: str | None,
+        intent: dict[str, Any],
         *,
         loop: asyncio.AbstractEventLoop | None,
     ) -> EffectResult:
-        if decision.guard_id not in (0, id(self)):
-            raise ValueError("this decision was made by another guard")
         canonical_json(args)  # refuses what JSON cannot carry (NaN, sets, objects) before anything is written
         # A reconciliation retry rebuilds the call from the stored args: they must come back unchanged.
         inexact = inexact_numbers(args, "args", integral_floats=False)
         if inexact:
             raise ValueError(f"{declared.action}: {'; '.join(inexact)}: pass such numbers as strings")
-        intent = {"status": declared.commit_status(args), "reason": reason or f"{declared.action} done"}
-        record_id = decision.record_id
+        canonical_json(intent)
+        request = declared.request_for(args, intent)
+        attributes = {
+            "casekeeper.case_id": record_id,
+            "casekeeper.case_version": version,
+            "casekeeper.effect_key": effect_key(record_id, declared.action, version),
+        }
         try:
-            outcome = self.ledger.run(
-                case_id=record_id,
-                action=declared.action,
-                decided_on_version=decision.version,
-                call=lambda key: _reconcile.resolved(declared.call(key, args), loop),
-                request={"args": args, "commit": intent},
-            )
+            with self._trace(f"effect {declared.action}", attributes):
+                outcome = self.ledger.run(
+                    case_id=record_id,
+                    action=declared.action,
+                    decided_on_version=version,
+                    call=lambda key: _reconcile.resolved(declared.call(key, args), loop),
+                    request=request,
+                )
         except EffectFailed as exc:
-            self._finisher.to_review(record_id, f"{declared.action} refused: {exc.reason}", {}, effect_key=exc.key)
+            if declared.review_on_refusal:
+                reason = f"{declared.action} refused: {exc.reason}"
+                self._finisher.to_review(record_id, reason, {}, effect_key=exc.key)
             raise
         effect = outcome.effect
         self._probe("F5")
-        commit, record = self._finish(effect, expected=outcome.case)
+        with self._trace("commit_status", attributes) as span:
+            commit, record = self._finish(effect, expected=outcome.case)
+            if span is not None and hasattr(span, "set_attribute"):
+                span.set_attribute("casekeeper.committed", commit)
         self._probe("F6")
         return EffectResult(effect.key, dict(effect.result or {}), outcome.replayed, commit, record)
 
@@ -457,6 +483,29 @@ class Guard:
     async def areconcile(self) -> list[RecheckResult]:
         """:meth:`reconcile` off the event loop; ``async`` lookups and calls run on this loop."""
         return await asyncio.to_thread(_reconcile.sweep, self, loop=asyncio.get_running_loop())
+
+    @property
+    def reconciler(self) -> Reconciler:
+        """The reconciler this guard runs (its policies: the declared effects with a lookup), for tools that
+        settle effects themselves (an operator's resolution) and want the guard's escalation and alerts."""
+        return _reconcile.reconciler(self, None)
+
+    def finish_commit(self, effect: Effect) -> str:
+        """Make the record show a ``done`` effect's commit (from a change feed that saw the row become
+        ``done``): ``already``, ``committed``, ``needs_review`` (the record had moved on: handed to a
+        person), ``with_person``, ``gone``, or ``no_intent`` (the row names no commit: handed to a person,
+        never a silent no-op). Harmless to repeat."""
+        return _reconcile.reconciler(self, None).finish_commit(effect)
+
+    def recheck_due(self, effect: Effect) -> float:
+        """When (store clock, seconds) a ``started`` effect's outcome becomes unknown: schedule its
+        :meth:`reconcile_effect` for then."""
+        return self.ledger.recheck_due(effect)
+
+    def rechecks_exhausted(self, result: RecheckResult, rechecks: int) -> None:
+        """Say (one alert per effect and outcome) that re-checks of an effect stop at their cap while it is
+        still unsettled: :meth:`reconcile` remains the backstop, a person should look."""
+        _reconcile.reconciler(self, None).rechecks_exhausted(result, rechecks)
 
     def reconcile_effect(self, record_id: str, key: str) -> RecheckResult:
         """Re-check one effect (from a change feed that saw its ledger row): in flight (``retry_after``

@@ -3,6 +3,9 @@
 Every store implements one protocol, :class:`DocumentStore` (conditional writes over JSON documents in
 four containers: ``cases``, ``effects``, ``checkpoints``, ``health``), and passes one contract suite.
 docs/guard.md#stores says what a store must provide and how to run the suite against a new one.
+Every id must be one every store can keep: :func:`id_problem` says what is wrong with one (at most
+:data:`MAX_ID_LENGTH` characters), :func:`storable_id` turns any text into one. :data:`CASES` names the
+records' container; :func:`decode_all` decodes query results, skipping (and reporting) a malformed one.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared.core.ports import CONTAINERS, Document, DocumentStore, Query
+from shared.core.cases import CASES
+from shared.core.ids import MAX_ID_LENGTH, id_problem, storable_id
+from shared.core.ports import CONTAINERS, HEALTH, Document, DocumentStore, Query, decode_all
 from shared.stores.sqlite import SqliteDocumentStore
 
 if TYPE_CHECKING:
@@ -48,4 +53,18 @@ def open_cosmos(
     return store
 
 
-__all__ = ["CONTAINERS", "Document", "DocumentStore", "Query", "SqliteDocumentStore", "open_cosmos", "open_sqlite"]
+__all__ = [
+    "CASES",
+    "CONTAINERS",
+    "HEALTH",
+    "MAX_ID_LENGTH",
+    "Document",
+    "DocumentStore",
+    "Query",
+    "SqliteDocumentStore",
+    "decode_all",
+    "id_problem",
+    "open_cosmos",
+    "open_sqlite",
+    "storable_id",
+]

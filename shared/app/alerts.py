@@ -30,10 +30,8 @@ from typing import Any
 import httpx
 from opentelemetry import metrics
 
-from shared.core.clock import Clock
-from shared.core.errors import AlreadyExists, ConcurrencyConflict
-from shared.core.ids import storable_id
-from shared.core.ports import HEALTH, Document, DocumentStore, Query
+from casekeeper import AlreadyExists, Clock, ConcurrencyConflict, Document, DocumentStore, Query
+from casekeeper.stores import HEALTH, storable_id
 
 KIND_ALERT = "alert"
 """The record's type (field ``record``), and the partition every alert had in the older layout."""

@@ -10,22 +10,19 @@ from __future__ import annotations
 import os
 import shlex
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from casekeeper import Clock, DocumentStore, Guard, SystemClock
+from casekeeper.records import Ledger, Reconciler
+from casekeeper.records import RecordRepository as CaseRepository
 from shared.app.alerts import Alerter
 from shared.app.operations import Operations
 from shared.app.retention import RetainingStore, backend
 from shared.app.settings import Settings
 from shared.app.telemetry import Telemetry
 from shared.app.telemetry import configure as configure_telemetry
-from shared.core.cases import CaseRepository
-from shared.core.clock import Clock
-from shared.core.ledger import Ledger
-from shared.core.ports import DocumentStore
-from shared.core.reconcile import Reconciler
 from shared.handlers.case_events import CaseEventDeps
 from shared.handlers.effect_changes import EffectChangeDeps
 from shared.handlers.health import HealthDeps
@@ -35,19 +32,11 @@ from shared.handlers.pages import PageDeps
 from shared.messaging import DeadLetterQueue, EventSender
 from shared.supplier.portal import SupplierPortal
 from shared.workflow import checkpoint_decoding
-from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import install as install_capture
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import AgentProposer, Proposer, RulesProposer
 from shared.workflow.runner import WorkflowRunner
 from shared.workflow.worker import CaseWorker
-
-
-class SystemClock:
-    """The wall clock, for human-facing timestamps only (safety decisions use the store's clock)."""
-
-    def now(self) -> float:
-        return time.time()
 
 
 @dataclass
@@ -211,7 +200,22 @@ def build_operations(
             dedupe_key=digest,
         )
     )
+    # The guard over the ledger configured above: the workflow's effects, their commits, re-checks by key.
+    guard = Guard.from_parts(
+        store,
+        cases,
+        ledger,
+        on_escalate=lambda message, fields: alerts.raise_alert(
+            "effect_escalated", message, fields, dedupe_key=str(fields.get("effectKey"))
+        ),
+        probe=probe,
+        alert=alerts.raise_alert,
+        # A failed lookup is retried a few times before a person is asked; pace it by the call timeout.
+        lookup_backoff=max(1.0, min(60.0, settings.call_timeout / 4)),
+        trace=telemetry.span,
+    )
     workflow = WorkflowDeps(
+        guard=guard,
         cases=cases,
         ledger=ledger,
         supplier=supplier,
@@ -221,18 +225,9 @@ def build_operations(
         probe=probe or (lambda point: None),
         alert=alerts.raise_alert,
     )
-    reconciler = Reconciler(
-        ledger,
-        cases,
-        store,
-        {REQUEST_CREDIT_NOTE: credit_note_policy(supplier)},
-        alert=lambda message, fields: alerts.raise_alert(
-            "effect_escalated", message, fields, dedupe_key=str(fields.get("effectKey"))
-        ),
-        # A failed lookup is retried a few times before a person is asked; pace it by the call timeout.
-        lookup_backoff=max(1.0, min(60.0, settings.call_timeout / 4)),
-        raise_alert=alerts.raise_alert,
-    )
+    # The guard's own reconciler (its policy: the credit-note request declared on it by the workflow's
+    # deps), for the commands and the timer that settle effects themselves.
+    reconciler = guard.reconciler
     return Operations(
         store=store,
         clock=clock,
@@ -299,16 +294,14 @@ def build(
         telemetry=telemetry,
         case_events=CaseEventDeps(
             worker=ops.worker,
-            reconciler=ops.reconciler,
+            guard=ops.workflow.guarded[0],
             sender=sender,
             store=ops.store,
             clock=ops.clock,
             backoff=settings.backoff,
             telemetry=telemetry,
         ),
-        effect_changes=EffectChangeDeps(
-            reconciler=ops.reconciler, ledger=ops.ledger, sender=sender, telemetry=telemetry
-        ),
+        effect_changes=EffectChangeDeps(guard=ops.workflow.guarded[0], sender=sender, telemetry=telemetry),
         health=HealthDeps(
             store=ops.store,
             cases=ops.cases,

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from casekeeper import ConfigurationError
 from shared.app.connections import COSMOS_DB, COSMOS_DB_ENDPOINT, SERVICE_BUS, SERVICE_BUS_NAMESPACE
 from shared.app.settings import SETTINGS, Settings
-from shared.core.errors import ConfigurationError
 
 PROG = "casekeeper local-settings"
 

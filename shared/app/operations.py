@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from casekeeper import Clock, DocumentStore
+from casekeeper.records import Ledger, Reconciler
+from casekeeper.records import RecordRepository as CaseRepository
 from shared.app.alerts import Alerter
-from shared.core.cases import CaseRepository
-from shared.core.clock import Clock
-from shared.core.ledger import Ledger
-from shared.core.ports import DocumentStore
-from shared.core.reconcile import Reconciler
 from shared.messaging import DeadLetterQueue
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.deps import WorkflowDeps

@@ -15,6 +15,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Literal
 
+from casekeeper import ConfigurationError
+from casekeeper.records import DEFAULT_CALL_TIMEOUT
 from shared.app.connections import (
     COSMOS_DB,
     COSMOS_DB_ENDPOINT,
@@ -25,8 +27,6 @@ from shared.app.connections import (
     parse_service_bus,
 )
 from shared.app.retention import Retention
-from shared.core.errors import ConfigurationError
-from shared.core.ledger import DEFAULT_CALL_TIMEOUT
 from shared.core.retry import Backoff
 from shared.domain.invoice import Rules
 from shared.workflow.model_client import DEFAULT_API_VERSION, ModelConfig

@@ -73,8 +73,8 @@ from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, Status, StatusCode
 
+from casekeeper import Effect
 from shared.app.settings import Settings
-from shared.core.ledger import Effect
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.sampling import Sampler

@@ -29,6 +29,52 @@ _HISTORY_LIMIT = 100
 _MAX_CONFLICT_RETRIES = 8
 
 
+def version_after(version: int) -> int:
+    """The version a case has after a change committed on ``version``: every change moves it by exactly
+    one (rule R5). So an approval asked by a commit on the decided-on version is asked on the version after
+    it (what the approver sees); the one place that says so."""
+    return version + 1
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A person's answer that a transition commits (rule R6): who decided what, on which version, to which
+    request. Recorded as a field of the transition, so a reader never parses it back out of reason prose."""
+
+    request_id: str
+    approved: bool
+    by: str
+    on_version: int
+    reason: str | None = None
+
+    @property
+    def decision(self) -> str:
+        """``approved`` or ``rejected``."""
+        return "approved" if self.approved else "rejected"
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer as stored in the transition's ``answer``."""
+        return {
+            "requestId": self.request_id,
+            "approved": self.approved,
+            "by": self.by,
+            "onVersion": self.on_version,
+            **({"reason": self.reason} if self.reason else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Answer:
+        """The answer stored by :meth:`to_json`."""
+        reason = data.get("reason")
+        return cls(
+            request_id=str(data["requestId"]),
+            approved=bool(data["approved"]),
+            by=str(data["by"]),
+            on_version=int(data["onVersion"]),
+            reason=str(reason) if reason else None,
+        )
+
+
 @dataclass(frozen=True)
 class Transition:
     """One committed change: from ``from_version`` to ``from_version + 1``."""
@@ -48,6 +94,14 @@ class Transition:
     ``model <deployment>``); ``None`` for changes nobody proposed (facts, a person's answer)."""
     delivery_id: str | None = None
     """The delivery whose report made this change of facts (``None``: not a reported fact)."""
+    answer: Answer | None = None
+    """The person's answer this transition commits (``None``: not an answer, or a transition written before
+    answers were recorded as a field: their reason text is all there is)."""
+
+    @property
+    def to_version(self) -> int:
+        """The version this transition moved the case to."""
+        return version_after(self.from_version)
 
 
 @dataclass(frozen=True)
@@ -108,6 +162,7 @@ class Case:
                     escalation=bool(t.get("escalation", False)),
                     proposed_by=t.get("proposedBy"),
                     delivery_id=t.get("deliveryId"),
+                    answer=Answer.from_json(t["answer"]) if t.get("answer") else None,
                 )
                 for t in body.get("history") or ()
             ),
@@ -160,6 +215,7 @@ class Case:
                     **({"escalation": True} if t.escalation else {}),
                     **({"proposedBy": t.proposed_by} if t.proposed_by else {}),
                     **({"deliveryId": t.delivery_id} if t.delivery_id is not None else {}),
+                    **({"answer": t.answer.to_json()} if t.answer is not None else {}),
                 }
                 for t in self.history
             ],
@@ -229,6 +285,7 @@ class CaseRepository:
         expected: Case | None = None,
         escalation: bool = False,
         proposed_by: str | None = None,
+        answer: Answer | None = None,
     ) -> Case | None:
         """Move the case to ``new_status`` if it is still at ``decided_on_version``.
 
@@ -236,7 +293,7 @@ class CaseRepository:
         (another writer got there first, or the facts changed): the caller re-reads and decides again.
         ``expected``, a case read just before (for instance by the version gate), saves a read.
         ``data`` fields are merged into the case's ``data`` in the same write. ``proposed_by``: who
-        proposed the decision (the transition records it).
+        proposed the decision, ``answer``: the person's answer it commits (the transition records both).
         Raises ``CaseNotFound``; ``ConcurrencyConflict`` only if notes keep racing past the retry bound.
         """
 
@@ -251,6 +308,7 @@ class CaseRepository:
                 data=merged,
                 escalation=escalation,
                 proposed_by=proposed_by,
+                answer=answer,
             )
 
         return self._conditional(case_id, decided_on_version, mutate, expected=expected)
@@ -449,6 +507,7 @@ def _advance(
     escalation: bool = False,
     proposed_by: str | None = None,
     delivery_id: str | None = None,
+    answer: Answer | None = None,
 ) -> Case:
     transition = Transition(
         from_version=case.version,
@@ -461,11 +520,12 @@ def _advance(
         escalation=escalation,
         proposed_by=proposed_by,
         delivery_id=delivery_id,
+        answer=answer,
     )
     history = _trimmed((*case.history, transition))
     # A transition naming the effect that passed the gate settles it; any other keeps the gate open.
     gate = None if case.gate is not None and case.gate.effect_key == effect_key else case.gate
-    return _replace(case, status=status, version=case.version + 1, history=history, data=data, gate=gate)
+    return _replace(case, status=status, version=version_after(case.version), history=history, data=data, gate=gate)
 
 
 def _trimmed(history: tuple[Transition, ...]) -> tuple[Transition, ...]:

@@ -18,9 +18,16 @@ has moved on                                       ``needs_review``: the effect 
                                                    the case has left; deciding again could act
                                                    twice, so the case is escalated to a person by
                                                    a transition that names the effect
-is gone, or the effect is not ``done`` or has no   ``no_intent``: nothing is written
-commit intent
+is gone                                           ``gone``: nothing is written
 =================================================  ===============================================
+
+A ``done`` effect whose row names no commit intent raises ``MissingCommitIntent``: nobody can tell what
+the case should become, and answering with a quiet no-op would leave its gate open for ever. The
+reconciler hands such a case to a person (:meth:`shared.core.reconcile.Reconciler.finish_commit`).
+
+What else is written with the commit (the case ``data`` an action's result fills, or a field the
+decision clears) is the caller's business, passed as ``data``: this module knows no field of the
+case's data.
 
 Nothing is written on the effect: the effect row stays ``done`` as the ledger left it. What is written
 is on the case: a transition that names the effect (the commit or the escalation), which also closes the
@@ -38,15 +45,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.core.cases import Case, CaseRepository
-from shared.core.errors import ConcurrencyConflict
+from shared.core.cases import Answer, Case, CaseRepository
+from shared.core.errors import ConcurrencyConflict, MissingCommitIntent
 from shared.core.ledger import AlertSink, Effect, EffectStatus, Ledger
 
 log = logging.getLogger("casekeeper.commits")
 
 _MAX_ATTEMPTS = 8
 
-Finished = Literal["already", "committed", "needs_review", "with_person", "no_intent"]
+Finished = Literal["already", "committed", "needs_review", "with_person", "gone"]
 
 
 @dataclass(frozen=True)
@@ -75,24 +82,25 @@ class CommitFinisher:
     ) -> FinishResult:
         """Make the case show ``effect``'s commit, or hand the case to a person. The outcome is ``already``
         (it landed before), ``committed`` (now), ``needs_review`` (the case had moved on: handed to a person
-        now), ``with_person`` (an escalation naming the effect is already there) or ``no_intent`` (not done,
-        no commit intent, no such case). Harmless to repeat.
+        now), ``with_person`` (an escalation naming the effect is already there) or ``gone`` (no such case).
+        Harmless to repeat.
 
         ``data`` is merged into the case's data with the commit; ``expected`` (the case as the version
-        gate left it) saves a read on the happy path. Raises ``StoreUnavailable``; ``ConcurrencyConflict``
-        if the case keeps changing past a bound."""
+        gate left it) saves a read on the happy path. Raises ``ValueError`` for an effect that is not
+        ``done``, ``MissingCommitIntent`` for one without a commit intent, ``StoreUnavailable``, and
+        ``ConcurrencyConflict`` if the case keeps changing past a bound."""
+        if effect.status is not EffectStatus.DONE:
+            raise ValueError(f"effect {effect.key[:12]} is {effect.status.value}: only a done effect commits")
         intent = effect.request.get("commit")
-        if effect.status is not EffectStatus.DONE or not isinstance(intent, Mapping):
-            return FinishResult("no_intent", expected)
+        if not isinstance(intent, Mapping) or not intent.get("status"):
+            raise MissingCommitIntent(key=effect.key, case_id=effect.case_id, action=effect.action)
         target = str(intent["status"])
         payload = dict(data or {})
-        if intent.get("clearPendingApproval"):
-            payload["pendingApproval"] = None
         case = expected if expected is not None and expected.id == effect.case_id else None
         for _ in range(_MAX_ATTEMPTS):
             case = case or self.cases.get(effect.case_id)
             if case is None:
-                return FinishResult("no_intent", None)
+                return FinishResult("gone", None)
             named = case.transitions_of(effect.key)
             if any(t.from_version == effect.case_version and t.status == target for t in named):
                 return FinishResult("already", case)
@@ -110,6 +118,7 @@ class CommitFinisher:
                 data=payload,
                 expected=case,
                 proposed_by=intent.get("proposedBy"),
+                answer=Answer.from_json(intent["answer"]) if intent.get("answer") else None,
             )
             if committed is not None:
                 log.info(

@@ -22,7 +22,8 @@
     │   ├── NeedsReconciliation          no         started long ago, outcome unknown: never retry blindly
     │   ├── EffectFailed                 no         the downstream definitely refused (recorded)
     │   ├── StaleDecision                no         the case moved on since the decision: decide again
-    │   └── OutcomeAlreadyRecorded       no         a late outcome lost to one recorded meanwhile
+    │   ├── OutcomeAlreadyRecorded       no         a late outcome lost to one recorded meanwhile
+    │   └── MissingCommitIntent          no         a ``done`` effect names no commit: a person settles it
     ├── DownstreamError                  no         raised by a callee, read by the ledger
     │   ├── DownstreamRejected           no         definite refusal (a 4xx): recorded as ``failed``
     │   └── OutcomeUnknown               yes        timeout, 5xx, reset: the row stays ``started``
@@ -245,6 +246,19 @@ class OutcomeAlreadyRecorded(EffectError):
             action=action,
         )
         self.recorded_status = recorded_status
+
+
+class MissingCommitIntent(EffectError):
+    """A ``done`` effect whose ledger row names no commit (``request.commit``): nobody can tell what the
+    case should become. Raised instead of silently leaving the case's gate open; a person settles it."""
+
+    def __init__(self, *, key: str, case_id: str, action: str) -> None:
+        super().__init__(
+            f"effect {action} ({key[:12]}) of case {case_id!r} is done but names no commit intent",
+            key=key,
+            case_id=case_id,
+            action=action,
+        )
 
 
 # --- downstream --------------------------------------------------------------------------------

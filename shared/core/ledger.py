@@ -203,6 +203,11 @@ class Ledger:
         self._observe = observer or (lambda event, effect: None)
         self._alert = alert
 
+    @property
+    def store(self) -> DocumentStore:
+        """The store the ledger writes to."""
+        return self._store
+
     # --- the guarded call ---------------------------------------------------------------------
 
     def run(

@@ -36,6 +36,7 @@ from shared.core.commits import CommitFinisher
 from shared.core.errors import (
     EffectFailed,
     EffectInFlight,
+    MissingCommitIntent,
     NeedsReconciliation,
     OutcomeAlreadyRecorded,
     OutcomeUnknown,
@@ -72,7 +73,8 @@ class RecheckResult:
     """What a re-check did. ``retry_after`` (seconds) asks for another re-check; ``reinvestigate`` asks
     the caller to have the case decided again (the retried decision was stale)."""
 
-    outcome: str  # settled | in_flight | recorded | retried | stale | failed | escalated | lookup_failed | gone
+    # settled | in_flight | recorded | retried | stale | failed | escalated | lookup_failed | gone | no_intent
+    outcome: str
     key: str
     case_id: str
     detail: str = ""
@@ -103,10 +105,16 @@ class Reconciler:
 
     def finish_commit(self, effect: Effect) -> str:
         """Make the case show a ``done`` effect's commit (see :class:`CommitFinisher`). Returns ``already``,
-        ``committed``, ``needs_review`` (the case moved on: a person decides) or ``no_intent``."""
+        ``committed``, ``needs_review`` (the case moved on: a person decides), ``with_person``, ``gone``, or
+        ``no_intent``: the row names no commit, so the case is handed to a person with one alert (never a
+        silent no-op that would leave its gate open)."""
         policy = self.policies.get(effect.action)
         data = policy.commit_data(effect) if policy is not None else {}
-        return self.finisher.finish(effect, data=data, reason_suffix=RECONCILED_SUFFIX).outcome
+        try:
+            return self.finisher.finish(effect, data=data, reason_suffix=RECONCILED_SUFFIX).outcome
+        except MissingCommitIntent as exc:
+            self._escalated(effect, str(exc))
+            return "no_intent"
 
     # --- started effects ----------------------------------------------------------------------------
 
@@ -118,6 +126,8 @@ class Reconciler:
             return RecheckResult("gone", key, case_id, "no such effect")
         if effect.status is EffectStatus.DONE:
             finished = self.finish_commit(effect)
+            if finished == "no_intent":
+                return RecheckResult("no_intent", key, case_id, "done, but its ledger row names no commit intent")
             return RecheckResult("settled", key, case_id, f"done; commit {finished}", committed=finished == "committed")
         # The follow-ups below are derived from the row on every re-check, so a re-check redelivered after
         # a crash (between the ledger write and the follow-up) does the follow-up again; each is idempotent.

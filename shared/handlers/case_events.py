@@ -39,12 +39,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from casekeeper import CasekeeperError, Clock, DocumentStore, EffectInFlight, Guard, InvalidDocumentId
 from shared.app.telemetry import Telemetry
-from shared.core.cases import CaseRepository
-from shared.core.clock import Clock
-from shared.core.errors import CasekeeperError, EffectInFlight, InvalidDocumentId, InvalidEvent, ModelUnavailable
-from shared.core.ports import DocumentStore
-from shared.core.reconcile import Reconciler
+from shared.core.errors import InvalidEvent, ModelUnavailable
 from shared.core.retry import Backoff
 from shared.domain import events as ev
 from shared.handlers.rejected import set_aside
@@ -62,7 +59,8 @@ class CaseEventDeps:
     """What the case worker's trigger takes."""
 
     worker: CaseWorker
-    reconciler: Reconciler
+    guard: Guard
+    """Re-checks an effect (rule R3) when its scheduled re-check arrives."""
     sender: EventSender
     store: DocumentStore
     """Where events that cannot be handled are set aside (``shared.handlers.rejected``)."""
@@ -299,8 +297,9 @@ async def _note_model_failure(deps: CaseEventDeps, event: ev.CaseEvent, error: C
     if error.deployment:
         fields["deployment"] = error.deployment
     try:
-        cases = CaseRepository(deps.store, deps.clock)
-        await asyncio.to_thread(cases.note, event.case_id, f"model unavailable: {error.reason}; {then}", **fields)
+        await asyncio.to_thread(
+            deps.guard.records.note, event.case_id, f"model unavailable: {error.reason}; {then}", **fields
+        )
     except CasekeeperError as exc:  # the note is for people; the retry must not depend on it
         log.warning(
             "case %s: could not note the model failure: %s", event.case_id, exc, extra={"caseId": event.case_id}
@@ -310,7 +309,7 @@ async def _note_model_failure(deps: CaseEventDeps, event: ev.CaseEvent, error: C
 async def _recheck(deps: CaseEventDeps, event: ev.CaseEvent, envelope: Envelope) -> Settlement:
     key = str(event.data["key"])
     with deps.telemetry.span("reconcile.recheck", {"casekeeper.case_id": event.case_id, "casekeeper.effect_key": key}):
-        outcome = await asyncio.to_thread(deps.reconciler.recheck, event.case_id, key)
+        outcome = await asyncio.to_thread(deps.guard.reconcile_effect, event.case_id, key)
     deps.telemetry.reconciled(outcome.outcome)
     log.info(
         "case %s: re-check of effect %s -> %s (%s)",
@@ -326,7 +325,7 @@ async def _recheck(deps: CaseEventDeps, event: ev.CaseEvent, envelope: Envelope)
         await _schedule(deps, event, copy_id, at, replace(envelope, retry=envelope.retry + 1).fields())
         return Settlement("rechecked", f"{outcome.outcome}; next re-check scheduled", scheduled_at=at)
     if outcome.retry_after is not None:
-        await asyncio.to_thread(deps.reconciler.rechecks_exhausted, outcome, envelope.retry)
+        await asyncio.to_thread(deps.guard.rechecks_exhausted, outcome, envelope.retry)
     if outcome.reinvestigate:
         result = await deps.worker.handle(ev.CaseEvent(ev.CASE_INVESTIGATE, event.case_id, {}))
         return Settlement("rechecked", f"{outcome.outcome}; case decided again: {result.outcome}", result=result)

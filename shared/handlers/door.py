@@ -29,10 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.core.cases import Case
-from shared.core.errors import AlreadyExists
-from shared.core.keys import approval_request_id
-from shared.core.ports import DocumentStore
+from casekeeper import AlreadyExists, DocumentStore, approval_request_id
+from casekeeper import Record as Case
+from shared.workflow.approval import pending_ref
 
 HEALTH = "health"
 KIND_DELIVERY = "delivery"
@@ -107,17 +106,16 @@ def answer_refusal(case: Case, request_id: str, case_version: int) -> str | None
     """Why an answer to ``request_id`` on ``case_version`` cannot count, as far as the door can tell from
     the case: the request was never asked on this case, is no longer pending, or was asked on another
     version. ``None``: it is the pending request, on the case's version."""
-    pending = case.data.get("pendingApproval") or {}
-    if pending.get("requestId") == request_id and case.status == AWAITING_APPROVAL:
-        if case_version != case.version or int(pending.get("caseVersion", -1)) != case.version:
+    pending = pending_ref(case)
+    if pending is not None and pending[0] == request_id and case.status == AWAITING_APPROVAL:
+        if case_version != case.version or pending[1] != case.version:
             return (
                 f"stale: answered on v{case_version}, and the case is {case.status} at v{case.version}; an "
                 "answer counts only on the version it was asked on"
             )
         return None
     asked = any(
-        t.status == AWAITING_APPROVAL
-        and approval_request_id(case.id, CREDIT_NOTE_ACTION, t.from_version + 1) == request_id
+        t.status == AWAITING_APPROVAL and approval_request_id(case.id, CREDIT_NOTE_ACTION, t.to_version) == request_id
         for t in case.history
     )
     if not asked:

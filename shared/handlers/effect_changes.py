@@ -16,10 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from casekeeper import Document, Effect, EffectStatus, Guard
 from shared.app.telemetry import Telemetry
-from shared.core.ledger import Effect, EffectStatus, Ledger
-from shared.core.ports import Document
-from shared.core.reconcile import Reconciler
 from shared.handlers.case_events import schedule_recheck
 from shared.messaging import EventSender
 
@@ -32,8 +30,7 @@ RECHECK_MARGIN_SECONDS = 5.0
 class EffectChangeDeps:
     """What the reconciler's trigger takes."""
 
-    reconciler: Reconciler
-    ledger: Ledger
+    guard: Guard
     sender: EventSender
     telemetry: Telemetry
 
@@ -83,12 +80,12 @@ def _handle_one(deps: EffectChangeDeps, raw: Mapping[str, Any], summary: ChangeS
     if effect is None:
         summary.ignored += 1
     elif effect.status is EffectStatus.DONE:
-        finished = deps.reconciler.finish_commit(effect)
+        finished = deps.guard.finish_commit(effect)
         if finished in ("committed", "needs_review"):
             deps.telemetry.reconciled(f"commit_{finished}")
             summary.commits_finished.append(effect.key)
     elif effect.status is EffectStatus.STARTED:
-        at = deps.ledger.recheck_due(effect) + RECHECK_MARGIN_SECONDS
+        at = deps.guard.recheck_due(effect) + RECHECK_MARGIN_SECONDS
         schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, at)
         summary.rechecks_scheduled.append(effect.key)
     else:

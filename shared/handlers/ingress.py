@@ -42,11 +42,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared.core.cases import CaseRepository
-from shared.core.clock import Clock
-from shared.core.errors import InvalidEvent, QueueUnavailable, StoreError
-from shared.core.ids import id_problem
-from shared.core.ports import DocumentStore
+from casekeeper import Clock, DocumentStore, StoreError
+from casekeeper.records import RecordRepository as CaseRepository
+from casekeeper.stores import id_problem
+from shared.core.errors import InvalidEvent, QueueUnavailable
 from shared.domain import events as ev
 from shared.handlers import door
 from shared.messaging import Envelope, EventSender, derived_message_id

@@ -40,7 +40,6 @@ from shared.core.keys import approval_request_id
 from shared.domain.invoice import Status
 from shared.handlers.ingress import Ingress
 from shared.handlers.rejected import rejected_events
-from shared.operator.cases import DECISION_REASON
 from shared.operator.effects import SETTLED_TEXT, Refused
 from shared.operator.effects import resolve as resolve_effect
 from shared.views.alerts import alert_json, recent_alerts
@@ -60,6 +59,7 @@ from shared.web.identity import (
 )
 from shared.web.render import Page, redirect, render
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, money_position
+from shared.workflow.approval import answer_of
 from shared.workflow.build import build_workflow
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
@@ -256,16 +256,16 @@ def _request_record(case: Case, request_id: str) -> dict[str, Any] | None:
         ):
             continue
         answer = case.transition_from(asked_on)
-        decided = DECISION_REASON.match(answer.reason or "") if answer is not None else None
+        decided = answer_of(case.id, answer) if answer is not None else None
         return {
             "askedOn": asked_on,
             "asked": t.reason,
             "at": t.at,
             "answer": (
                 {
-                    "decision": decided.group(1),
-                    "by": decided.group(2),
-                    "reason": decided.group(3),
+                    "decision": decided.decision,
+                    "by": decided.by,
+                    "reason": decided.reason,
                     "status": answer.status,
                 }
                 if decided is not None and answer is not None

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from shared.core.ids import storable_id
-from shared.core.ports import HEALTH, DocumentStore, Query
+from casekeeper import DocumentStore, Query
+from casekeeper.stores import HEALTH, storable_id
 
 KIND = "rejected_event"
 MAX_BODY_CHARS = 8000

@@ -22,8 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shared.core.errors import ConcurrencyConflict
-from shared.core.ports import CONTAINERS
+from casekeeper import CONTAINERS, ConcurrencyConflict
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
 

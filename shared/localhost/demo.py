@@ -31,12 +31,19 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from casekeeper import (
+    Effect,
+    EffectInFlight,
+    EffectStatus,
+    NeedsReconciliation,
+    OutcomeUnknown,
+    StaleDecision,
+    effect_key,
+)
+from casekeeper import Record as Case
+from casekeeper.records import EffectOutcome
 from shared.app.bootstrap import build_operations
 from shared.app.settings import Settings
-from shared.core.cases import Case
-from shared.core.errors import EffectInFlight, NeedsReconciliation, OutcomeUnknown, StaleDecision
-from shared.core.keys import effect_key
-from shared.core.ledger import Effect, EffectOutcome, EffectStatus
 from shared.domain.credit import decide, position
 from shared.domain.invoice import Action, InvoiceFacts
 from shared.localhost.supplier_stub import NOTES_PATH, Faults, SupplierStub

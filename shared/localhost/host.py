@@ -46,13 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from casekeeper import StoreError
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.retention import backend
 from shared.app.settings import SETTINGS, Settings
 from shared.app.telemetry import configure as configure_telemetry
 from shared.app.telemetry import quiet_library_loggers
-from shared.core.errors import StoreError
 from shared.localhost.changefeed import LocalChangeFeed, to_document_list
 from shared.localhost.http_server import SOCKET_TIMEOUT_SECONDS, HttpFrontend, Route
 from shared.localhost.schedule import NcrontabSchedule, timer_request

@@ -15,13 +15,11 @@ Exit codes: 0 shown, 1 no such case, 2 usage or store selection error. Reads onl
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any
 
 from shared.app.operations import Operations
 from shared.core.cases import Case
 from shared.core.ledger import Effect
-from shared.core.reconcile import RECONCILED_SUFFIX
 from shared.handlers.rejected import rejected_events
 from shared.operator.context import (
     age_text,
@@ -35,6 +33,7 @@ from shared.operator.context import (
 )
 from shared.views.runs import RUN_TEXT, Build, CheckpointView, graph_hash_of, inspect_checkpoint
 from shared.workflow.actions import money_position
+from shared.workflow.approval import LEGACY_ANSWER, answer_of
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.checkpoints import CaseCheckpointStorage
 from shared.workflow.fact_events import FACT_ORDER, SUPERSEDED
@@ -42,9 +41,9 @@ from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
 PROG = "casekeeper case"
 AWAITING_APPROVAL = "awaiting_approval"
-DECISION_REASON = re.compile(
-    r"^(approved|rejected) by (.+?)(?: \(reason: (.*?)\))?(?: " + re.escape(RECONCILED_SUFFIX) + r")?$", re.DOTALL
-)
+DECISION_REASON = LEGACY_ANSWER
+"""Kept for importers; an answer is read with ``shared.workflow.approval.answer_of`` (a field of the
+transition, the reason text only for documents written before)."""
 _ASKED = "approval requested"
 
 
@@ -193,16 +192,16 @@ def _approval_history(case: Case) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for t in case.history:
         reason = t.reason or ""
-        decision = DECISION_REASON.match(reason)
+        decision = answer_of(case.id, t)
         if t.status == AWAITING_APPROVAL and reason.startswith(_ASKED):
-            events.append({"event": "requested", "onVersion": t.from_version + 1, "detail": reason, "at": t.at})
+            events.append({"event": "requested", "onVersion": t.to_version, "detail": reason, "at": t.at})
         elif decision is not None:
             events.append(
                 {
-                    "event": decision.group(1),
-                    "by": decision.group(2),
-                    **({"reason": decision.group(3)} if decision.group(3) else {}),
-                    "onVersion": t.from_version,
+                    "event": decision.decision,
+                    "by": decision.by,
+                    **({"reason": decision.reason} if decision.reason else {}),
+                    "onVersion": decision.on_version,
                     "status": t.status,
                     "effectKey": t.effect_key,
                     "at": t.at,

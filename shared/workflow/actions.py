@@ -11,16 +11,17 @@ The ledger's effects of this action are also the case's credit-note *requests* f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from shared.core.ledger import Call, Effect, EffectStatus
-from shared.core.reconcile import ActionPolicy
+from casekeeper import Effect, EffectStatus, Guard, GuardedEffect
+from casekeeper.records import ActionPolicy
 from shared.domain.credit import CreditRequest, Position, position
-from shared.domain.invoice import Action, InvoiceFacts
+from shared.domain.invoice import Action, InvoiceFacts, Status
 from shared.domain.money import amount_text, parse_amount
+from shared.workflow.messages import PENDING_APPROVAL
 
 REQUEST_CREDIT_NOTE = Action.REQUEST_CREDIT_NOTE.value
 
@@ -36,7 +37,7 @@ class CreditNoteCall:
     amount: Decimal
     currency: str
 
-    def bind(self, supplier: Any) -> Call:
+    def bind(self, supplier: Any) -> Callable[[str], dict[str, Any]]:
         """The guarded call: receives the effect key and sends it as ``Idempotency-Key``. ``supplier`` is a
         ``SupplierPortal`` (or anything with its ``request_credit_note``)."""
 
@@ -66,6 +67,29 @@ class CreditNoteCall:
             **({"basis": dict(basis)} if basis else {}),
         }
 
+    def args(self, *, basis: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The guarded effect's args (JSON), stored flat as the ledger row's ``request``: what the supplier is
+        asked, and how the amount was computed (``basis``, the money rule's numbers at the decision)."""
+        return {
+            "caseId": self.case_id,
+            "amount": str(self.amount),
+            "currency": self.currency,
+            "invoiceId": self.invoice_id,
+            "supplierId": self.supplier_id,
+            **({"basis": dict(basis)} if basis else {}),
+        }
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> CreditNoteCall:
+        """The call :meth:`args` describes."""
+        return cls(
+            case_id=str(args["caseId"]),
+            invoice_id=str(args["invoiceId"]),
+            supplier_id=str(args["supplierId"]),
+            amount=Decimal(str(args["amount"])),
+            currency=str(args["currency"]),
+        )
+
     @classmethod
     def from_effect(cls, effect: Effect) -> CreditNoteCall:
         request = effect.request
@@ -79,8 +103,10 @@ class CreditNoteCall:
 
 
 def credit_request_data(effect: Effect) -> dict[str, Any]:
-    """The case ``data`` written with the ``credit_requested`` commit, by the worker or the reconciler."""
-    return {
+    """The case ``data`` written with the ``credit_requested`` commit, by whoever finishes it (the worker,
+    the reconciler, the timer, a person's resolution): the request made and, when the decision answered an
+    approval (its intent says ``clearPendingApproval``), the withdrawn pending request."""
+    data: dict[str, Any] = {
         "creditRequest": {
             "effectKey": effect.key,
             "creditNoteId": (effect.result or {}).get("creditNoteId"),
@@ -88,6 +114,10 @@ def credit_request_data(effect: Effect) -> dict[str, Any]:
             "currency": effect.request.get("currency"),
         }
     }
+    intent = effect.request.get("commit")
+    if isinstance(intent, Mapping) and intent.get("clearPendingApproval"):
+        data[PENDING_APPROVAL] = None
+    return data
 
 
 def credit_requests(effects: Iterable[Effect]) -> tuple[CreditRequest, ...]:
@@ -114,6 +144,32 @@ def credit_requests(effects: Iterable[Effect]) -> tuple[CreditRequest, ...]:
 def money_position(facts: Mapping[str, Any], effects: Iterable[Effect]) -> Position:
     """The money rule's numbers for a case's facts and its ledger effects (the case view's ``credit``)."""
     return position(InvoiceFacts.from_dict(dict(facts)), credit_requests(effects))
+
+
+def declare_credit_note(guard: Guard, supplier: Any) -> GuardedEffect:
+    """The credit-note request, declared once on the app's guard (``supplier``: a ``SupplierPortal``).
+
+    Its commit moves the case to ``credit_requested`` with the request's data
+    (:func:`credit_request_data`); the supplier is asked by key when an outcome is unknown and, having no
+    record of it, asked again with the same key (it honours ``Idempotency-Key``). The args are stored flat
+    as the ledger row's request, where the money rule, the views and the checks read them; a refusal is
+    committed by the workflow itself (with the answer it refuses), so the guard leaves the case alone."""
+
+    def call(key: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(CreditNoteCall.from_args(args).bind(supplier)(key))
+
+    return guard.register(
+        REQUEST_CREDIT_NOTE,
+        call,
+        commit=Status.CREDIT_REQUESTED.value,
+        lookup=supplier.find_credit_note,
+        retry_same_key=True,
+        commit_data_from=credit_request_data,
+        flat_request=True,
+        review_on_refusal=False,
+        # Rows written before the args carried the case id: rebuild the very same call from the row.
+        retry_args=lambda effect: CreditNoteCall.from_effect(effect).args(),
+    )
 
 
 def credit_note_policy(supplier: Any) -> ActionPolicy:

@@ -46,8 +46,8 @@ from typing import Any, Final
 
 from opentelemetry import metrics
 
-from shared.core.errors import ConcurrencyConflict
-from shared.core.ports import HEALTH, Document, DocumentStore, Query
+from casekeeper import ConcurrencyConflict, Document, DocumentStore, Query
+from casekeeper.stores import HEALTH
 
 RUNNER_LOGGER: Final = "agent_framework._workflows._runner"
 """The logger Agent Framework's runner reports failed checkpoint saves on."""

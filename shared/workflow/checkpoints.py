@@ -67,9 +67,8 @@ from agent_framework import WorkflowCheckpoint
 from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 from agent_framework.exceptions import WorkflowCheckpointException
 
-from shared.core.errors import AlreadyExists, CaseError
-from shared.core.ids import id_problem
-from shared.core.ports import Document, DocumentStore, Query
+from casekeeper import AlreadyExists, CaseError, Document, DocumentStore, Query
+from casekeeper.stores import id_problem
 from shared.workflow import state_schemas
 from shared.workflow.checkpoint_decoding import decode_checkpoint_value
 

@@ -6,11 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from casekeeper import Guard, GuardedEffect, Record
+from casekeeper.records import AlertSink, Ledger
+from casekeeper.records import RecordRepository as CaseRepository
 from shared.app.telemetry import Telemetry
-from shared.core.cases import Case, CaseRepository
-from shared.core.commits import CommitFinisher
-from shared.core.ledger import AlertSink, Ledger
 from shared.domain.invoice import Rules
+from shared.workflow.actions import declare_credit_note
 from shared.workflow.proposers import Proposer
 
 
@@ -24,13 +25,33 @@ class WorkflowDeps:
     probe: Callable[[str], None] = lambda point: None
     """Called at named points (``F5``, ``F6``); the crash tests kill the process there."""
     telemetry: Telemetry = field(default_factory=Telemetry)
-    known_case: Case | None = None
+    known_case: Record | None = None
     """For one run: the case as the event just wrote it; the run's first read of it is skipped."""
     new_case: bool = False
     """For one run: ``known_case`` was created by this event, so it has no effects yet (none are read)."""
     alert: AlertSink | None = None
-    """Raises the finisher's alerts (an effect that happened on a version the case left)."""
+    """Raises the guard's alerts (an effect that happened on a version the case left)."""
+    guard: Guard | None = None
+    """The guard the workflow decides and acts through; made over ``cases`` and ``ledger`` when not given
+    (with the credit-note request declared on it)."""
+    credit_note: GuardedEffect | None = None
+    """The credit-note request declared on ``guard`` (declared there when not given)."""
+
+    def __post_init__(self) -> None:
+        if self.guard is None:
+            self.guard = Guard.from_parts(
+                self.ledger.store,
+                self.cases,
+                self.ledger,
+                probe=self.probe,
+                alert=self.alert,
+                trace=self.telemetry.span,
+            )
+        if self.credit_note is None:
+            self.credit_note = declare_credit_note(self.guard, self.supplier)
 
     @property
-    def finisher(self) -> CommitFinisher:
-        return CommitFinisher(self.cases, self.ledger, alert=self.alert)
+    def guarded(self) -> tuple[Guard, GuardedEffect]:
+        """The guard and the credit-note effect (always set after construction)."""
+        assert self.guard is not None and self.credit_note is not None
+        return self.guard, self.credit_note

@@ -22,16 +22,25 @@ from typing import Any, Never
 
 from agent_framework import Executor, WorkflowContext, handler, response_handler
 
-from shared.core.cases import Case
-from shared.core.commits import FinishResult
-from shared.core.errors import EffectFailed, InvalidProposal, NeedsReconciliation, StaleDecision
-from shared.core.keys import approval_request_id, effect_key
-from shared.core.ledger import Effect
+from casekeeper import (
+    Answer,
+    EffectFailed,
+    EffectResult,
+    NeedsReconciliation,
+    StaleDecision,
+    approval_request_id,
+    asked_on,
+    effect_key,
+)
+from casekeeper import Record as Case
+from shared.core.errors import InvalidProposal
 from shared.domain.credit import CreditRequest, needs_approval, position, status_for, validate
 from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Status
-from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall, credit_request_data, credit_requests
+from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall, credit_requests
+from shared.workflow.approval import pending_request
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import (
+    PENDING_APPROVAL,
     AnswerWithoutCheckpoint,
     ApprovalAnswer,
     ApprovalRequest,
@@ -77,11 +86,12 @@ class Intake(Executor):
     @handler
     async def on_answer(self, msg: AnswerWithoutCheckpoint, ctx: WorkflowContext[RebuiltAnswer, RunOutcome]) -> None:
         case = await asyncio.to_thread(self._deps.cases.get, msg.case_id)
-        pending = case.data.get("pendingApproval") if case is not None else None
-        if case is None or not pending:
+        # Read as the type this build's gate makes (a release may have changed it, rule R8).
+        pending = pending_request(case, ApprovalRequest) if case is not None else None
+        if case is None or pending is None:
             await ctx.yield_output(_not_pending(msg.case_id, case, msg.answer))
             return
-        await ctx.send_message(RebuiltAnswer(ApprovalRequest.from_json(pending), msg.answer))
+        await ctx.send_message(RebuiltAnswer(pending, msg.answer))
 
 
 class Propose(Executor):
@@ -170,11 +180,11 @@ class ApprovalGate(Executor):
 
     async def _ask(self, p: Proposed, ctx: WorkflowContext[CommitOrder, RunOutcome]) -> None:
         snap = p.snapshot
-        asked_on = snap.version + 1  # the version the case will have while it waits: what the approver sees
+        on = asked_on(snap.version)  # the version the case will have while it waits: what the approver sees
         request = ApprovalRequest(
             case_id=snap.case_id,
-            case_version=asked_on,
-            request_id=approval_request_id(snap.case_id, p.action, asked_on),
+            case_version=on,
+            request_id=approval_request_id(snap.case_id, p.action, on),
             action=p.action,
             amount=p.amount or Decimal("0"),
             currency=p.currency or "",
@@ -189,13 +199,13 @@ class ApprovalGate(Executor):
             snap.version,
             Status.AWAITING_APPROVAL,
             reason=f"approval requested for {request.amount} {request.currency}",
-            data={"pendingApproval": request.to_json()},
+            data={PENDING_APPROVAL: request.to_json()},
             proposed_by=p.proposed_by,
         )
         if committed is None:
             case = await asyncio.to_thread(cases.require, snap.case_id)
-            pending = case.data.get("pendingApproval") or {}
-            if pending.get("requestId") != request.request_id or case.status != Status.AWAITING_APPROVAL:
+            pending = pending_request(case)
+            if pending is None or pending.request_id != request.request_id or case.status != Status.AWAITING_APPROVAL:
                 self._deps.telemetry.lost_commit("approval-gate")
                 await ctx.yield_output(_superseded(case, f"case moved on from v{snap.version} before asking"))
                 return
@@ -207,7 +217,7 @@ class ApprovalGate(Executor):
                 snap.case_id,
                 "awaiting_approval",
                 status=Status.AWAITING_APPROVAL,
-                version=asked_on,
+                version=on,
                 detail=f"approval {request.request_id} requested",
                 extra={"requestId": request.request_id},
             )
@@ -229,9 +239,9 @@ class ApprovalGate(Executor):
         # Re-read before doing anything: the answer may be days old (rule R6).
         deps = self._deps
         case = await asyncio.to_thread(deps.cases.require, request.case_id)
-        pending = case.data.get("pendingApproval") or {}
+        pending = pending_request(case)
         extra = _answer_extra(answer)
-        if case.status != Status.AWAITING_APPROVAL or pending.get("requestId") != answer.request_id:
+        if case.status != Status.AWAITING_APPROVAL or pending is None or pending.request_id != answer.request_id:
             await ctx.yield_output(_not_pending(case.id, case, answer))
             return
         if answer.case_version != case.version or request.case_version != case.version:
@@ -247,10 +257,18 @@ class ApprovalGate(Executor):
             await ctx.yield_output(stop)
             return
         who = answer.approver
-        if answer.decision != "approve":
+        # Who decided what, on which version: a field of the transition the order commits, never prose to
+        # parse back (the reasons below are for people).
+        answered = Answer(answer.request_id, answer.decision == "approve", who, answer.case_version, answer.reason)
+        if not answered.approved:
             why = f" (reason: {answer.reason})" if answer.reason else ""
             order = CommitOrder(
-                case.id, case.version, Status.NEEDS_REVIEW, f"rejected by {who}{why}", clear_pending_approval=True
+                case.id,
+                case.version,
+                Status.NEEDS_REVIEW,
+                f"rejected by {who}{why}",
+                clear_pending_approval=True,
+                answer=answered.to_json(),
             )
             await ctx.send_message(order)
             return
@@ -266,11 +284,18 @@ class ApprovalGate(Executor):
         if request.amount > pos.remaining:
             reason = f"approved by {who}, but {request.amount} exceeds what may still be requested ({pos.remaining})"
             await ctx.send_message(
-                CommitOrder(case.id, case.version, Status.NEEDS_REVIEW, reason, clear_pending_approval=True)
+                CommitOrder(
+                    case.id,
+                    case.version,
+                    Status.NEEDS_REVIEW,
+                    reason,
+                    clear_pending_approval=True,
+                    answer=answered.to_json(),
+                )
             )
             return
         order = _credit_order(
-            case.id, case.version, facts, request.amount, f"approved by {who}", basis=pos.to_json(), approval=True
+            case.id, case.version, facts, request.amount, f"approved by {who}", basis=pos.to_json(), answer=answered
         )
         await ctx.send_message(order)
 
@@ -288,14 +313,9 @@ class Commit(Executor):
             await ctx.yield_output(await self._commit(order))
             return
         deps = self._deps
-        attributes = {
-            "casekeeper.case_id": order.case_id,
-            "casekeeper.case_version": order.decided_on_version,
-            "casekeeper.effect_key": effect_key(order.case_id, order.action, order.decided_on_version),
-        }
         try:
-            with deps.telemetry.span(f"effect {order.action}", attributes):
-                effect, gated = await asyncio.to_thread(self._run_effect, order)
+            # The guard traces the call (``effect <action>``) and the commit after it (``commit_status``).
+            done = await asyncio.to_thread(self._run_effect, order)
         except StaleDecision as exc:
             case = await asyncio.to_thread(deps.cases.require, order.case_id)
             await ctx.yield_output(_superseded(case, str(exc), effect_key=exc.key))
@@ -313,63 +333,60 @@ class Commit(Executor):
                 Status.NEEDS_REVIEW,
                 f"credit-note request refused: {exc.reason}",
                 clear_pending_approval=order.clear_pending_approval,
+                answer=order.answer,
             )
             await ctx.yield_output(await self._commit(refused, effect_key=exc.key))
             return
-        deps.probe("F5")
-        with deps.telemetry.span("commit_status", attributes) as span:
-            finished = await asyncio.to_thread(
-                deps.finisher.finish, effect, data=credit_request_data(effect), expected=gated
-            )
-            span.set_attribute("casekeeper.committed", finished.outcome)
-        deps.probe("F6")
-        await ctx.yield_output(await self._outcome(order, effect, finished))
+        await ctx.yield_output(await self._outcome(order, done))
 
-    def _run_effect(self, order: CommitOrder) -> tuple[Effect, Case | None]:
+    def _run_effect(self, order: CommitOrder) -> EffectResult:
+        """The credit-note request through the guard: at most once per decision, only while the case is at
+        the decided-on version, then its commit (the guard calls the probe at F5 and F6)."""
         assert order.amount is not None and order.invoice_id and order.supplier_id and order.currency
         call = CreditNoteCall(order.case_id, order.invoice_id, order.supplier_id, order.amount, order.currency)
-        intent = {
-            "status": order.target_status,
-            "reason": order.reason,
-            "clearPendingApproval": order.clear_pending_approval,
-            **({"proposedBy": order.proposed_by} if order.proposed_by else {}),
-        }
-        outcome = self._deps.ledger.run(
-            case_id=order.case_id,
-            action=order.action or REQUEST_CREDIT_NOTE,
-            decided_on_version=order.decided_on_version,
-            call=call.bind(self._deps.supplier),
-            request=call.record(commit=intent, basis=order.basis),
+        _, credit_note = self._deps.guarded
+        return credit_note.run_on(
+            order.case_id,
+            order.decided_on_version,
+            call.args(basis=order.basis),
+            reason=order.reason,
+            proposed_by=order.proposed_by,
+            answer=Answer.from_json(order.answer) if order.answer else None,
+            # Read by the commit data (and a person's resolution): the commit withdraws the pending request.
+            commit_fields={"clearPendingApproval": order.clear_pending_approval},
         )
-        return outcome.effect, outcome.case
 
-    async def _outcome(self, order: CommitOrder, effect: Effect, finished: FinishResult) -> RunOutcome:
-        case = finished.case
+    async def _outcome(self, order: CommitOrder, done: EffectResult) -> RunOutcome:
+        case = done.record
         if case is None:
             case = await asyncio.to_thread(self._deps.cases.require, order.case_id)
-        if finished.outcome == "committed":
-            return RunOutcome(case.id, "committed", case.status, case.version, order.reason, effect.key)
-        if finished.outcome == "already":
+        if done.commit == "committed":
+            return RunOutcome(case.id, "committed", case.status, case.version, order.reason, done.key)
+        if done.commit == "already":
             detail = f"already committed: {order.target_status} on v{order.decided_on_version}"
-            return RunOutcome(case.id, "already_applied", case.status, case.version, detail, effect.key)
+            return RunOutcome(case.id, "already_applied", case.status, case.version, detail, done.key)
         self._deps.telemetry.lost_commit("commit")
-        detail = f"effect {effect.key[:12]} happened on v{effect.case_version}; the case moved on: a person decides"
-        return RunOutcome(case.id, "needs_review", case.status, case.version, detail, effect.key)
+        detail = f"effect {done.key[:12]} happened on v{order.decided_on_version}; the case moved on: a person decides"
+        return RunOutcome(case.id, "needs_review", case.status, case.version, detail, done.key)
 
     async def _commit(self, order: CommitOrder, *, effect_key: str | None = None) -> RunOutcome:
         """A status change without an effect (or after a refused one), conditional on the version."""
         deps = self._deps
-        data = {"pendingApproval": None} if order.clear_pending_approval else {}
-        committed = await asyncio.to_thread(
-            deps.cases.commit_status,
-            order.case_id,
-            order.decided_on_version,
-            order.target_status,
-            reason=order.reason,
-            effect_key=effect_key,
-            data=data,
-            proposed_by=order.proposed_by,
-        )
+        data = {PENDING_APPROVAL: None} if order.clear_pending_approval else {}
+        attributes = {"casekeeper.case_id": order.case_id, "casekeeper.case_version": order.decided_on_version}
+        with deps.telemetry.span("commit_status", attributes) as span:
+            committed = await asyncio.to_thread(
+                deps.cases.commit_status,
+                order.case_id,
+                order.decided_on_version,
+                order.target_status,
+                reason=order.reason,
+                effect_key=effect_key,
+                data=data,
+                proposed_by=order.proposed_by,
+                answer=Answer.from_json(order.answer) if order.answer else None,
+            )
+            span.set_attribute("casekeeper.committed", "committed" if committed is not None else "lost")
         if committed is not None:
             return RunOutcome(committed.id, "committed", committed.status, committed.version, order.reason, effect_key)
         case = await asyncio.to_thread(deps.cases.require, order.case_id)
@@ -389,7 +406,7 @@ def _credit_order(
     reason: str,
     *,
     basis: dict[str, Any],
-    approval: bool = False,
+    answer: Answer | None = None,
     proposed_by: str | None = None,
 ) -> CommitOrder:
     return CommitOrder(
@@ -400,11 +417,12 @@ def _credit_order(
         REQUEST_CREDIT_NOTE,
         amount,
         facts.currency,
-        clear_pending_approval=approval,
+        clear_pending_approval=answer is not None,
         invoice_id=facts.invoice_id,
         supplier_id=facts.supplier_id,
         basis=basis,
         proposed_by=proposed_by,
+        answer=answer.to_json() if answer is not None else None,
     )
 
 
@@ -419,8 +437,8 @@ def _superseded(case: Case, detail: str, effect_key: str | None = None) -> RunOu
 
 def _not_pending(case_id: str, case: Case | None, answer: ApprovalAnswer) -> RunOutcome:
     where = f"case is {case.status} at v{case.version}" if case is not None else "no such case"
-    pending = (case.data.get("pendingApproval") or {}).get("requestId") if case is not None else None
-    now = f"the pending request is {pending}" if pending else "no approval is pending"
+    pending = pending_request(case) if case is not None else None
+    now = f"the pending request is {pending.request_id}" if pending else "no approval is pending"
     detail = f"approval {answer.request_id} is not pending ({now}; {where}): nothing changed"
     status, version = (case.status, case.version) if case is not None else (None, None)
     return RunOutcome(case_id, "ignored", status, version, detail, extra=_answer_extra(answer))

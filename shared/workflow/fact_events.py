@@ -13,8 +13,9 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from shared.core.cases import Case
-from shared.core.errors import ConcurrencyConflict, InvalidEvent
+from casekeeper import ConcurrencyConflict
+from casekeeper import Record as Case
+from shared.core.errors import InvalidEvent
 from shared.domain import events as ev
 from shared.domain import transitions
 from shared.domain.credit import CreditRequest
@@ -24,7 +25,7 @@ from shared.domain.transitions import FactPlan
 from shared.workflow.actions import credit_requests
 from shared.workflow.checkpoints import CaseCheckpointStorage
 from shared.workflow.deps import WorkflowDeps
-from shared.workflow.messages import RunOutcome
+from shared.workflow.messages import PENDING_APPROVAL, RunOutcome
 
 MAX_FACT_RETRIES = 8
 FACT_EVENTS = frozenset({ev.INVOICE_RECEIVED, ev.PO_UPDATED, ev.CREDIT_NOTE_ISSUED, ev.REQUEST_WITHDRAWN})
@@ -174,7 +175,9 @@ class FactEvents:
                     return [unchanged]
                 reason = f"{event_type} (facts already recorded)"
                 return [unchanged, *await self._investigate(storage, reason, known=case)]
-            data: dict[str, Any] = {"pendingApproval": None} if case.data.get("pendingApproval") else {}
+            # A change of facts withdraws the pending approval: the approver would answer on facts the
+            # case has left (rule R6).
+            data: dict[str, Any] = {PENDING_APPROVAL: None} if case.data.get(PENDING_APPROVAL) else {}
             if planned.order is not None:
                 data[FACT_ORDER] = planned.order
             after = await asyncio.to_thread(

@@ -82,9 +82,16 @@ class Proposed:
     """The proposer's label (``rules``, ``model <deployment>``): recorded on the committed transition."""
 
 
+PENDING_APPROVAL = "pendingApproval"
+"""The case ``data`` field holding the :class:`ApprovalRequest` a case waits for (read it with
+``shared.workflow.approval.pending_request``)."""
+
+
 @dataclass
 class ApprovalRequest:
-    """What the approver sees (rule R6): the version it was asked on, the action and the facts."""
+    """What the approver sees (rule R6): the version it was asked on, the action and the facts. The one
+    approval-request type of the invoice app: the gate asks it, the case stores it (``PENDING_APPROVAL``),
+    the door, the pages and the commands read it back."""
 
     case_id: str
     case_version: int
@@ -151,6 +158,9 @@ class CommitOrder:
     proposed_by: str | None = None
     """Who proposed the decision (``rules``, ``model <deployment>``); ``None`` for a person's answer. A field
     with a default, so a checkpoint written before it existed still restores."""
+    answer: dict[str, Any] | None = None
+    """The person's answer this order commits (``Answer.to_json``: who decided what, on which version), or
+    ``None``. A plain default, so an order pickled before the field existed still restores."""
 
     def __post_init__(self) -> None:
         # Plain strings only: an enum member would be pickled under its own type key, which the

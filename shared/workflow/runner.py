@@ -23,10 +23,9 @@ from typing import Any
 
 from agent_framework import Workflow
 
+from casekeeper import CasekeeperError, DocumentStore
+from casekeeper import Record as Case
 from shared.app.alerts import Alerter
-from shared.core.cases import Case
-from shared.core.errors import CasekeeperError
-from shared.core.ports import DocumentStore
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.checkpoints import (
     MAX_DOCUMENT_BYTES,

@@ -25,8 +25,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.core.cases import Case
-from shared.core.errors import CaseNotFound, EffectInFlight, InvalidEvent, ModelUnavailable
+from casekeeper import EffectInFlight
+from casekeeper import Record as Case
+from casekeeper import RecordNotFound as CaseNotFound
+from shared.core.errors import InvalidEvent, ModelUnavailable
 from shared.domain import events as ev
 from shared.domain.invoice import INVESTIGABLE
 from shared.workflow.build import WORKFLOW_NAME

@@ -10,10 +10,11 @@ import pytest
 import casekeeper
 import casekeeper.agent
 import casekeeper.errors
+import casekeeper.records
 import casekeeper.stores
 from shared.core import errors as core_errors
 
-MODULES = [casekeeper, casekeeper.agent, casekeeper.errors, casekeeper.stores]
+MODULES = [casekeeper, casekeeper.agent, casekeeper.errors, casekeeper.records, casekeeper.stores]
 
 
 def _public(module: ModuleType) -> list[tuple[str, object]]:

@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [*sorted((ROOT / "shared").rglob("*.py")), ROOT / "function_app.py"]
-LOCAL = {"shared", "function_app"}
+LOCAL = {"shared", "casekeeper", "function_app"}  # casekeeper/ is deployed with the app (.funcignore)
 
 # Imported only on a path that Azure never takes, so pinned in requirements-dev.txt (installed by
 # `make setup` for the local host) rather than deployed: distribution -> where and why.

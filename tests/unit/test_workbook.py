@@ -87,9 +87,11 @@ def _first_argument(call: ast.Call, constants: dict[str, str]) -> str | None:
 
 @cache
 def emitted() -> dict[str, frozenset[str]]:
-    """What shared/ emits: span names, metric (instrument) names, logger names and every string literal."""
+    """What shared/ and the guard it is built on (casekeeper/) emit: span names, metric (instrument) names,
+    logger names and every string literal. The guard opens its spans through its ``trace`` hook
+    (``self._trace(...)``), which the app points at its telemetry's ``span``."""
     found: dict[str, set[str]] = {"span": set(), "metric": set(), "logger": set(), "literal": set()}
-    for path in sorted(SHARED.rglob("*.py")):
+    for path in sorted([*SHARED.rglob("*.py"), *(ROOT / "casekeeper").rglob("*.py")]):
         tree = ast.parse(path.read_text(), filename=str(path))
         constants = _module_constants(tree)
         for node in ast.walk(tree):
@@ -98,7 +100,9 @@ def emitted() -> dict[str, frozenset[str]]:
             if not isinstance(node, ast.Call):
                 continue
             method = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            kind = {"span": "span", "start_as_current_span": "span", "create_counter": "metric"}.get(method)
+            kind = {"span": "span", "_trace": "span", "start_as_current_span": "span", "create_counter": "metric"}.get(
+                method
+            )
             if method == "getLogger":
                 kind = "logger"
             name = _first_argument(node, constants)

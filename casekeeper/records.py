@@ -1,0 +1,50 @@
+"""What the guard writes, as readers see it, and the parts a guard is assembled from.
+
+A record's ``history`` is a tuple of :class:`Transition` (a person's :class:`Answer` among its fields); an
+effect's ledger row is an :class:`Effect`. These are the read side of the guard: an application shows them
+(a case page, an operator command) and decides on them (``decision.done()``), but writes through
+:class:`~casekeeper.Guard`.
+
+:class:`RecordRepository` (``guard.records``) and :class:`Ledger` (``guard.ledger``) are the guard's two
+parts. An application that configures them itself (its telemetry observer, crash-test probes, alert sink,
+send margin) builds them and assembles its guard with :meth:`~casekeeper.Guard.from_parts`; it reads
+through them (``records.get``, ``ledger.for_case``) and notes on a record (``records.note``).
+:class:`Reconciler` (``guard.reconciler``) re-checks effects with one :class:`ActionPolicy` per declared
+effect; an operator tool that records an outcome a person established finishes its commit with it.
+"""
+
+from __future__ import annotations
+
+from shared.core.cases import Answer, Gate, Transition
+from shared.core.cases import CaseRepository as RecordRepository
+from shared.core.keys import approval_request_id, effect_key
+from shared.core.ledger import (
+    DEFAULT_CALL_TIMEOUT,
+    OPEN_STATUSES,
+    AlertSink,
+    Effect,
+    EffectOutcome,
+    EffectStatus,
+    Ledger,
+)
+from shared.core.reconcile import RECONCILED_SUFFIX, ActionPolicy, RecheckResult, Reconciler
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "OPEN_STATUSES",
+    "RECONCILED_SUFFIX",
+    "ActionPolicy",
+    "AlertSink",
+    "Answer",
+    "Effect",
+    "EffectOutcome",
+    "EffectStatus",
+    "Gate",
+    "Ledger",
+    "RecheckResult",
+    "Reconciler",
+    "RecordRepository",
+    "Transition",
+    "approval_request_id",
+    "effect_key",
+]
