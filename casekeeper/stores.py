@@ -16,7 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 from shared.core.cases import CASES
 from shared.core.ids import MAX_ID_LENGTH, id_problem, storable_id
-from shared.core.ports import CONTAINERS, HEALTH, Document, DocumentStore, Query, decode_all
+from shared.core.ledger import EFFECTS
+from shared.core.ports import (
+    CONTAINERS,
+    HEALTH,
+    Document,
+    DocumentStore,
+    Page,
+    Query,
+    Scalar,
+    decode_all,
+    next_page,
+    walk,
+)
 from shared.stores.sqlite import SqliteDocumentStore
 
 if TYPE_CHECKING:
@@ -56,15 +68,20 @@ def open_cosmos(
 __all__ = [
     "CASES",
     "CONTAINERS",
+    "EFFECTS",
     "HEALTH",
     "MAX_ID_LENGTH",
     "Document",
     "DocumentStore",
+    "Page",
     "Query",
+    "Scalar",
     "SqliteDocumentStore",
     "decode_all",
     "id_problem",
+    "next_page",
     "open_cosmos",
     "open_sqlite",
     "storable_id",
+    "walk",
 ]

@@ -44,8 +44,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from casekeeper import Document, DocumentStore, Query
+from casekeeper.stores import Scalar
 from shared.core.errors import ConcurrencyConflict, StoreError
-from shared.core.ports import Document, DocumentStore, Query, Scalar
 
 log = logging.getLogger("casekeeper.retention")
 

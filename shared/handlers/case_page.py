@@ -88,7 +88,7 @@ def outcome_text(effect: Mapping[str, Any]) -> str:
 
 def _approval_links(case_id: str, document: Mapping[str, Any], approval_path: Any) -> list[dict[str, Any]]:
     """Each past request, linked to its page (its request id follows from the version it was asked on)."""
-    from shared.core.keys import approval_request_id
+    from casekeeper import approval_request_id
     from shared.workflow.actions import REQUEST_CREDIT_NOTE
 
     rows = []

@@ -36,11 +36,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from casekeeper import RECONCILED_SUFFIX, Document, DocumentStore, Effect, EffectStatus, Query
+from casekeeper import Record as Case
+from casekeeper.records import DEFAULT_CALL_TIMEOUT, Ledger
+from casekeeper.records import RecordRepository as CaseRepository
+from casekeeper.stores import CASES, EFFECTS, decode_all
 from shared.app.alerts import Alerter
-from shared.core.cases import CASES, Case, CaseRepository
-from shared.core.ledger import DEFAULT_CALL_TIMEOUT, EFFECTS, Effect, EffectStatus, Ledger
-from shared.core.ports import Document, DocumentStore, Query, decode_all
-from shared.core.reconcile import RECONCILED_SUFFIX
 from shared.domain import events as ev
 from shared.domain.invoice import Status
 from shared.handlers.case_events import schedule_recheck

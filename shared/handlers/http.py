@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from casekeeper import DocumentStore, Query
+from casekeeper.stores import HEALTH, id_problem
 from shared.app.operations import Operations
 from shared.app.telemetry import Telemetry
-from shared.core.ids import id_problem
-from shared.core.ports import HEALTH, DocumentStore, Query
 from shared.handlers.ingress import Ingress, Response
 from shared.handlers.rejected import rejected_events
 from shared.operator.cases import case_document

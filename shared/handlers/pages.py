@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, quote
 
+from casekeeper import Record as Case
+from casekeeper import approval_request_id
 from shared.app.operations import Operations
-from shared.core.cases import Case
 from shared.core.errors import CasekeeperError, InvalidDocumentId
-from shared.core.keys import approval_request_id
 from shared.domain.invoice import Status
 from shared.handlers.ingress import Ingress
 from shared.handlers.rejected import rejected_events

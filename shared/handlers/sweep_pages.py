@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from shared.core.ports import HEALTH, Document, DocumentStore, Query, next_page
+from casekeeper import Document, DocumentStore, Query
+from casekeeper.stores import HEALTH, next_page
 
 CURSOR_KIND = "cursor"
 DEFAULT_PAGE = 100

@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from casekeeper import Effect
+from casekeeper import Record as Case
 from shared.app.operations import Operations
-from shared.core.cases import Case
-from shared.core.ledger import Effect
 from shared.handlers.rejected import rejected_events
 from shared.operator.context import (
     age_text,

@@ -29,9 +29,9 @@ import argparse
 import json
 from typing import Any
 
+from casekeeper import OPEN_STATUSES, Effect, EffectStatus
 from shared.app.operations import Operations
 from shared.core.errors import OutcomeAlreadyRecorded
-from shared.core.ledger import OPEN_STATUSES, Effect, EffectStatus
 from shared.operator.context import (
     age_text,
     common_arguments,

@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from casekeeper import CONTAINERS
 from shared.app.settings import Settings
 from shared.core.errors import CasekeeperError, StoreUnavailable
-from shared.core.ports import CONTAINERS
 from shared.functions import CONTAINER_LEASES
 from shared.operator.context import app_settings_values, error
 

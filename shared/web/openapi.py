@@ -22,9 +22,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from shared.core.ids import MAX_ID_LENGTH
-from shared.core.keys import approval_request_id
-from shared.core.ledger import EffectStatus
+from casekeeper import EffectStatus, approval_request_id
+from casekeeper.stores import MAX_ID_LENGTH
 from shared.domain import events as ev
 from shared.domain.invoice import Status
 from shared.handlers.ingress import DELIVERY_HEADER, MAX_BODY_BYTES, SIGNATURE_HEADER, TOLERANCE_SECONDS

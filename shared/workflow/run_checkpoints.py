@@ -32,7 +32,7 @@ import logging
 
 from agent_framework import WorkflowCheckpoint
 
-from shared.core.ports import DocumentStore
+from casekeeper import DocumentStore
 from shared.workflow import run_marker
 from shared.workflow.capture import report_failed_save
 from shared.workflow.checkpoints import CaseCheckpointStorage

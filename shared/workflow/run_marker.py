@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from shared.core.ports import DocumentStore, Query
+from casekeeper import DocumentStore, Query
 from shared.workflow.checkpoints import CHECKPOINTS
 
 log = logging.getLogger("casekeeper.checkpoints")
