@@ -54,6 +54,20 @@ var containers = [
           { path: '/gateOpen', order: 'ascending' }
           { path: '/_ts', order: 'ascending' }
         ]
+        [
+          { path: '/status', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+          { path: '/id', order: 'ascending' }
+        ]
+        [
+          { path: '/gateOpen', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+          { path: '/id', order: 'ascending' }
+        ]
+        [
+          { path: '/_ts', order: 'ascending' }
+          { path: '/id', order: 'ascending' }
+        ]
       ]
     }
   }
@@ -76,6 +90,11 @@ var containers = [
           { path: '/status', order: 'ascending' }
           { path: '/_ts', order: 'ascending' }
         ]
+        [
+          { path: '/status', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+          { path: '/id', order: 'ascending' }
+        ]
       ]
     }
   }
@@ -88,11 +107,18 @@ var containers = [
       includedPaths: [
         { path: '/caseId/?' }
         { path: '/kind/?' }
+        { path: '/_ts/?' }
       ]
       excludedPaths: [
         { path: '/*' }
       ]
-      compositeIndexes: []
+      compositeIndexes: [
+        [
+          { path: '/kind', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+          { path: '/id', order: 'ascending' }
+        ]
+      ]
     }
   }
   {
@@ -106,6 +132,7 @@ var containers = [
         { path: '/caseId/?' }
         { path: '/notified/?' }
         { path: '/alerted/?' }
+        { path: '/record/?' }
         { path: '/_ts/?' }
       ]
       excludedPaths: [
@@ -114,10 +141,20 @@ var containers = [
       compositeIndexes: [
         [
           { path: '/notified', order: 'ascending' }
+          { path: '/record', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+        ]
+        [
+          { path: '/record', order: 'ascending' }
+          { path: '/_ts', order: 'descending' }
+        ]
+        [
+          { path: '/notified', order: 'ascending' }
           { path: '/_ts', order: 'ascending' }
         ]
         [
           { path: '/alerted', order: 'ascending' }
+          { path: '/caseId', order: 'ascending' }
           { path: '/_ts', order: 'ascending' }
         ]
         [

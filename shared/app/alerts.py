@@ -49,9 +49,6 @@ this much plus one timer period; a shorter grace risks a second POST while the f
 
 log = logging.getLogger("casekeeper.alerts")
 
-ALERTS = Query(equals={"record": KIND_ALERT})
-"""Every alert of the sharded layout, across partitions."""
-
 
 def alert_partition(doc_id: str) -> str:
     """The logical partition of the alert record ``doc_id``: fixed by the id, so that raising it again lands
@@ -139,7 +136,7 @@ class Alerter:
     def deliver_pending(self) -> list[str]:
         """Notify every recorded alert still owed a notification (the timer's duty). Returns their ids."""
         now = self._clock.now()
-        owed = Query(equals={**ALERTS.equals, "notified": False}, order_by_ts="asc")
+        owed = Query(equals={"record": KIND_ALERT, "notified": False}, order_by_ts="asc")
         legacy = Query(partition=LEGACY_ALERT_PARTITION, equals={"notified": False}, order_by_ts="asc")
         docs = [*self._store.query(HEALTH, legacy), *self._store.query(HEALTH, owed)]
         notified: list[str] = []
@@ -160,7 +157,7 @@ class Alerter:
         return notified
 
     def recent(self, limit: int = 50) -> list[Alert]:
-        newest = Query(equals=ALERTS.equals, order_by_ts="desc", limit=limit)
+        newest = Query(equals={"record": KIND_ALERT}, order_by_ts="desc", limit=limit)
         legacy = Query(partition=LEGACY_ALERT_PARTITION, order_by_ts="desc", limit=limit)
         docs = [*self._store.query(HEALTH, newest), *self._store.query(HEALTH, legacy)]
         docs.sort(key=lambda d: d.ts, reverse=True)

@@ -99,7 +99,7 @@ class Retention:
 
     def _health_ttl(self, body: Mapping[str, Any]) -> int | None:
         kind = body.get("kind")
-        if kind == "alert":
+        if kind == "alert" or body.get("record") == "alert":  # old layout, and alerts spread over alert-NN
             return _seconds(self.alert_days) if body.get("notified") is True else None
         if kind == "checkpoint_failure" and body.get("alerted") is False:
             return None  # still owed its alert

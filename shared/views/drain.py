@@ -80,7 +80,7 @@ def candidates(store: DocumentStore) -> tuple[dict[str, Case | None], dict[str, 
     the marks found (by case id)."""
     found: dict[str, Case | None] = {}
     marks: dict[str, Document] = {}
-    for doc in walk(store, CHECKPOINTS, run_marker.MARKED):
+    for doc in walk(store, CHECKPOINTS, Query(equals={"kind": run_marker.KIND_RUN_MARKER})):  # across partitions
         case_id = doc.body.get("caseId")
         if isinstance(case_id, str) and case_id:
             found.setdefault(case_id, None)

@@ -86,7 +86,7 @@ class CreditNoteCall:
             case_id=str(args["caseId"]),
             invoice_id=str(args["invoiceId"]),
             supplier_id=str(args["supplierId"]),
-            amount=Decimal(str(args["amount"])),
+            amount=parse_amount(args["amount"], "amount"),
             currency=str(args["currency"]),
         )
 

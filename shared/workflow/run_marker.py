@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from casekeeper import DocumentStore, Query
+from casekeeper import DocumentStore
 from shared.workflow.checkpoints import CHECKPOINTS
 
 log = logging.getLogger("casekeeper.checkpoints")
@@ -26,9 +26,6 @@ log = logging.getLogger("casekeeper.checkpoints")
 KIND_RUN_MARKER = "runInFlight"
 MARKER_ID = "run-in-flight"
 """Never a checkpoint id: the framework's checkpoint ids are UUIDs."""
-
-MARKED = Query(equals={"kind": KIND_RUN_MARKER})
-"""The drain check's question, across partitions (page it with :func:`shared.core.ports.next_page`)."""
 
 
 def mark(store: DocumentStore, case_id: str, checkpoint_id: str) -> None:

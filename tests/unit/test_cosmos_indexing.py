@@ -19,7 +19,7 @@ import importlib
 import itertools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -184,26 +184,65 @@ def _variants(call: ast.Call, scope: ast.AST, where: str) -> tuple[Query, ...]:
 
 
 def _container_expressions(call: ast.Call, parents: dict[ast.AST, ast.AST], scope: ast.AST) -> list[ast.expr]:
-    """The first argument of the store call(s) the query goes to: ``store.query(C, Query(...))``, or
-    ``q = Query(...)`` then ``store.query(C, q)`` in the same function."""
+    """The container argument of the call(s) the query goes to, which by the house convention comes just
+    before the query: ``store.query(C, Query(...))``, ``next_page(store, C, q, size)``, or ``q = Query(...)``
+    then ``store.count(C, q)`` in the same function."""
     parent = parents.get(call)
     if isinstance(parent, ast.keyword):  # store.query(C, query=Query(...))
         call, parent = parent.value, parents.get(parent)  # type: ignore[assignment]
         if isinstance(parent, ast.Call) and parent.args:
             return [parent.args[0]]
     if isinstance(parent, ast.Call) and call in parent.args and parent.args[0] is not call:
-        return [parent.args[0]]
+        return [_nearest_container(parent.args[: parent.args.index(call)])]
     if isinstance(parent, (ast.Assign, ast.AnnAssign)):
         targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
         names = {t.id for t in targets if isinstance(t, ast.Name)}
         return [
-            node.args[0]
+            _nearest_container(node.args[:i])
             for node in ast.walk(scope)
             if isinstance(node, ast.Call)
-            and len(node.args) >= 2
-            and any(isinstance(a, ast.Name) and a.id in names for a in node.args[1:])
+            for i, a in enumerate(node.args)
+            if i >= 1 and isinstance(a, ast.Name) and a.id in names
         ]
     return []
+
+
+PAGERS = {"next_page", "walk", "walk_pages", "_walk"}
+"""Functions that page a query (``shared.core.ports.next_page`` and what calls it): they send it with
+``paged=True``, ordered by ``(_ts, id)``."""
+
+
+def _handed_to_a_pager(call: ast.Call, parents: dict[ast.AST, ast.AST], scope: ast.AST) -> bool:
+    def pager(node: ast.AST | None) -> bool:
+        if not isinstance(node, ast.Call):
+            return False
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        return name in PAGERS
+
+    parent = parents.get(call)
+    if pager(parent):
+        return True
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)):
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        return any(
+            pager(node) and any(isinstance(a, ast.Name) and a.id in names for a in node.args)  # type: ignore[attr-defined]
+            for node in ast.walk(scope)
+        )
+    return False
+
+
+def _nearest_container(before: list[ast.expr]) -> ast.expr:
+    """Of the arguments before the query, the nearest that names a container: a string literal or an
+    upper-case module constant (``EFFECTS``, ``HEALTH``); else the one just before (reported if unreadable)."""
+    for arg in reversed(before):
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            return arg
+        if isinstance(arg, ast.Name) and arg.id.isupper():
+            return arg
+        if isinstance(arg, ast.Attribute) and arg.attr.isupper():
+            return arg
+    return before[-1]
 
 
 def sites_in(source: str, where: str, namespace: dict[str, Any]) -> Iterator[Site]:
@@ -220,10 +259,16 @@ def sites_in(source: str, where: str, namespace: dict[str, Any]) -> Iterator[Sit
         if not expressions:
             raise Unreadable(f"{at}: cannot tell which container this Query is sent to")
         for expression in expressions:
-            container = eval(ast.unparse(expression), dict(namespace))  # a constant or a module-level name
+            try:
+                container = eval(ast.unparse(expression), dict(namespace))  # a constant or a module-level name
+            except NameError as exc:
+                raise Unreadable(f"{at}: the container {ast.unparse(expression)} is not a module constant") from exc
             if container not in CONTAINERS:
                 raise Unreadable(f"{at}: container {container!r} is not one of {sorted(CONTAINERS)}")
-            yield Site(at, container, _variants(node, scope, at))
+            variants = _variants(node, scope, at)
+            if _handed_to_a_pager(node, parents, scope):  # next_page / walk add paged=True: ORDER BY _ts, id
+                variants += tuple(replace(v, paged=True, order_by_ts=None) for v in variants)
+            yield Site(at, container, variants)
 
 
 def product_sites() -> list[Site]:

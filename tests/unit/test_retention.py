@@ -195,7 +195,7 @@ def test_a_case_that_never_paused_closes_without_an_extra_store_operation(world:
 def test_an_alert_is_kept_until_notified_then_expires(world: World) -> None:
     alerter = Alerter(world.store, ManualClock())
     alerter.raise_alert("effect_escalated", "effect e1 needs a person", {"caseId": "c1"}, dedupe_key="e1")
-    [doc] = world.sqlite.query("health", Query(partition="alert"))
+    [doc] = world.sqlite.query("health", Query(equals={"record": "alert"}))
     assert doc.body["notified"] is True and doc.body["ttl"] == 30 * DAY  # no webhook: notified by logging
     unnotified = {"id": "a2", "kind": "alert", "notified": False, "at": 0.0}
     world.store.create("health", "alert", "a2", unnotified)
