@@ -6,20 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from casekeeper import Query
 from shared.domain import events as ev
 from shared.operator.drain import main
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.checkpoints import CHECKPOINTS
-from shared.workflow.run_marker import MARKED, MARKER_ID
+from shared.workflow.run_marker import KIND_RUN_MARKER, MARKER_ID
 from tests.operator.conftest import Ran
 from tests.operator.test_drain import answer, pause_for_approval
-from tests.support.app import Harness, invoice
+from tests.support.app import Harness
+from tests.support.invoices import invoice
 
 Run = Callable[..., Ran]
 
 
 def marked(store: SqliteDocumentStore) -> list[str]:
-    return sorted(d.partition for d in store.query(CHECKPOINTS, MARKED))
+    return sorted(d.partition for d in store.query(CHECKPOINTS, Query(equals={"kind": KIND_RUN_MARKER})))
 
 
 def test_a_pause_marks_the_case_and_its_answer_takes_the_mark_off(

@@ -16,7 +16,8 @@ from shared.domain import events as ev
 from shared.operator.cases import case_document
 from shared.workflow.approval import LEGACY_ANSWER, answer_of, pending_request
 from shared.workflow.messages import ApprovalRequest
-from tests.support.app import Harness, invoice
+from tests.support.app import Harness
+from tests.support.invoices import invoice
 
 APPROVER = "ana@example.com"
 

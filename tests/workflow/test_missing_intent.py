@@ -16,7 +16,8 @@ from casekeeper import Effect, EffectStatus, Guard, MissingCommitIntent
 from shared.app.telemetry import Telemetry
 from shared.handlers.effect_changes import EffectChangeDeps, handle_effect_changes
 from shared.workflow.actions import declare_credit_note
-from tests.support.app import Harness, invoice
+from tests.support.app import Harness
+from tests.support.invoices import invoice
 
 
 class Sent:
