@@ -17,6 +17,7 @@ from shared.core.ports import DocumentStore, Query
 from shared.localhost.cosmos_server import (
     INSECURE_REQUEST_WARNING_FILTER,
     CosmosServer,
+    CosmosServerError,
     make_cosmos_store,
     start_cosmos_server,
 )
@@ -165,3 +166,31 @@ def test_point_ops_are_fast_on_a_kept_alive_connection(store: CosmosDocumentStor
         store.read("effects", "c1", "e1")
     per_read = (time.perf_counter() - started) / rounds
     assert per_read < 0.030, f"{per_read * 1000:.1f} ms per point read"
+
+
+def test_the_seeding_route_writes_what_a_create_writes(server: CosmosServer) -> None:
+    """The benchmarks seed large stores through the server's bulk route: what it writes must read back as
+    the SDK's own creates do (body, ETag, ``_ts``, the partition), be queryable, and refuse a taken id."""
+    database = f"seed{uuid.uuid4().hex[:10]}"
+    store = make_cosmos_store(server, database)
+    try:
+        _seed_and_read(server, database, store)
+    finally:
+        store.close()
+
+
+def _seed_and_read(server: CosmosServer, database: str, store: CosmosDocumentStore) -> None:
+    bodies = [
+        (f"C{i:05d}", {"id": f"C{i:05d}", "kind": "case", "status": "closed" if i % 3 else "open"}) for i in range(1203)
+    ]
+    assert server.seed(database, "cases", bodies, batch=500) == 1203
+    doc = store.read("cases", "C00007", "C00007")
+    assert doc is not None and doc.body["status"] == "closed" and doc.etag and doc.ts > 0
+    assert store.count("cases", Query(equals={"status": "open"})) == 401
+    # A seeded document takes conditional writes like any other.
+    replaced = store.replace("cases", "C00007", "C00007", {**doc.body, "status": "open"}, etag=doc.etag)
+    with pytest.raises(ConcurrencyConflict):
+        store.replace("cases", "C00007", "C00007", doc.body, etag=doc.etag)
+    assert replaced.etag != doc.etag
+    with pytest.raises(CosmosServerError, match="C00001"):
+        server.seed(database, "cases", [("C00001", {"id": "C00001", "kind": "case"})])
