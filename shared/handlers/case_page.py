@@ -2,7 +2,7 @@
 what they can do next, for an approver or an operator.
 
 It shows the same document as ``GET /api/cases/{caseId}`` and ``casekeeper case show``
-(:func:`shared.operator.cases.case_document`): the facts, the money rule's numbers, the effects with their
+(:func:`shared.views.case.case_document`): the facts, the money rule's numbers, the effects with their
 state and age, a timeline of the case's history, its approvals, notes and the events set aside, and the
 next actions its status calls for, as links and the exact commands. A case that cannot be read says so
 (503); an id no store accepts, or an unknown case, is a 404.
@@ -20,6 +20,7 @@ from urllib.parse import quote
 from shared.app.operations import Operations
 from shared.core.errors import CasekeeperError, InvalidDocumentId
 from shared.domain.invoice import Status
+from shared.views.case import case_document
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, Principal
 from shared.web.render import Page, case_href, render
 
@@ -36,9 +37,8 @@ EFFECT_TEXT = {
 
 def case_page(ops: Operations, principal: Principal, case_id: str, *, store_option: str) -> Page:
     """The page of ``case_id`` for ``principal`` (already checked to hold a role that may see it)."""
-    # Imported here: the operator package imports the pages' rendering helpers.
+    # Imported here: pages.py imports this module for its route.
     from shared.handlers.pages import approval_path
-    from shared.operator.cases import case_document
 
     try:
         case = ops.cases.get(case_id)

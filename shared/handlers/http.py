@@ -12,8 +12,8 @@ from casekeeper.stores import HEALTH, id_problem
 from shared.app.operations import Operations
 from shared.app.telemetry import Telemetry
 from shared.handlers.ingress import Ingress, Response
-from shared.handlers.rejected import rejected_events
-from shared.operator.cases import case_document
+from shared.views.case import case_document
+from shared.views.rejected import rejected_events
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, Principal, PrincipalError, principal_from_headers
 
 HEALTH_PROBE_PARTITION = "probe"

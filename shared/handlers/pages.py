@@ -39,13 +39,13 @@ from shared.app.operations import Operations
 from shared.core.errors import CasekeeperError, InvalidDocumentId
 from shared.domain.invoice import Status
 from shared.handlers.ingress import Ingress
-from shared.handlers.rejected import rejected_events
-from shared.operator.effects import SETTLED_TEXT, Refused
-from shared.operator.effects import resolve as resolve_effect
 from shared.views.alerts import alert_json, recent_alerts
 from shared.views.cases import cases_by_status
 from shared.views.drain import check as drain_check
 from shared.views.effects import pending_view
+from shared.views.rejected import rejected_events
+from shared.views.resolution import SETTLED_TEXT, Refused
+from shared.views.resolution import resolve as resolve_effect
 from shared.views.runs import graph_hash_of
 from shared.web import csrf
 from shared.web.identity import (
