@@ -17,10 +17,9 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
-from shared.app.operations import Operations
 from shared.core.errors import CasekeeperError, InvalidDocumentId
 from shared.domain.invoice import Status
-from shared.views.case import case_document
+from shared.views.case import CaseViewReads, case_document
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, Principal
 from shared.web.render import Page, case_href, render
 
@@ -35,14 +34,14 @@ EFFECT_TEXT = {
 }
 
 
-def case_page(ops: Operations, principal: Principal, case_id: str, *, store_option: str) -> Page:
+def case_page(records: CaseViewReads, principal: Principal, case_id: str, *, store_option: str) -> Page:
     """The page of ``case_id`` for ``principal`` (already checked to hold a role that may see it)."""
     # Imported here: pages.py imports this module for its route.
     from shared.handlers.pages import approval_path
 
     try:
-        case = ops.cases.get(case_id)
-        document = case_document(ops, case, with_ages=True) if case is not None else None
+        case = records.cases.get(case_id)
+        document = case_document(records, case, with_ages=True) if case is not None else None
     except InvalidDocumentId as exc:
         return render("message.html", 404, title="No such case", principal=principal, message=str(exc))
     except CasekeeperError as exc:

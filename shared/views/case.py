@@ -8,6 +8,7 @@ on which version, to which request), read as data (``shared.workflow.approval.an
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from casekeeper import Answer, DocumentStore, Effect
@@ -45,6 +46,16 @@ class CaseViewReads(CaseReads, Protocol):
 
     @property
     def cases(self) -> CaseRepository: ...
+
+
+@dataclass(frozen=True)
+class CaseRecords:
+    """The case repository, the ledger and the store that holds their records: what the case views read
+    (a :class:`CaseViewReads`). The composition root builds one for the API and the pages."""
+
+    store: DocumentStore
+    cases: CaseRepository
+    ledger: Ledger
 
 
 def case_document(reads: CaseReads, case: Case, *, with_ages: bool = False) -> dict[str, Any]:

@@ -16,6 +16,7 @@ It refuses (:class:`Refused`), changing nothing, an unknown key, an effect that 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from casekeeper import OPEN_STATUSES, Clock, Effect, EffectStatus
@@ -56,6 +57,16 @@ class Resolver(Protocol):
 
     @property
     def reconciler(self) -> Reconciler: ...
+
+
+@dataclass(frozen=True)
+class Settler:
+    """A :class:`Resolver` of just its four parts: what the operations page's form is given."""
+
+    clock: Clock
+    cases: CaseRepository
+    ledger: Ledger
+    reconciler: Reconciler
 
 
 class Refused(Exception):
