@@ -21,7 +21,7 @@ from shared.core.errors import CasekeeperError, InvalidDocumentId
 from shared.domain.invoice import Status
 from shared.views.case import CaseViewReads, case_document
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, Principal
-from shared.web.render import Page, case_href, render
+from shared.web.render import Page, approval_path, case_href, render
 
 __all__ = ["case_href", "case_page", "next_actions"]
 
@@ -36,9 +36,6 @@ EFFECT_TEXT = {
 
 def case_page(records: CaseViewReads, principal: Principal, case_id: str, *, store_option: str) -> Page:
     """The page of ``case_id`` for ``principal`` (already checked to hold a role that may see it)."""
-    # Imported here: pages.py imports this module for its route.
-    from shared.handlers.pages import approval_path
-
     try:
         case = records.cases.get(case_id)
         document = case_document(records, case, with_ages=True) if case is not None else None

@@ -38,6 +38,7 @@ from casekeeper import Record as Case
 from shared.app.alerts import Alerter
 from shared.core.errors import CasekeeperError, InvalidDocumentId
 from shared.domain.invoice import Status
+from shared.handlers import case_page as one_case
 from shared.handlers.ingress import Ingress
 from shared.messaging import DeadLetterQueue
 from shared.views.alerts import alert_json, recent_alerts
@@ -58,7 +59,7 @@ from shared.web.identity import (
     easy_auth_on,
     principal_from_headers,
 )
-from shared.web.render import Page, redirect, render
+from shared.web.render import Page, approval_path, redirect, render
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, money_position
 from shared.workflow.approval import answer_of
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
@@ -124,10 +125,6 @@ Headers = Mapping[str, str]
 
 def approval_purpose(case_id: str, request_id: str) -> str:
     return f"approval:{case_id}:{request_id}"
-
-
-def approval_path(case_id: str, request_id: str) -> str:
-    return f"/api/approvals/{quote(case_id, safe='')}/{quote(request_id, safe='')}"
 
 
 # --- who may see what -----------------------------------------------------------------------------
@@ -461,13 +458,11 @@ def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, re
 
 def case_page(deps: PageDeps, headers: Headers, case_id: str) -> Page:
     """``GET /api/cases/{caseId}/page`` (:mod:`shared.handlers.case_page`), for an approver or an operator."""
-    from shared.handlers import case_page as view
-
-    path = view.case_href(case_id)
+    path = one_case.case_href(case_id)
     who = _signed_in(deps, headers, path, roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see cases")
     if isinstance(who, Page):
         return who
-    return view.case_page(deps.records, who, case_id, store_option=deps.store_option)
+    return one_case.case_page(deps.records, who, case_id, store_option=deps.store_option)
 
 
 # --- operations -----------------------------------------------------------------------------------
