@@ -28,10 +28,14 @@ from shared.handlers.effect_changes import EffectChangeDeps
 from shared.handlers.health import HealthDeps
 from shared.handlers.http import ApiDeps
 from shared.handlers.ingress import Ingress
-from shared.handlers.pages import PageDeps
+from shared.handlers.pages import OpsPageDeps, PageDeps
 from shared.messaging import DeadLetterQueue, EventSender
 from shared.supplier.portal import SupplierPortal
+from shared.views.case import CaseRecords
+from shared.views.resolution import Settler
+from shared.views.runs import graph_hash_of
 from shared.workflow import checkpoint_decoding
+from shared.workflow.build import build_workflow
 from shared.workflow.capture import install as install_capture
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import AgentProposer, Proposer, RulesProposer
@@ -279,6 +283,7 @@ def build(
         probe=probe,
     )
     sender = sender if sender is not None else open_sender(settings)
+    records = CaseRecords(store=ops.store, cases=ops.cases, ledger=ops.ledger)
     ingress = Ingress(
         settings.webhook_secrets,
         sender,
@@ -315,13 +320,21 @@ def build(
         ),
         api=ApiDeps(
             ingress=ingress,
-            ops=ops,
+            records=records,
+            clock=ops.clock,
             telemetry=telemetry,
             backends={"store": settings.store, "queue": settings.queue},
         ),
         pages=PageDeps(
-            ops=ops,
+            records=records,
+            clock=ops.clock,
             ingress=ingress,
+            ops_page=OpsPageDeps(
+                alerts=ops.alerts,
+                dead_letters=ops.dead_letters,
+                graph_hash=lambda: graph_hash_of(build_workflow, ops.workflow),
+                resolver=Settler(clock=ops.clock, cases=ops.cases, ledger=ops.ledger, reconciler=ops.reconciler),
+            ),
             webhook_secrets=settings.webhook_secrets,
             store_option=store_option(settings, ops.store),
             platform=os.environ,

@@ -1,7 +1,8 @@
 """The store-side half of the app: what acts on cases and effects without receiving events.
 
-The operator commands, the operator's pages and the API's case view take this. It holds no sender and
-no webhook secret: building it needs neither (``shared.app.bootstrap.build_operations``).
+The operator commands take this (and the hosts, through ``Services``). No handler does: each takes the
+few parts it uses (``ApiDeps``, ``PageDeps``, ...), which the composition root picks from here. It holds no
+sender and no webhook secret: building it needs neither (``shared.app.bootstrap.build_operations``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 what they can do next, for an approver or an operator.
 
 It shows the same document as ``GET /api/cases/{caseId}`` and ``casekeeper case show``
-(:func:`shared.operator.cases.case_document`): the facts, the money rule's numbers, the effects with their
+(:func:`shared.views.case.case_document`): the facts, the money rule's numbers, the effects with their
 state and age, a timeline of the case's history, its approvals, notes and the events set aside, and the
 next actions its status calls for, as links and the exact commands. A case that cannot be read says so
 (503); an id no store accepts, or an unknown case, is a 404.
@@ -17,11 +17,11 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
-from shared.app.operations import Operations
 from shared.core.errors import CasekeeperError, InvalidDocumentId
 from shared.domain.invoice import Status
+from shared.views.case import CaseViewReads, case_document
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, Principal
-from shared.web.render import Page, case_href, render
+from shared.web.render import Page, approval_path, case_href, render
 
 __all__ = ["case_href", "case_page", "next_actions"]
 
@@ -34,15 +34,11 @@ EFFECT_TEXT = {
 }
 
 
-def case_page(ops: Operations, principal: Principal, case_id: str, *, store_option: str) -> Page:
+def case_page(records: CaseViewReads, principal: Principal, case_id: str, *, store_option: str) -> Page:
     """The page of ``case_id`` for ``principal`` (already checked to hold a role that may see it)."""
-    # Imported here: the operator package imports the pages' rendering helpers.
-    from shared.handlers.pages import approval_path
-    from shared.operator.cases import case_document
-
     try:
-        case = ops.cases.get(case_id)
-        document = case_document(ops, case, with_ages=True) if case is not None else None
+        case = records.cases.get(case_id)
+        document = case_document(records, case, with_ages=True) if case is not None else None
     except InvalidDocumentId as exc:
         return render("message.html", 404, title="No such case", principal=principal, message=str(exc))
     except CasekeeperError as exc:

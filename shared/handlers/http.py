@@ -7,13 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from casekeeper import DocumentStore, Query
+from casekeeper import Clock, DocumentStore, Query
 from casekeeper.stores import HEALTH, id_problem
-from shared.app.operations import Operations
 from shared.app.telemetry import Telemetry
 from shared.handlers.ingress import Ingress, Response
-from shared.handlers.rejected import rejected_events
-from shared.operator.cases import case_document
+from shared.views.case import CaseRecords, case_document
+from shared.views.rejected import rejected_events
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, Principal, PrincipalError, principal_from_headers
 
 HEALTH_PROBE_PARTITION = "probe"
@@ -52,7 +51,9 @@ class ApiDeps:
     """What the JSON API's triggers take."""
 
     ingress: Ingress
-    ops: Operations
+    records: CaseRecords
+    """The cases, their effects and the store: the case document, whether a case exists, the health probe."""
+    clock: Clock
     telemetry: Telemetry
     backends: Mapping[str, str]
     """What ``/api/health`` reports: the configured store and queue."""
@@ -105,7 +106,7 @@ def _answer(deps: ApiDeps, case_id: str, request_id: str, body: bytes, headers: 
         case_id,
         request_id,
         body,
-        case_exists=lambda valid_id: deps.ops.cases.get(valid_id) is not None,
+        case_exists=lambda valid_id: deps.records.cases.get(valid_id) is not None,
         principal=principal.recorded if principal is not None else None,
         principal_name=principal.name if principal is not None else None,
     )
@@ -126,7 +127,7 @@ def post_withdrawal(
                 case_id,
                 effect_key,
                 body,
-                case_exists=lambda valid_id: deps.ops.cases.get(valid_id) is not None,
+                case_exists=lambda valid_id: deps.records.cases.get(valid_id) is not None,
                 principal=principal.recorded if principal is not None else None,
                 principal_name=principal.name if principal is not None else None,
             )
@@ -137,19 +138,19 @@ def post_withdrawal(
 def get_case(deps: ApiDeps, case_id: str) -> Response:
     if (problem := id_problem(case_id)) is not None:
         return Response(400, {"error": f"caseId {problem}", "fields": {"caseId": problem}})
-    case = deps.ops.cases.get(case_id)
+    case = deps.records.cases.get(case_id)
     if case is None:
         # Events set aside for an id that never became a case are still shown: they were accepted.
         body: dict[str, Any] = {"error": f"no case {case_id!r}"}
-        rejected = rejected_events(deps.ops.store, case_id)
+        rejected = rejected_events(deps.records.store, case_id)
         if rejected:
             body["rejectedEvents"] = rejected
         return Response(404, body)
-    return Response(200, case_document(deps.ops, case))
+    return Response(200, case_document(deps.records, case))
 
 
 def health(deps: ApiDeps) -> Response:
     """Liveness plus a store round trip (at most one per :data:`HEALTH_STORE_CHECK_SECONDS`): the store
     answers."""
-    deps.health_probe.check(deps.ops.store, deps.ops.clock.now())
+    deps.health_probe.check(deps.records.store, deps.clock.now())
     return Response(200, {"status": "ok", **deps.backends})

@@ -33,20 +33,22 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, quote
 
+from casekeeper import Clock, approval_request_id
 from casekeeper import Record as Case
-from casekeeper import approval_request_id
-from shared.app.operations import Operations
+from shared.app.alerts import Alerter
 from shared.core.errors import CasekeeperError, InvalidDocumentId
 from shared.domain.invoice import Status
+from shared.handlers import case_page as one_case
 from shared.handlers.ingress import Ingress
-from shared.handlers.rejected import rejected_events
-from shared.operator.effects import SETTLED_TEXT, Refused
-from shared.operator.effects import resolve as resolve_effect
+from shared.messaging import DeadLetterQueue
 from shared.views.alerts import alert_json, recent_alerts
+from shared.views.case import CaseRecords
 from shared.views.cases import cases_by_status
 from shared.views.drain import check as drain_check
 from shared.views.effects import pending_view
-from shared.views.runs import graph_hash_of
+from shared.views.rejected import rejected_events
+from shared.views.resolution import SETTLED_TEXT, Refused, Resolver
+from shared.views.resolution import resolve as resolve_effect
 from shared.web import csrf
 from shared.web.identity import (
     APPROVER_ROLE,
@@ -57,10 +59,9 @@ from shared.web.identity import (
     easy_auth_on,
     principal_from_headers,
 )
-from shared.web.render import Page, redirect, render
+from shared.web.render import Page, approval_path, redirect, render
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, money_position
 from shared.workflow.approval import answer_of
-from shared.workflow.build import build_workflow
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
 log = logging.getLogger("casekeeper.pages")
@@ -78,11 +79,27 @@ OPS_PENDING_SHOWN = 50
 
 
 @dataclass(frozen=True)
+class OpsPageDeps:
+    """What the operations page reads and does beyond the cases and their effects."""
+
+    alerts: Alerter
+    dead_letters: DeadLetterQueue
+    graph_hash: Callable[[], str]
+    """This build's workflow graph hash, for the drain check; computed when the page asks (it builds the
+    workflow), so a failure shows in that part of the page alone."""
+    resolver: Resolver
+    """What the resolution form records the outcome and settles the case through."""
+
+
+@dataclass(frozen=True)
 class PageDeps:
     """What the pages' triggers take."""
 
-    ops: Operations
+    records: CaseRecords
+    """The cases, their effects and the store: every page reads them."""
+    clock: Clock
     ingress: Ingress
+    ops_page: OpsPageDeps
     webhook_secrets: tuple[str, ...]
     """The keys the forms' tokens are made with (``shared.web.csrf``)."""
     store_option: str
@@ -108,10 +125,6 @@ Headers = Mapping[str, str]
 
 def approval_purpose(case_id: str, request_id: str) -> str:
     return f"approval:{case_id}:{request_id}"
-
-
-def approval_path(case_id: str, request_id: str) -> str:
-    return f"/api/approvals/{quote(case_id, safe='')}/{quote(request_id, safe='')}"
 
 
 # --- who may see what -----------------------------------------------------------------------------
@@ -165,7 +178,7 @@ def _login(path: str) -> str:
 
 
 def _token(deps: PageDeps, principal: Principal, purpose: str) -> str:
-    return csrf.token(deps.webhook_secrets, principal.id, purpose, now=deps.ops.clock.now())
+    return csrf.token(deps.webhook_secrets, principal.id, purpose, now=deps.clock.now())
 
 
 def _post_guard(
@@ -174,7 +187,7 @@ def _post_guard(
     """Refuses a POST that is not from our own page (origin) or lacks this person's token for ``purpose``."""
     problem = csrf.same_origin_problem(headers, url)
     given = form.get(csrf.FIELD)
-    if problem is None and not csrf.valid(deps.webhook_secrets, principal.id, purpose, given, now=deps.ops.clock.now()):
+    if problem is None and not csrf.valid(deps.webhook_secrets, principal.id, purpose, given, now=deps.clock.now()):
         problem = (
             "the form's token is missing or not for this identity and request, or it has expired; "
             "reload the page and try again"
@@ -213,9 +226,9 @@ def _failure(exc: Exception) -> str:
 
 
 def _pending_rows(deps: PageDeps) -> list[dict[str, Any]]:
-    now = deps.ops.clock.now()
+    now = deps.clock.now()
     rows = []
-    for case in deps.ops.cases.in_status(Status.AWAITING_APPROVAL):
+    for case in deps.records.cases.in_status(Status.AWAITING_APPROVAL):
         pending = case.data.get("pendingApproval") or {}
         if not pending.get("requestId"):
             continue
@@ -309,7 +322,7 @@ def _approval_view(
     status: int = 200,
     reason_text: str = "",
 ) -> Page:
-    case = deps.ops.cases.get(case_id)
+    case = deps.records.cases.get(case_id)
     if case is None:
         return render("message.html", 404, title="No such case", principal=principal, message=f"no case {case_id!r}")
     pending = case.data.get("pendingApproval") or {}
@@ -323,7 +336,7 @@ def _approval_view(
             principal=principal,
             message=f"case {case_id} was never asked for approval {request_id!r}",
         )
-    effects = deps.ops.ledger.for_case(case.id)
+    effects = deps.records.ledger.for_case(case.id)
     try:
         position: dict[str, Any] | None = money_position(case.facts, effects).to_json()
     except (KeyError, ValueError, ArithmeticError):
@@ -347,7 +360,7 @@ def _approval_view(
         "currentHref": approval_path(case.id, other) if other else None,
         "history": list(reversed(case.history)),
         "notes": list(case.notes),
-        "rejected": rejected_events(deps.ops.store, case.id),
+        "rejected": rejected_events(deps.records.store, case.id),
         "canAnswer": current and not stale and principal.has(APPROVER_ROLE),
         "mayAnswer": principal.has(APPROVER_ROLE),
         "csrf": _token(deps, principal, approval_purpose(case.id, request_id)),
@@ -401,7 +414,7 @@ def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, re
     decision = form.get("decision")
     reason = (form.get("reason") or "").strip()
     version_text = form.get("caseVersion") or ""
-    case = deps.ops.cases.get(case_id)
+    case = deps.records.cases.get(case_id)
     if case is None:
         return render("message.html", 404, title="No such case", principal=who, message=f"no case {case_id!r}")
     pending = case.data.get("pendingApproval") or {}
@@ -445,13 +458,11 @@ def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, re
 
 def case_page(deps: PageDeps, headers: Headers, case_id: str) -> Page:
     """``GET /api/cases/{caseId}/page`` (:mod:`shared.handlers.case_page`), for an approver or an operator."""
-    from shared.handlers import case_page as view
-
-    path = view.case_href(case_id)
+    path = one_case.case_href(case_id)
     who = _signed_in(deps, headers, path, roles=(APPROVER_ROLE, OPERATOR_ROLE), doing="see cases")
     if isinstance(who, Page):
         return who
-    return view.case_page(deps.ops, who, case_id, store_option=deps.store_option)
+    return one_case.case_page(deps.records, who, case_id, store_option=deps.store_option)
 
 
 # --- operations -----------------------------------------------------------------------------------
@@ -487,7 +498,7 @@ def ops_page(deps: PageDeps, headers: Headers, *, notice: str | None = None, sta
     if isinstance(who, Page):
         return who
     store = deps.store_option
-    pending = _section(lambda: pending_view(deps.ops.store, deps.ops.ledger, limit=OPS_PENDING_SHOWN))
+    pending = _section(lambda: pending_view(deps.records.store, deps.records.ledger, limit=OPS_PENDING_SHOWN))
     escalations: list[dict[str, Any]] = []
     if pending["ok"]:
         for row in pending["value"]["effects"]:
@@ -500,21 +511,19 @@ def ops_page(deps: PageDeps, headers: Headers, *, notice: str | None = None, sta
                     }
                 )
     view = {
-        "cases": _section(lambda: cases_by_status(deps.ops.store)),
+        "cases": _section(lambda: cases_by_status(deps.records.store)),
         "pending": pending,
         "escalations": escalations,
-        "alerts": _section(lambda: [alert_json(a) for a in recent_alerts(deps.ops.alerts, 20)]),
+        "alerts": _section(lambda: [alert_json(a) for a in recent_alerts(deps.ops_page.alerts, 20)]),
         "dead": _section(
             lambda: [
                 {**d.to_json(), "csrf": _token(deps, who, redrive_purpose(d.message_id))}
-                for d in deps.ops.dead_letters.peek(limit=50)
+                for d in deps.ops_page.dead_letters.peek(limit=50)
             ]
         ),
-        "queue": _section(deps.ops.dead_letters.counts),
+        "queue": _section(deps.ops_page.dead_letters.counts),
         "drain": _section(
-            lambda: drain_check(
-                deps.ops.store, graph_hash_of(build_workflow, deps.ops.workflow), ALLOWED_CHECKPOINT_TYPES
-            ).to_json()
+            lambda: drain_check(deps.records.store, deps.ops_page.graph_hash(), ALLOWED_CHECKPOINT_TYPES).to_json()
         ),
         "store": store,
         "csrf": _token(deps, who, redrive_purpose("all")),
@@ -537,7 +546,7 @@ def ops_redrive(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page
         return refused
     if not message_id:
         return ops_page(deps, headers, notice="Nothing redriven: no message id was given.", status=400)
-    moved = deps.ops.dead_letters.redrive(None if message_id == "all" else [message_id])
+    moved = deps.ops_page.dead_letters.redrive(None if message_id == "all" else [message_id])
     if not moved:
         return ops_page(deps, headers, notice=f"Nothing redriven: {message_id} is not dead-lettered.", status=404)
     names = ", ".join(m.message_id for m in moved)
@@ -579,7 +588,7 @@ def ops_resolve(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page
         return ops_page(deps, headers, notice=f"Nothing recorded: {problem}.", status=400)
     try:
         view = resolve_effect(
-            deps.ops,
+            deps.ops_page.resolver,
             key,
             result={"creditNoteId": note_id} if outcome == "done" else None,
             reason=reason if outcome == "failed" else None,

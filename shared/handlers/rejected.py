@@ -2,18 +2,20 @@
 
 The stock Python Service Bus binding cannot dead-letter a message explicitly, so a rejected event
 is recorded here (container ``health``, kind ``rejected_event``) with its reason and body, and the
-message is completed. ``GET /api/cases/{id}`` and ``casekeeper case show`` list them.
+message is completed. ``GET /api/cases/{id}`` and ``casekeeper case show`` list them
+(:func:`shared.views.rejected.rejected_events`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from casekeeper import DocumentStore, Query
+from casekeeper import DocumentStore
 from casekeeper.stores import HEALTH, storable_id
+from shared.views.rejected import KIND, rejected_events
 
-KIND = "rejected_event"
+__all__ = ["KIND", "MAX_BODY_CHARS", "rejected_events", "set_aside"]
+
 MAX_BODY_CHARS = 8000
 
 log = logging.getLogger("casekeeper.rejected")
@@ -46,10 +48,3 @@ def set_aside(
     }
     store.upsert(HEALTH, KIND, record_id, record)
     log.warning("event %s set aside: %s", message_id, reason, extra={"caseId": case_id, "messageId": message_id})
-
-
-def rejected_events(store: DocumentStore, case_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    equals = {"caseId": case_id} if case_id is not None else {}
-    docs = store.query(HEALTH, Query(partition=KIND, equals=equals, order_by_ts="desc", limit=limit))
-    keys = ("id", "messageId", "caseId", "reason", "fields", "body", "deliveryCount")
-    return [{k: d.body.get(k) for k in keys} for d in docs]

@@ -3,11 +3,11 @@
 Shown: the case (status, version, schema version) and its facts; its history (from version -> status,
 reason, effect key); its effects (key, action, status, attempts, age by the store's clock, result or
 reason, resolution); the pending approval and the past approval requests and decisions; notes; events
-set aside for it; and its checkpoints, each with whether this build could resume it (:mod:`.runs`).
+set aside for it; and its checkpoints, each with whether this build could resume it
+(:mod:`shared.views.runs`).
 
-Approval decisions are read back from the history: the approval gate commits them with the reasons
-``approved by WHO`` / ``rejected by WHO (reason: WHY)`` and asks with ``approval requested for AMOUNT CURRENCY``
-(``shared.workflow.executors``); a commit that reconciliation finished carries a suffix.
+The document is the read model's (:func:`shared.views.case.case_view`, the one ``GET /api/cases/{id}`` and
+the case page show, with the checkpoints added): this command parses its arguments and prints it.
 
 Exit codes: 0 shown, 1 no such case, 2 usage or store selection error. Reads only.
 """
@@ -17,10 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from casekeeper import Effect
-from casekeeper import Record as Case
 from shared.app.operations import Operations
-from shared.handlers.rejected import rejected_events
 from shared.operator.context import (
     age_text,
     common_arguments,
@@ -31,20 +28,19 @@ from shared.operator.context import (
     short,
     time_text,
 )
-from shared.views.runs import RUN_TEXT, Build, CheckpointView, graph_hash_of, inspect_checkpoint
-from shared.workflow.actions import money_position
-from shared.workflow.approval import LEGACY_ANSWER, answer_of
-from shared.workflow.build import WORKFLOW_NAME, build_workflow
-from shared.workflow.checkpoints import CaseCheckpointStorage
-from shared.workflow.fact_events import FACT_ORDER, SUPERSEDED
+from shared.views.case import case_document, case_view
+from shared.views.rejected import rejected_events
+from shared.views.runs import RUN_TEXT, Build, graph_hash_of
+from shared.workflow.approval import LEGACY_ANSWER
+from shared.workflow.build import build_workflow
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
+__all__ = ["DECISION_REASON", "PROG", "build_parser", "case_document", "case_view", "main", "render"]
+
 PROG = "casekeeper case"
-AWAITING_APPROVAL = "awaiting_approval"
 DECISION_REASON = LEGACY_ANSWER
 """Kept for importers; an answer is read with ``shared.workflow.approval.answer_of`` (a field of the
 transition, the reason text only for documents written before)."""
-_ASKED = "approval requested"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,132 +82,6 @@ def _show(ops: Operations, args: argparse.Namespace, build: Build, allowed_types
     else:
         print(render(view))
     return 0
-
-
-_SHOWN_APART = frozenset({"pendingApproval", SUPERSEDED, FACT_ORDER})
-"""``data`` fields the case's document shows under their own names."""
-
-
-def case_document(ops: Operations, case: Case, *, with_ages: bool = False) -> dict[str, Any]:
-    """The case as one JSON-ready document: ``GET /api/cases/{id}`` answers with it, and ``casekeeper case
-    show`` adds the checkpoints. The money rule's numbers (``credit``) are ``None`` while the facts are
-    incomplete. ``with_ages``: each effect's ``ageSeconds`` by the store's clock (one clock read, on Cosmos
-    DB a round trip); without it the document changes only when the case or its effects do."""
-    effects = ops.ledger.for_case(case.id)
-    now = ops.store.now() if effects and with_ages else None
-    pending = case.data.get("pendingApproval") or None
-    return {
-        "case": case.summary(),
-        "credit": _credit(case, effects),
-        "gate": case.gate.to_json() if case.gate is not None else None,
-        "history": [
-            {
-                "fromVersion": t.from_version,
-                "toVersion": t.from_version + 1,
-                "status": t.status,
-                "reason": t.reason,
-                "effectKey": t.effect_key,
-                "factsChanged": t.facts_changed,
-                "escalation": t.escalation,
-                "proposedBy": t.proposed_by,
-                "changes": t.changes,
-                "deliveryId": t.delivery_id,
-                "at": t.at,
-            }
-            for t in case.history
-        ],
-        "effects": [_effect_json(e, None if now is None else now - e.ts) for e in effects],
-        "pendingApproval": (
-            {
-                "requestId": pending["requestId"],
-                "caseVersion": pending["caseVersion"],
-                "amount": pending["amount"],
-                "currency": pending.get("currency"),
-                "facts": pending.get("facts"),
-            }
-            if pending
-            else None
-        ),
-        "approvals": {"pending": pending, "history": _approval_history(case)},
-        "data": {k: v for k, v in case.data.items() if k not in _SHOWN_APART},
-        "notes": list(case.notes),
-        "rejectedEvents": rejected_events(ops.store, case.id),
-        # Reports older than the fact the case holds: accepted, never applied, never dropped.
-        "supersededEvents": list(case.data.get(SUPERSEDED) or ()),
-        "factOrder": case.data.get(FACT_ORDER),
-    }
-
-
-def case_view(ops: Operations, case_id: str, graph_hash: str, allowed_types: frozenset[str]) -> dict[str, Any] | None:
-    """``casekeeper case show``'s document: :func:`case_document` and the checkpoints, each judged against
-    the build whose graph hash is ``graph_hash``; ``None`` when there is no such case."""
-    case = ops.cases.get(case_id)
-    if case is None:
-        return None
-    storage = CaseCheckpointStorage(ops.store, case_id, allowed_types)
-    checkpoints = [
-        inspect_checkpoint(ops.store, storage, record, graph_hash) for record in storage.records(WORKFLOW_NAME)
-    ]
-    return {
-        **case_document(ops, case, with_ages=True),
-        "checkpoints": {
-            "graphHash": graph_hash,
-            "list": [c.to_json() for c in checkpoints],
-            "newestRun": _newest_run(checkpoints),
-        },
-    }
-
-
-def _credit(case: Case, effects: list[Effect]) -> dict[str, Any] | None:
-    """The money rule's numbers (over-billed, received, outstanding, remaining, excess) and each request."""
-    try:
-        return money_position(case.facts, effects).to_json()
-    except (KeyError, ValueError, ArithmeticError):  # incomplete facts have no money position to show
-        return None
-
-
-def _effect_json(effect: Effect, age: float | None) -> dict[str, Any]:
-    return {
-        "key": effect.key,
-        "shortKey": short(effect.key),
-        "action": effect.action,
-        "caseVersion": effect.case_version,
-        "status": effect.status.value,
-        "attempts": effect.attempts,
-        **({"ageSeconds": round(age, 3)} if age is not None else {}),
-        "result": effect.result,
-        "reason": effect.reason,
-        "stale": effect.stale,
-        "resolution": effect.resolution,
-        "request": effect.request,
-        "history": list(effect.history),
-    }
-
-
-def _approval_history(case: Case) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    for t in case.history:
-        reason = t.reason or ""
-        decision = answer_of(case.id, t)
-        if t.status == AWAITING_APPROVAL and reason.startswith(_ASKED):
-            events.append({"event": "requested", "onVersion": t.to_version, "detail": reason, "at": t.at})
-        elif decision is not None:
-            events.append(
-                {
-                    "event": decision.decision,
-                    "by": decision.by,
-                    **({"reason": decision.reason} if decision.reason else {}),
-                    "onVersion": decision.on_version,
-                    "status": t.status,
-                    "effectKey": t.effect_key,
-                    "at": t.at,
-                }
-            )
-    return events
-
-
-def _newest_run(checkpoints: list[CheckpointView]) -> str | None:
-    return checkpoints[-1].run if checkpoints else None
 
 
 # --- text ---------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from shared.app import bootstrap
 from shared.app.operations import Operations
 from shared.app.settings import Settings
 from shared.core.errors import ConfigurationError
@@ -125,9 +126,6 @@ def open_operations(args: argparse.Namespace) -> Operations:
     and nothing process-wide changes but one thing: a checkpoint holding a type outside the allow-list,
     met by any command here, raises its alert in this store (``shared.workflow.checkpoint_decoding``).
     """
-    # Imported here: the composition root is for entry points, and the pages import this package's views.
-    from shared.app import bootstrap
-
     settings = settings_for(args)
     try:
         # The rules proposer: operator commands propose nothing, and a model client is not built for it.

@@ -470,6 +470,20 @@ def _case_document() -> dict[str, Any]:
                         "status": {"enum": [str(s) for s in Status]},
                         "reason": {"type": ["string", "null"]},
                         "effectKey": {"type": ["string", "null"]},
+                        "answer": {
+                            "type": ["object", "null"],
+                            "description": "the person's answer this transition committed: who decided what, on "
+                            "which version, to which request (null when it committed none)",
+                            "required": ["requestId", "approved", "by", "onVersion"],
+                            "properties": {
+                                "requestId": {"$ref": "#/components/schemas/Id"},
+                                "approved": {"type": "boolean"},
+                                "by": {"type": "string"},
+                                "onVersion": {"type": "integer", "minimum": 1},
+                                "reason": {"type": "string"},
+                            },
+                            "additionalProperties": False,
+                        },
                         "at": {"type": "number"},
                     },
                 },

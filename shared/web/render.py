@@ -41,6 +41,11 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(", ", ": "), default=str, ensure_ascii=False)
 
 
+def approval_path(case_id: str, request_id: str) -> str:
+    """The page of one approval request: ``/api/approvals/{caseId}/{requestId}`` (``shared.handlers.pages``)."""
+    return f"/api/approvals/{quote(case_id, safe='')}/{quote(request_id, safe='')}"
+
+
 def case_href(case_id: str) -> str:
     """The page of a case: ``/api/cases/{caseId}/page`` (``shared.handlers.case_page``)."""
     return f"/api/cases/{quote(str(case_id), safe='')}/page"
