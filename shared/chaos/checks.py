@@ -32,7 +32,7 @@ from typing import Any
 from shared.chaos.evidence import Evidence
 from shared.chaos.facts import Timeline, rebuild
 from shared.chaos.journal import is_credit_post, is_lookup
-from shared.chaos.order import set_aside_delivery
+from shared.chaos.order import set_aside_unapplied
 
 KILL_MARGIN = 1.0
 """Seconds after a kill window in which a failed request is still the kill's (a request sent to the
@@ -75,8 +75,7 @@ def timelines_of(evidence: Evidence) -> dict[str, Timeline]:
         if view is not None:
             rejected = evidence.rejected(case_id)
             ids = {str(r.get("id")) for r in rejected}
-            aside = {d for d in (set_aside_delivery(r) for r in rejected) if d}
-            timelines[case_id] = rebuild(view, evidence.sent_for(case_id), ids, aside)
+            timelines[case_id] = rebuild(view, evidence.sent_for(case_id), ids, set_aside_unapplied(rejected, view))
     return timelines
 
 

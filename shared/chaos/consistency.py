@@ -59,7 +59,13 @@ from typing import Any
 from shared.chaos.checks import Violation
 from shared.chaos.evidence import Evidence, Sent
 from shared.chaos.facts import Timeline, is_facts_transition
-from shared.chaos.order import final_problems, refused_with_occurred_at, set_aside_delivery, superseded_record
+from shared.chaos.order import (
+    final_problems,
+    refused_with_occurred_at,
+    set_aside_delivery,
+    set_aside_unapplied,
+    superseded_record,
+)
 from shared.handlers.ingress import KEY_APPROVER_PREFIX
 
 APPROVAL = "approval.answered"
@@ -112,10 +118,12 @@ def _identity(sent: Sent) -> tuple[str, ...]:
 
 def _not_reflected(evidence: Evidence, sent: Sent, timeline: Timeline | None) -> str | None:
     what = f"{sent.event_type} ({sent.delivery}) accepted"
-    for rejected in evidence.rejected(sent.case_id):
-        if set_aside_delivery(rejected) == sent.delivery:
-            return None if str(rejected.get("reason") or "").strip() else f"{what}: set aside without a reason"
     view = evidence.view(sent.case_id)
+    rejected_records = evidence.rejected(sent.case_id)
+    if sent.delivery in set_aside_unapplied(rejected_records, view):
+        mine = [r for r in rejected_records if set_aside_delivery(r) == sent.delivery]
+        reasons = [str(r.get("reason") or "").strip() for r in mine]
+        return None if all(reasons) else f"{what}: set aside without a reason"
     if view is None:
         status = (evidence.cases.get(sent.case_id) or {}).get("status")
         return f"{what}, but the case cannot be read (GET answers {status}) and nothing was set aside"

@@ -273,4 +273,14 @@ def set_aside_delivery(rejected: dict[str, Any]) -> str | None:
     return _COPY_SUFFIX.sub("", message_id.removeprefix("webhook:"))
 
 
+def set_aside_unapplied(rejected: Iterable[dict[str, Any]], view: dict[str, Any] | None) -> set[str]:
+    """The delivery ids set aside (``rejected``: the case's set-aside records) that no transition of the case
+    applied. A report set aside while its case did not exist yet (the invoice still in the dead-letter queue)
+    and sent again by the sender under the same id once the case exists is applied then, in the order of its
+    first acceptance: it counts as an accepted fact like any other. Only one never applied is left out."""
+    applied = {str(t["deliveryId"]) for t in (view or {}).get("history") or () if t.get("deliveryId")}
+    aside = {d for d in (set_aside_delivery(r) for r in rejected) if d is not None}
+    return aside - applied
+
+
 _COPY_SUFFIX = re.compile(r"(?::(?:retry|recheck|redrive):[0-9]+)+$")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from shared.chaos.checks import Violation, check_all, timelines_of
 from shared.chaos.evidence import Evidence, api_shape
-from shared.chaos.order import occurred_at
+from shared.chaos.order import occurred_at, set_aside_unapplied
 from tests.chaos.builders import Story
 
 BASE = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
@@ -338,3 +338,13 @@ def test_the_operator_view_carries_the_superseded_records() -> None:
     assert api_shape(evidence.cases["C-1"]["operatorView"])["supersededEvents"] == story.superseded
     summaries = [v.summary for v in violations(evidence, 3)]
     assert summaries and all("the API cannot show it" in s for s in summaries), summaries
+
+
+def test_a_set_aside_report_applied_later_under_its_id_is_not_left_out() -> None:
+    rejected = [
+        {"id": "r1", "messageId": "webhook:d-1", "reason": "unknown case 'C'"},
+        {"id": "r2", "messageId": "webhook:d-2:retry:1", "reason": "unknown case 'C'"},
+    ]
+    view = {"history": [{"fromVersion": 1, "status": "open", "deliveryId": "d-1", "changes": {"poAmount": "1.00"}}]}
+    assert set_aside_unapplied(rejected, view) == {"d-2"}
+    assert set_aside_unapplied(rejected, None) == {"d-1", "d-2"}

@@ -81,8 +81,8 @@ from shared.chaos.checks import (
     check_no_request_for_existing_note,
     timelines_of,
 )
-from shared.chaos.consistency import set_aside_delivery
 from shared.chaos.evidence import Evidence, Sent
+from shared.chaos.order import set_aside_delivery, set_aside_unapplied
 from shared.core.clock import ManualClock
 from shared.core.errors import StoreUnavailable
 from shared.core.ports import Document, DocumentStore, Query
@@ -710,9 +710,10 @@ class CaseMachine(RuleBasedStateMachine):
         recorded as superseded or set aside (never applied: the final check judges them against the model).
         The chaos checks read ``accepted_at`` as the order of the PO edits."""
         late = {str(r.get("deliveryId")) for r in (view or {}).get("supersededEvents") or ()}
-        # Set aside (a fact for a case whose invoice is still in the dead-letter queue): its reason is shown,
-        # and the checks below must not expect it in the facts (a set-aside delayed copy has its own id).
-        late |= {d for r in (view or {}).get("rejectedEvents") or () if (d := set_aside_delivery(r)) is not None}
+        # Set aside (a fact for a case whose invoice is still in the dead-letter queue) and never applied: its
+        # reason is shown, and the checks below must not expect it in the facts (a set-aside delayed copy has
+        # its own id). One the sender sent again under its id once the case existed was applied then: kept.
+        late |= set_aside_unapplied((view or {}).get("rejectedEvents") or (), view)
         kept = [s for s in self.sent if not (s.event_type in ev.ORDERED_TYPES and s.delivery in late)]
         if not self.occurred:
             return kept
@@ -779,7 +780,7 @@ class CaseMachine(RuleBasedStateMachine):
         aside as superseded is older than the report it holds for the same fact."""
         assert view is not None, "the case cannot be read"
         first = self._first_acceptance()
-        set_aside = {d for r in view.get("rejectedEvents") or () if (d := set_aside_delivery(r)) is not None}
+        set_aside = set_aside_unapplied(view.get("rejectedEvents") or (), view)
         po, credits = _facts_in_source_order(self.sent, lambda s: self._source_key(s, first), set_aside)
         facts = view["case"]["facts"]
         shown = {str(c["creditNoteId"]): str(c["amount"]) for c in facts.get("credits") or ()}
@@ -986,5 +987,32 @@ def test_a_fact_that_arrives_while_a_call_is_in_flight_is_not_overtaken_by_a_lat
         view = machine._view()
         assert view is not None
         assert view["case"]["facts"]["poAmount"] == "1200.00", _trail(view)
+    finally:
+        machine.world.close()
+
+
+def test_a_fact_set_aside_before_its_invoice_and_sent_again_after_the_redrive_counts(supplier: SupplierStub) -> None:
+    """Found by the state machine (two sequences): the invoice is dead-lettered by a store outage, a credit
+    note for the case then arrives and is set aside (no such case yet), the invoice is redriven, and the
+    sender sends the credit note again under its delivery id once the broker's duplicate window has passed.
+    The case applies it then: an accepted report is never silently ignored. The checks had left every
+    set-aside delivery out of the expected facts, so they called the applied credit a stray; they now leave
+    out only one that no transition applied."""
+    machine = machine_class(supplier)()
+    try:
+        machine.invoice(po=Decimal("0.00"), over=Decimal("0.00"), crash=None, then=0, occurred=False)
+        machine.an_outage_outlasts_the_retry_window()  # the invoice ends in the dead-letter queue
+        machine.external_credit(amount=Decimal("0.01"), then=0)  # set aside: the case does not exist
+        machine.an_outage_outlasts_the_retry_window()  # past the broker's duplicate window
+        machine.redrive_the_dead_letters(then=0)  # the invoice makes the case
+        machine.send_again(pick=1, same_id=True, then=0)  # the sender's retry of the credit note
+        machine._settle_and_check()
+        view = machine._view()
+        assert view is not None
+        credits = {str(c["creditNoteId"]): str(c["amount"]) for c in view["case"]["facts"].get("credits") or ()}
+        assert list(credits.values()) == ["0.01"], _trail(view)
+        credit = next(s for s in machine.sent if s.event_type == ev.CREDIT_NOTE_ISSUED)
+        assert credit.delivery in {set_aside_delivery(r) for r in view["rejectedEvents"]}, "it was never set aside"
+        assert not set_aside_unapplied(view["rejectedEvents"], view), "an applied report still counts as set aside"
     finally:
         machine.world.close()
