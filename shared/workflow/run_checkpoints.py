@@ -12,16 +12,19 @@ a run paused for a person (pending          the run resumes from it when the ans
 request)                                    (R6, R8)
 the superstep after a model call            a crash after it resumes without asking the model again
 (the ``propose`` step, with a model)
-the last one of the run                     the next event reads it to tell a finished run from an
-                                            interrupted one, and the timer's lagging-runs check (R7) finds
-                                            every workflow commit covered by it
+the last one of the run, when the case      it supersedes them: the next event reads the newest to tell a
+holds older checkpoints                     finished run from an interrupted or paused one, and the timer's
+                                            lagging-runs check (R7) finds the run's commit covered by it
 ==========================================  ================================================================
 
 Every other checkpoint is held in memory (the newest replaces the one before) and written by
-:meth:`RunCheckpoints.finish` when the run ends. A crash before then loses only work the case document
+:meth:`RunCheckpoints.finish` when the run ends, unless the case holds no checkpoint at all (the storage
+read them and found none, or the event has just created the case: ``CaseCheckpointStorage.assume_empty``).
+Then nobody would resume it and nothing older needs superseding, so a run that ends writes none; a run
+that pauses for a person always writes its pause. A crash before the end loses only work the case document
 already shows: the event is redelivered and decides again from the case and the ledger, whose effects
 replay (R2). A deferred save that fails is reported exactly as the framework reports its own failed saves,
-so the capture (``shared.workflow.capture``) records it and the timer alerts (R7, F7). The save-time
+so the capture (:mod:`casekeeper.capture`) records it and the timer alerts (R7, F7). The save-time
 check that a checkpoint loads back under the allow-list runs on every checkpoint that is written.
 """
 
@@ -33,9 +36,9 @@ import logging
 from agent_framework import WorkflowCheckpoint
 
 from casekeeper import DocumentStore
+from casekeeper.capture import report_failed_save
+from casekeeper.checkpoints import CaseCheckpointStorage
 from shared.workflow import run_marker
-from shared.workflow.capture import report_failed_save
-from shared.workflow.checkpoints import CaseCheckpointStorage
 
 log = logging.getLogger("casekeeper.checkpoints")
 
@@ -68,6 +71,8 @@ class RunCheckpoints:
         self._last_written: str | None = None
         self.written = 0
         """How many checkpoints this run wrote (for tests and the benchmark)."""
+        self.skipped = False
+        """Whether :meth:`finish` left the run's last checkpoint unwritten (the case holds none)."""
 
     @property
     def storage(self) -> CaseCheckpointStorage:
@@ -120,10 +125,15 @@ class RunCheckpoints:
     # --- the end of the run ---------------------------------------------------------------------
 
     async def finish(self) -> None:
-        """Write the run's last checkpoint if it is still held. A failure is reported as a failed save
-        (captured, alerted by the timer), never raised: the run's decision is already in the store."""
+        """Write the run's last checkpoint if it is still held and the case holds older checkpoints it must
+        supersede (a case that holds none gets none: see the module docstring). A failure is reported as a
+        failed save (captured, alerted by the timer), never raised: the run's decision is already in the store."""
         held, self._held = self._held, None
         if held is None:
+            return
+        if self._storage.holds_none and not held.pending_request_info_events:
+            # A finished run's checkpoint is resumed by nobody; it is written only to supersede older ones.
+            self.skipped = True
             return
         try:
             self._last_written = await self._storage.save(held)

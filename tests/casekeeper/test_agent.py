@@ -24,7 +24,7 @@ from casekeeper.agent import (
     inexact_numbers,
     resumable,
 )
-from shared.workflow import capture
+from casekeeper import capture
 
 NAME = "user-workflow"
 

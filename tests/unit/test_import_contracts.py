@@ -47,6 +47,7 @@ INJECTED = [
     ("no-commands", "shared/handlers/door.py", "from shared.operator import events"),
     # ledger.py imports keys.py; keys.py importing ledger.py back closes a cycle.
     ("acyclic", "shared/core/keys.py", "from shared.core import ledger"),
+    ("agent-pieces", "casekeeper/checkpoints.py", "from shared.workflow import messages"),
 ]
 
 
