@@ -64,4 +64,8 @@ def test_a_paused_invoice_checkpoint_written_through_the_old_path_loads_through_
     assert doc is not None and not [m for m in MOVED + OLD if m in json.dumps(doc.body)]
     new = RecordCheckpoints(store, "C-1", ALLOWED_CHECKPOINT_TYPES)
     loaded = asyncio.run(new.load(record.checkpoint_id))
-    assert loaded.pending_request_info_events and loaded == old.try_decode(record)
+    again = old.try_decode(record)
+    assert loaded.checkpoint_id == again.checkpoint_id == record.checkpoint_id
+    assert list(loaded.pending_request_info_events) == list(again.pending_request_info_events) != []
+    [event] = loaded.pending_request_info_events.values()
+    assert type(event.data).__module__ == "shared.workflow.messages"  # the app's own type, under its old key
