@@ -3,6 +3,10 @@
 - :class:`RecordCheckpoints`: a ``CheckpointStorage`` holding one record's checkpoints (container
   ``checkpoints``, partition = record id). Pass a new one per run: ``workflow.run(msg,
   checkpoint_storage=RecordCheckpoints(store, record_id, checkpoint_types(MyMessage, ...)))``.
+- :class:`RunCheckpoints`: one run's ``CheckpointStorage`` over a :class:`RecordCheckpoints`, writing only
+  where a checkpoint saves work (a pause for a person; the run's end only when the record holds older
+  checkpoints, which it supersedes): ``saves = RunCheckpoints(RecordCheckpoints(...))``, pass ``saves`` to
+  ``workflow.run`` and ``await saves.finish()`` after it.
 - :func:`checkpoint_types`: the allow-list of your own types that checkpoints may hold.
 - :func:`capture_failures` / :func:`capturing`: Agent Framework does not fail a run whose checkpoint save
   failed (it logs one warning); these record each failure durably (container ``health``) and tell the run.
@@ -42,6 +46,7 @@ from casekeeper.capture import (
     mark_alerted,
 )
 from casekeeper.checkpoints import CaseCheckpointStorage, CheckpointRecord, CheckpointUnusable, type_key
+from casekeeper.run_checkpoints import RunCheckpoints
 from casekeeper.stores import DocumentStore
 
 log = logging.getLogger("casekeeper.agent")
@@ -166,6 +171,7 @@ __all__ = [
     "CheckpointUnusable",
     "RecordCheckpoints",
     "RunCapture",
+    "RunCheckpoints",
     "capture_failures",
     "capturing",
     "checkpoint_types",

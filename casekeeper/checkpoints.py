@@ -182,6 +182,13 @@ class CaseCheckpointStorage:
         return self._allowed
 
     @property
+    def stored_count(self) -> int | None:
+        """How many checkpoints the record holds, as this instance last saw them (read, or told with
+        :meth:`assume_empty`, plus its own saves since); ``None`` when it has not seen them."""
+        with self._seq_lock:
+            return self._stored
+
+    @property
     def holds_none(self) -> bool:
         """Whether this instance knows that the record holds no checkpoint: it read them and found none, or was
         told so (:meth:`assume_empty`), and has saved none since. ``False`` when it does not know."""

@@ -3,7 +3,6 @@ any workflow). These names stay importable from here for the app's modules that 
 process-wide installation lives in :mod:`casekeeper.capture`, so both names see one capture."""
 
 from casekeeper.capture import (
-    HEALTH,
     KIND_CHECKPOINT_FAILURE,
     MESSAGE_PREFIX,
     METRIC_NAME,
@@ -19,6 +18,7 @@ from casekeeper.capture import (
     report_failed_save,
     uninstall,
 )
+from casekeeper.stores import HEALTH
 
 __all__ = [
     "HEALTH",

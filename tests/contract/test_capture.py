@@ -18,7 +18,6 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from casekeeper.capture import (
-    HEALTH,
     KIND_CHECKPOINT_FAILURE,
     METRIC_NAME,
     RUNNER_LOGGER,
@@ -31,6 +30,7 @@ from casekeeper.capture import (
     uninstall,
 )
 from casekeeper.checkpoints import CaseCheckpointStorage, type_key
+from casekeeper.stores import HEALTH
 from shared.core.errors import StoreUnavailable
 from shared.core.ports import Document, DocumentStore
 from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
