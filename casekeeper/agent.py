@@ -3,6 +3,10 @@
 - :class:`RecordCheckpoints`: a ``CheckpointStorage`` holding one record's checkpoints (container
   ``checkpoints``, partition = record id). Pass a new one per run: ``workflow.run(msg,
   checkpoint_storage=RecordCheckpoints(store, record_id, checkpoint_types(MyMessage, ...)))``.
+- :class:`RunCheckpoints`: one run's ``CheckpointStorage`` over a :class:`RecordCheckpoints`, writing only
+  where a checkpoint saves work (a pause for a person; the run's end only when the record holds older
+  checkpoints, which it supersedes): ``saves = RunCheckpoints(RecordCheckpoints(...))``, pass ``saves`` to
+  ``workflow.run`` and ``await saves.finish()`` after it.
 - :func:`checkpoint_types`: the allow-list of your own types that checkpoints may hold.
 - :func:`capture_failures` / :func:`capturing`: Agent Framework does not fail a run whose checkpoint save
   failed (it logs one warning); these record each failure durably (container ``health``) and tell the run.
@@ -33,9 +37,7 @@ from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_va
 from agent_framework.exceptions import WorkflowCheckpointException
 
 from casekeeper._numbers import inexact_numbers
-from shared.core.cases import CaseRepository
-from shared.core.ports import DocumentStore
-from shared.workflow.capture import (
+from casekeeper.capture import (
     CheckpointFailure,
     RunCapture,
     capturing,
@@ -43,7 +45,9 @@ from shared.workflow.capture import (
     install,
     mark_alerted,
 )
-from shared.workflow.checkpoints import CaseCheckpointStorage, CheckpointRecord, CheckpointUnusable, type_key
+from casekeeper.checkpoints import CaseCheckpointStorage, CheckpointRecord, CheckpointUnusable, type_key
+from casekeeper.run_checkpoints import RunCheckpoints
+from casekeeper.stores import DocumentStore
 
 log = logging.getLogger("casekeeper.agent")
 
@@ -105,6 +109,14 @@ class _Named(Protocol):
     graph_signature_hash: str
 
 
+class _Noted(Protocol):
+    """Where :func:`resumable` notes a rebuilt run: ``guard.records`` (any object with these two methods)."""
+
+    def get(self, record_id: str, /) -> Any: ...
+
+    def note(self, record_id: str, text: str, /, **fields: Any) -> Any: ...
+
+
 def capture_failures(store: DocumentStore) -> object:
     """Record every failed checkpoint save in ``store`` (container ``health``) from now on, process-wide;
     idempotent. Wrap each run in :func:`capturing` so a failure names its record."""
@@ -115,7 +127,7 @@ def resumable(
     storage: CaseCheckpointStorage,
     workflow: _Named,
     *,
-    records: CaseRepository | None = None,
+    records: _Noted | None = None,
 ) -> WorkflowCheckpoint | None:
     """The newest checkpoint of ``workflow`` for the storage's record if a run is left in it (interrupted
     mid-run, or paused on requests) and this build can resume it; ``None`` otherwise.
@@ -144,7 +156,7 @@ def resumable(
     return None
 
 
-def _note_rebuilt(records: CaseRepository, record_id: str, exc: CheckpointUnusable) -> None:
+def _note_rebuilt(records: _Noted, record_id: str, exc: CheckpointUnusable) -> None:
     record = records.get(record_id)
     if record is None or any(n.get("checkpointId") == exc.checkpoint_id for n in record.notes):
         return
@@ -159,6 +171,7 @@ __all__ = [
     "CheckpointUnusable",
     "RecordCheckpoints",
     "RunCapture",
+    "RunCheckpoints",
     "capture_failures",
     "capturing",
     "checkpoint_types",

@@ -25,7 +25,7 @@ from typing import Any, Never
 from agent_framework import Executor, Workflow, WorkflowBuilder, WorkflowContext, handler
 
 from casekeeper import CaseError, DocumentStore, DownstreamError, EffectError, Guard
-from casekeeper.agent import RecordCheckpoints, capturing
+from casekeeper.agent import RecordCheckpoints, RunCheckpoints, capturing
 from examples.refund.payments import Payments
 
 THRESHOLD = Decimal("100")
@@ -106,10 +106,13 @@ class RefundApp:
         )
 
     async def handle(self, message: RefundRequested | ApprovalAnswered) -> Outcome:
-        """Run the workflow for one event, with the record's checkpoints; returns the run's outcome."""
-        storage = RecordCheckpoints(self.guard.store, message.record_id, (*MESSAGES, Outcome))
+        """Run the workflow for one event, with the record's checkpoints (written where they save work: the
+        run never pauses inside the workflow, so only its end, and only over an older one); returns the
+        run's outcome."""
+        saves = RunCheckpoints(RecordCheckpoints(self.guard.store, message.record_id, (*MESSAGES, Outcome)))
         with capturing(message.record_id, WORKFLOW_NAME):
-            result = await self.workflow().run(message, checkpoint_storage=storage)
+            result = await self.workflow().run(message, checkpoint_storage=saves)
+            await saves.finish()  # the run's end, written only if it supersedes an older checkpoint
         outcomes = [o for o in result.get_outputs() if isinstance(o, Outcome)]
         return outcomes[-1] if outcomes else Outcome(message.record_id, "nothing_to_do", "the run gave no outcome")
 

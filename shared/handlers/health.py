@@ -17,9 +17,10 @@ the duty carries on with the rest.
    investigated again (idempotent at the same version).
 4. **Alert delivery**: every recorded alert still owed its notification is notified (``shared.app.alerts``).
 5. **Checkpoint failures** captured since the last tick: one alert each.
-6. **Lagging runs**: a case whose last workflow commit is not covered by its checkpoints alerts once per
-   version. Cases are examined once, in a window that trails now by the lag; the cursor moves on even
-   past a case that could not be examined.
+6. **Lagging runs**: a case whose last workflow commit is not covered by its checkpoints (a case that holds
+   none lags only when it waits for a person: a run that ends writes none there) alerts once per version.
+   Cases are examined once, in a window that trails now by the lag; the cursor moves on even past a case
+   that could not be examined.
 7. **Dead letters**: one alert per message in the queue's dead-letter queue, all of them (read a page at a
    time).
 
@@ -57,7 +58,7 @@ from shared.messaging import DeadLetter, DeadLetterQueue, EventSender, derived_m
 from shared.workflow.build import WORKFLOW_NAME
 from shared.workflow.capture import failures_since, mark_alerted
 from shared.workflow.checkpoints import CaseCheckpointStorage
-from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
+from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, PENDING_APPROVAL
 
 log = logging.getLogger("casekeeper.health")
 
@@ -297,7 +298,9 @@ def _lag(deps: HealthDeps, case: Case, lag: float) -> str | None:
         return None
     newest = CaseCheckpointStorage(deps.store, case.id, ALLOWED_CHECKPOINT_TYPES).latest_record(WORKFLOW_NAME)
     if newest is None:
-        return "no checkpoint was saved"
+        # A run that ends writes no checkpoint on a case that holds none (nobody would resume it); only a run
+        # paused for a person must have left one.
+        return "no checkpoint was saved" if case.data.get(PENDING_APPROVAL) else None
     if newest.ts < case.ts - lag:
         return f"newest checkpoint {newest.checkpoint_id} is {case.ts - newest.ts:.0f}s older than the commit"
     failed = failures_since(deps.store, newest.ts - 1.0, case_id=case.id)

@@ -17,6 +17,7 @@ loop keeps serving other sessions meanwhile.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Never
 
@@ -171,10 +172,17 @@ class ApprovalGate(Executor):
         elif needs_approval(Proposal(action, amount=p.amount, currency=p.currency), self._deps.rules):
             await self._ask(p, ctx)
         else:
-            facts = InvoiceFacts.from_dict(snap.facts)
+            # The proposer's step parsed these facts (and would have sent an invalid proposal had they not
+            # parsed); the order needs three of their strings, read without parsing them again.
             await ctx.send_message(
                 _credit_order(
-                    snap.case_id, snap.version, facts, p.amount, p.rationale, basis=p.basis, proposed_by=p.proposed_by
+                    snap.case_id,
+                    snap.version,
+                    snap.facts,
+                    p.amount,
+                    p.rationale,
+                    basis=p.basis,
+                    proposed_by=p.proposed_by,
                 )
             )
 
@@ -401,7 +409,7 @@ class Commit(Executor):
 def _credit_order(
     case_id: str,
     version: int,
-    facts: InvoiceFacts,
+    facts: InvoiceFacts | Mapping[str, Any],
     amount: Decimal | None,
     reason: str,
     *,
@@ -409,6 +417,11 @@ def _credit_order(
     answer: Answer | None = None,
     proposed_by: str | None = None,
 ) -> CommitOrder:
+    """The credit-note order; ``facts`` parsed, or the case's facts as stored (only three strings are read)."""
+    if isinstance(facts, InvoiceFacts):
+        currency, invoice_id, supplier_id = facts.currency, facts.invoice_id, facts.supplier_id
+    else:
+        currency, invoice_id, supplier_id = str(facts["currency"]), str(facts["invoiceId"]), str(facts["supplierId"])
     return CommitOrder(
         case_id,
         version,
@@ -416,10 +429,10 @@ def _credit_order(
         reason,
         REQUEST_CREDIT_NOTE,
         amount,
-        facts.currency,
+        currency,
         clear_pending_approval=answer is not None,
-        invoice_id=facts.invoice_id,
-        supplier_id=facts.supplier_id,
+        invoice_id=invoice_id,
+        supplier_id=supplier_id,
         basis=basis,
         proposed_by=proposed_by,
         answer=answer.to_json() if answer is not None else None,

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from casekeeper import ConcurrencyConflict
 from casekeeper import Record as Case
+from casekeeper.checkpoints import CaseCheckpointStorage
 from shared.core.errors import InvalidEvent
 from shared.domain import events as ev
 from shared.domain import transitions
@@ -23,7 +24,6 @@ from shared.domain.invoice import INVESTIGABLE, InvoiceFacts, parse_amount
 from shared.domain.order import FactOrder
 from shared.domain.transitions import FactPlan
 from shared.workflow.actions import credit_requests
-from shared.workflow.checkpoints import CaseCheckpointStorage
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import PENDING_APPROVAL, RunOutcome
 
@@ -41,15 +41,27 @@ class Investigate(Protocol):
 Plan = Callable[[Case, tuple[CreditRequest, ...]], FactPlan]
 
 
+FinishInterrupted = Callable[[CaseCheckpointStorage], Awaitable[RunOutcome | None]]
+
+
 class FactEvents:
     """The fact events' handlers. ``require(case_id)`` reads a case or raises ``InvalidEvent``;
     ``investigate(storage, reason, known=case)`` has it decided again (``known``: the case as just
-    written, which spares the decision a read)."""
+    written, which spares the decision a read). ``finish_interrupted(storage)`` resumes a run a crash
+    stopped: ``invoice.received`` calls it once it knows the case existed before the event (the worker
+    calls it for every other event before the handler)."""
 
-    def __init__(self, deps: WorkflowDeps, require: Callable[[str], Case], investigate: Investigate) -> None:
+    def __init__(
+        self,
+        deps: WorkflowDeps,
+        require: Callable[[str], Case],
+        investigate: Investigate,
+        finish_interrupted: FinishInterrupted | None = None,
+    ) -> None:
         self._deps = deps
         self._require = require
         self._investigate = investigate
+        self._finish_interrupted = finish_interrupted
 
     def handlers(self) -> dict[str, Callable[[ev.CaseEvent, CaseCheckpointStorage], Awaitable[list[RunOutcome]]]]:
         return {
@@ -61,7 +73,11 @@ class FactEvents:
 
     async def invoice_received(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         """Create the case, its facts' orders starting at this report's; a report of the same case that
-        describes another invoice is set aside with each difference named (``InvalidEvent``)."""
+        describes another invoice is set aside with each difference named (``InvalidEvent``).
+
+        A case this event created holds no checkpoint: none is read (``storage.assume_empty``), and a run
+        that ends writes none. A case that existed is first checked for an interrupted run, as every other
+        event's case is (this event records no fact on it, so the order does not matter)."""
         data = event.data
         facts = InvoiceFacts(
             invoice_id=data["invoiceId"],
@@ -78,9 +94,15 @@ class FactEvents:
         case, created = await asyncio.to_thread(
             self._deps.cases.create_if_absent, event.case_id, facts.to_dict(), data=first
         )
-        if not created:
-            _refuse_another_invoice(case, received)
-        return await self._investigate(storage, "invoice received", known=case, new_case=created)
+        if created:
+            storage.assume_empty()
+            return await self._investigate(storage, "invoice received", known=case, new_case=True)
+        _refuse_another_invoice(case, received)
+        resumed = await self._finish_interrupted(storage) if self._finish_interrupted is not None else None
+        if resumed is None:
+            return await self._investigate(storage, "invoice received", known=case)
+        # The resumed run may have changed the case: the decision reads it again.
+        return [resumed, *await self._investigate(storage, "invoice received")]
 
     async def po_updated(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         po_amount = parse_amount(event.data["poAmount"], "poAmount")

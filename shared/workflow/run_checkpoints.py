@@ -1,49 +1,39 @@
-"""One run's checkpoints: written where they save work, not after every superstep (rule R9).
+"""The invoice run's checkpoints: :class:`casekeeper.run_checkpoints.RunCheckpoints` with the model step and the
+in-flight mark (rules R8, R9).
 
-Agent Framework saves a checkpoint after every superstep: five or six per invoice, each a sequence
-allocation and a document create, while the case document and the effect ledger already hold every fact
-and decision (R9). A checkpoint only saves work in three places, and :class:`RunCheckpoints` writes it
-there and nowhere else:
+The guard package's run storage writes a checkpoint only where it saves work: a pause for a person, at once;
+the run's end, only when the case holds older checkpoints it supersedes (a case that holds none, such as one
+the event has just created, gets none; nobody would resume it). The invoice run adds:
 
-==========================================  ================================================================
-checkpoint                                  why it is written
-==========================================  ================================================================
-a run paused for a person (pending          the run resumes from it when the answer comes, perhaps days later
-request)                                    (R6, R8)
-the superstep after a model call            a crash after it resumes without asking the model again
-(the ``propose`` step, with a model)
-the last one of the run                     the next event reads it to tell a finished run from an
-                                            interrupted one, and the timer's lagging-runs check (R7) finds
-                                            every workflow commit covered by it
-==========================================  ================================================================
+- the superstep after a model call (the ``propose`` step, with a model proposer), written at once, so that a
+  crash after it resumes without asking the model again;
+- the case's in-flight mark (:mod:`shared.workflow.run_marker`), set before a checkpoint is written mid-run,
+  so that no checkpoint in flight is unmarked, and taken off when a run that may have marked it (it marked
+  it, or it resumed a checkpoint) ends with its end written; ``casekeeper drain check`` reads the marks.
 
-Every other checkpoint is held in memory (the newest replaces the one before) and written by
-:meth:`RunCheckpoints.finish` when the run ends. A crash before then loses only work the case document
-already shows: the event is redelivered and decides again from the case and the ledger, whose effects
-replay (R2). A deferred save that fails is reported exactly as the framework reports its own failed saves,
-so the capture (``shared.workflow.capture``) records it and the timer alerts (R7, F7). The save-time
-check that a checkpoint loads back under the allow-list runs on every checkpoint that is written.
+A crash before the end loses only work the case document already shows: the event is redelivered and
+decides again from the case and the ledger, whose effects replay (R2). A deferred save that fails is reported
+exactly as the framework reports its own failed saves, so the capture (:mod:`casekeeper.capture`) records it
+and the timer alerts (R7, F7). The save-time check that a checkpoint loads back under the allow-list runs on
+every checkpoint that is written.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 
 from agent_framework import WorkflowCheckpoint
 
 from casekeeper import DocumentStore
+from casekeeper.checkpoints import CaseCheckpointStorage
+from casekeeper.run_checkpoints import RunCheckpoints as _RunCheckpoints
 from shared.workflow import run_marker
-from shared.workflow.capture import report_failed_save
-from shared.workflow.checkpoints import CaseCheckpointStorage
-
-log = logging.getLogger("casekeeper.checkpoints")
 
 MODEL_STEP = "propose"
 """The executor whose output follows a model call (``shared.workflow.executors.Propose``)."""
 
 
-class RunCheckpoints:
+class RunCheckpoints(_RunCheckpoints):
     """A ``CheckpointStorage`` for one run of one case, over its :class:`CaseCheckpointStorage`.
 
     ``model_calls``: whether the run's proposer is a model (then the checkpoint after its step is worth
@@ -60,76 +50,22 @@ class RunCheckpoints:
     ) -> None:
         """``store`` (the storage's): keep the case's in-flight mark (:mod:`shared.workflow.run_marker`);
         ``resumed``: this run resumes a checkpoint, so its case may be marked."""
-        self._storage = storage
+        super().__init__(storage)
         self._model_calls = model_calls
         self._store = store
         self._may_be_marked = resumed
-        self._held: WorkflowCheckpoint | None = None
-        self._last_written: str | None = None
-        self.written = 0
-        """How many checkpoints this run wrote (for tests and the benchmark)."""
 
-    @property
-    def storage(self) -> CaseCheckpointStorage:
-        return self._storage
+    def worth(self, checkpoint: WorkflowCheckpoint) -> bool:
+        """A pause for a person, and, with a model proposer, the superstep after the model call."""
+        return super().worth(checkpoint) or (self._model_calls and bool(checkpoint.messages.get(MODEL_STEP)))
 
-    def _worth_writing(self, checkpoint: WorkflowCheckpoint) -> bool:
-        if checkpoint.pending_request_info_events:
-            return True
-        return self._model_calls and bool(checkpoint.messages.get(MODEL_STEP))
-
-    # --- the CheckpointStorage protocol ---------------------------------------------------------
-
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        if not self._worth_writing(checkpoint):
-            self._held = checkpoint
-            return checkpoint.checkpoint_id
-        self._held = None
-        if self._store is not None:  # marked before it is written: no checkpoint in flight is unmarked
-            await asyncio.to_thread(run_marker.mark, self._store, self._storage.case_id, checkpoint.checkpoint_id)
+    async def before_write(self, checkpoint: WorkflowCheckpoint) -> None:
+        """Mark the case before the checkpoint is written: no checkpoint in flight is unmarked."""
+        if self._store is not None:
+            await asyncio.to_thread(run_marker.mark, self._store, self.storage.case_id, checkpoint.checkpoint_id)
             self._may_be_marked = True
-        checkpoint_id = await self._storage.save(checkpoint)
-        self._last_written = checkpoint_id
-        self.written += 1
-        return checkpoint_id
 
-    async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
-        if self._held is not None and self._held.checkpoint_id == checkpoint_id:
-            return self._held
-        return await self._storage.load(checkpoint_id)
-
-    async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
-        stored = await self._storage.list_checkpoints(workflow_name=workflow_name)
-        held = self._held if self._held is not None and self._held.workflow_name == workflow_name else None
-        return [*stored, held] if held is not None else stored
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        if self._held is not None and self._held.checkpoint_id == checkpoint_id:
-            self._held = None
-            return True
-        return await self._storage.delete(checkpoint_id)
-
-    async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
-        if self._held is not None and self._held.workflow_name == workflow_name:
-            return self._held
-        return await self._storage.get_latest(workflow_name=workflow_name)
-
-    async def list_checkpoint_ids(self, *, workflow_name: str) -> list[str]:
-        return [cp.checkpoint_id for cp in await self.list_checkpoints(workflow_name=workflow_name)]
-
-    # --- the end of the run ---------------------------------------------------------------------
-
-    async def finish(self) -> None:
-        """Write the run's last checkpoint if it is still held. A failure is reported as a failed save
-        (captured, alerted by the timer), never raised: the run's decision is already in the store."""
-        held, self._held = self._held, None
-        if held is None:
-            return
-        try:
-            self._last_written = await self._storage.save(held)
-        except Exception as exc:  # reported, never raised, as the framework does with its own saves
-            report_failed_save(held.iteration_count, exc, self._last_written or held.previous_checkpoint_id)
-            return
-        self.written += 1
-        if self._store is not None and self._may_be_marked:  # the run ended with a finished checkpoint
-            await asyncio.to_thread(run_marker.unmark, self._store, self._storage.case_id)
+    async def after_end(self) -> None:
+        """The run ended with its end written: take the mark off, if it may be there."""
+        if self._store is not None and self._may_be_marked:
+            await asyncio.to_thread(run_marker.unmark, self._store, self.storage.case_id)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 
 from casekeeper import DocumentStore
-from shared.workflow.checkpoints import CHECKPOINTS
+from casekeeper.checkpoints import CHECKPOINTS
 
 log = logging.getLogger("casekeeper.checkpoints")
 

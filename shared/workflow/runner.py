@@ -25,14 +25,14 @@ from agent_framework import Workflow
 
 from casekeeper import CasekeeperError, DocumentStore
 from casekeeper import Record as Case
-from shared.app.alerts import Alerter
-from shared.workflow.build import WORKFLOW_NAME, build_workflow
-from shared.workflow.checkpoints import (
+from casekeeper.checkpoints import (
     MAX_DOCUMENT_BYTES,
     CaseCheckpointStorage,
     CheckpointRecord,
     CheckpointUnusable,
 )
+from shared.app.alerts import Alerter
+from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, RunOutcome
 from shared.workflow.run_checkpoints import RunCheckpoints

@@ -5,7 +5,8 @@ What it does with an event:
 
 1. If the case's newest checkpoint is of a run that stopped mid-superstep (the process died), that
    run is resumed first, if this build can resume it; otherwise it is noted as rebuilt (R8) and the
-   event below rebuilds the decision from the case document (R9).
+   event below rebuilds the decision from the case document (R9). ``invoice.received`` looks only once it
+   knows the case existed: a case the event created holds no checkpoint, and none is read.
 2. Fact events (``invoice.received``, ``po.updated``, ``credit_note.issued``) change the case with a
    conditional write; then the case is investigated if its status asks for it.
 3. ``approval.answered`` resumes the paused run with the answer, or rebuilds it without the
@@ -28,12 +29,12 @@ from typing import Any
 from casekeeper import EffectInFlight
 from casekeeper import Record as Case
 from casekeeper import RecordNotFound as CaseNotFound
+from casekeeper.capture import capturing
+from casekeeper.checkpoints import CaseCheckpointStorage
 from shared.core.errors import InvalidEvent, ModelUnavailable
 from shared.domain import events as ev
 from shared.domain.invoice import INVESTIGABLE
 from shared.workflow.build import WORKFLOW_NAME
-from shared.workflow.capture import capturing
-from shared.workflow.checkpoints import CaseCheckpointStorage
 from shared.workflow.fact_events import FACT_EVENTS, FactEvents
 from shared.workflow.messages import (
     AnswerWithoutCheckpoint,
@@ -80,7 +81,7 @@ class CaseWorker:
     def __init__(self, runner: WorkflowRunner) -> None:
         self._deps = runner.deps
         self._runner = runner
-        self._facts = FactEvents(runner.deps, self._require, self._investigate)
+        self._facts = FactEvents(runner.deps, self._require, self._investigate, runner.finish_interrupted_run)
         self._handlers: Mapping[str, Handler] = {
             **self._facts.handlers(),
             ev.CASE_INVESTIGATE: self._case_investigate,
@@ -101,6 +102,11 @@ class CaseWorker:
             # One storage of the case's checkpoints for the whole event: the interrupted-run check reads
             # them, and that read numbers the event's saves.
             storage = self._runner.checkpoints(event.case_id)
+            if event.type == ev.INVOICE_RECEIVED:
+                # It may create the case, which then holds no checkpoint to read: its handler looks for an
+                # interrupted run only once it knows the case existed.
+                steps.extend(await self._record_then_wait(handler, event, storage))
+                return self._result(event, steps)
             try:
                 resumed = await self._runner.finish_interrupted_run(storage)
             except EffectInFlight as waiting:
@@ -117,6 +123,9 @@ class CaseWorker:
                 steps.extend(await self._record_then_wait(handler, event, storage))
             else:
                 steps.extend(await handler(event, storage))
+        return self._result(event, steps)
+
+    def _result(self, event: ev.CaseEvent, steps: list[RunOutcome]) -> EventResult:
         last = steps[-1]
         result = EventResult(
             event.case_id, event.type, last.outcome, last.status, last.version, last.detail, tuple(steps)

@@ -14,7 +14,7 @@ import pytest
 from agent_framework import Executor, WorkflowBuilder, WorkflowCheckpoint, WorkflowContext, handler
 from agent_framework.exceptions import WorkflowCheckpointException
 
-from casekeeper import DocumentStore, Guard
+from casekeeper import DocumentStore, Guard, capture
 from casekeeper.agent import (
     RecordCheckpoints,
     capture_failures,
@@ -24,7 +24,6 @@ from casekeeper.agent import (
     inexact_numbers,
     resumable,
 )
-from shared.workflow import capture
 
 NAME = "user-workflow"
 

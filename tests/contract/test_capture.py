@@ -17,11 +17,7 @@ from agent_framework import WorkflowRunState
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from shared.core.errors import StoreUnavailable
-from shared.core.ports import Document, DocumentStore
-from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
-from shared.workflow.capture import (
-    HEALTH,
+from casekeeper.capture import (
     KIND_CHECKPOINT_FAILURE,
     METRIC_NAME,
     RUNNER_LOGGER,
@@ -33,7 +29,11 @@ from shared.workflow.capture import (
     mark_alerted,
     uninstall,
 )
-from shared.workflow.checkpoints import CaseCheckpointStorage, type_key
+from casekeeper.checkpoints import CaseCheckpointStorage, type_key
+from casekeeper.stores import HEALTH
+from shared.core.errors import StoreUnavailable
+from shared.core.ports import Document, DocumentStore
+from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 from tests.support.tiny_workflow import ALL_TYPES, WORKFLOW_NAME, CaseNote, CaseStarted, build_workflow
 
 pytestmark = pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)

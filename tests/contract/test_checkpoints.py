@@ -13,9 +13,7 @@ from agent_framework import Workflow, WorkflowCheckpoint, WorkflowRunState, regi
 from agent_framework._workflows import _checkpoint_encoding
 from agent_framework.exceptions import WorkflowCheckpointException
 
-from shared.core.ports import DocumentStore, Query
-from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
-from shared.workflow.checkpoints import (
+from casekeeper.checkpoints import (
     CHECKPOINTS,
     KIND_CHECKPOINT,
     SEQUENCE_DOC_ID,
@@ -23,6 +21,8 @@ from shared.workflow.checkpoints import (
     CheckpointUnusable,
     type_key,
 )
+from shared.core.ports import DocumentStore, Query
+from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 from tests.support.tiny_workflow import (
     ALL_TYPES,
     WORKFLOW_NAME,

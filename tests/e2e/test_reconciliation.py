@@ -60,11 +60,11 @@ def test_a_supplier_whose_lookup_is_down_is_escalated_once(host: DevHost, suppli
 
 def test_failing_checkpoint_saves_alert_once_each_within_a_timer_period(tmp_path: Path, supplier: SupplierStub) -> None:
     # Every checkpoint is larger than 300 bytes, so every save is refused: the quiet failure mode, for real.
-    # Here it is the run's last checkpoint, written (and refused) as the run ends, after its commit.
+    # Here it is the run's pause for a person, written (and refused) when the run asks, after its commit.
     dev = DevHost(tmp_path / "data", supplier, env_overrides={"CHECKPOINT_MAX_BYTES": "300"}).start()
     try:
-        dev.post_event("invoice.received", "INV-R3", invoice("1100.00"))
-        dev.wait_for("INV-R3", lambda v: v["case"]["status"] == "credit_requested")  # the run still completes
+        dev.post_event("invoice.received", "INV-R3", invoice("2500.00"))
+        dev.wait_for("INV-R3", lambda v: v["case"]["status"] == "awaiting_approval")  # the run still completes
         deadline = time.monotonic() + 10
         while not (failures := health_records(dev, "checkpoint_failure")) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -76,7 +76,7 @@ def test_failing_checkpoint_saves_alert_once_each_within_a_timer_period(tmp_path
         time.sleep(4.0)
         assert len([a for a in health_records(dev, "alert") if a["alertKind"] == "checkpoint_failure"]) == len(failures)
         assert "checkpoint save failed for case INV-R3" in dev.log()
-        # The run committed with no checkpoint saved: its checkpoints lag its activity, alerted once.
+        # The run paused with no checkpoint saved: its checkpoints lag its activity, alerted once.
         lag = [a for a in health_records(dev, "alert") if a["alertKind"] == "checkpoint_lag"]
         assert [a["fields"]["caseId"] for a in lag] == ["INV-R3"]
     finally:

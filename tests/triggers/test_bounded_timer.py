@@ -10,7 +10,7 @@ from shared.app.bootstrap import Services
 from shared.core.clock import ManualClock
 from shared.handlers.health import CURSOR_ID, run_health_checks
 from tests.triggers.conftest import INVOICE
-from tests.triggers.test_timer import ReadCounter, clock, timed
+from tests.triggers.test_timer import PAUSED, ReadCounter, clock, timed
 
 __all__ = ["clock", "timed"]  # the fixtures this module borrows
 
@@ -53,7 +53,7 @@ def test_the_lagging_runs_check_moves_its_cursor_page_by_page(
     svc, counter = timed
     for i in range(7):
         svc.cases.create(f"L-{i}", INVOICE)
-        assert svc.cases.commit_status(f"L-{i}", 1, "approved", reason="within tolerance")  # no checkpoint
+        assert svc.cases.commit_status(f"L-{i}", 1, "awaiting_approval", reason="above tolerance", data=PAUSED)
         clock.advance(1)
     clock.advance(svc.settings.checkpoint_lag + 1)
     health = dataclasses.replace(svc.health, page_size=3, duty_budget=0.0)
@@ -70,10 +70,10 @@ def test_the_lagging_runs_check_moves_its_cursor_page_by_page(
 def test_a_cursor_of_the_older_layout_is_read(timed: tuple[Services, ReadCounter], clock: ManualClock) -> None:
     svc, _ = timed
     svc.cases.create("OLD", INVOICE)
-    assert svc.cases.commit_status("OLD", 1, "approved", reason="within tolerance")
+    assert svc.cases.commit_status("OLD", 1, "awaiting_approval", reason="above tolerance", data=PAUSED)
     clock.advance(svc.settings.checkpoint_lag + 5)
     svc.cases.create("NEW", INVOICE)
-    assert svc.cases.commit_status("NEW", 1, "approved", reason="within tolerance")
+    assert svc.cases.commit_status("NEW", 1, "awaiting_approval", reason="above tolerance", data=PAUSED)
     old = svc.store.read("cases", "OLD", "OLD")
     assert old is not None
     # An older build examined up to just after OLD: its cursor is a window end.

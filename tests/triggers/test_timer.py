@@ -201,6 +201,25 @@ def test_every_dead_letter_is_alerted_once_however_many_there_are(
     assert sorted(alerted) == sorted(f"webhook:d-{n}" for n in range(105))
 
 
+PAUSED = {"pendingApproval": {"requestId": "r-1", "caseVersion": 1}}
+"""A run paused for a person: the one decision a case that holds no checkpoint must have left one for."""
+
+
+def test_a_case_decided_without_a_pause_needs_no_checkpoint_and_one_paused_without_one_lags(
+    timed: tuple[Services, ReadCounter], clock: ManualClock
+) -> None:
+    """A run that ends writes no checkpoint on a case that holds none (nobody would resume it): such a case
+    does not lag. A case waiting for a person with no checkpoint does: its pause was never saved."""
+    svc, _ = timed
+    svc.cases.create("ENDED", INVOICE)
+    assert svc.cases.commit_status("ENDED", 1, "approved", reason="within tolerance")
+    svc.cases.create("PAUSED", INVOICE)
+    assert svc.cases.commit_status("PAUSED", 1, "awaiting_approval", reason="above tolerance", data=PAUSED)
+    clock.advance(svc.settings.checkpoint_lag + 1)
+    report = run_health_checks(svc.health)
+    assert report.lagging_cases == ["PAUSED"]
+
+
 def test_the_lagging_runs_check_moves_its_cursor_past_a_case_it_cannot_examine(
     timed: tuple[Services, ReadCounter], clock: ManualClock
 ) -> None:
@@ -221,7 +240,9 @@ def test_the_lagging_runs_check_moves_its_cursor_past_a_case_it_cannot_examine(
         etag=bad.etag,
     )
     svc.cases.create("GOOD", INVOICE)
-    assert svc.cases.commit_status("GOOD", 1, "approved", reason="within tolerance")  # no checkpoint follows
+    assert svc.cases.commit_status(
+        "GOOD", 1, "awaiting_approval", reason="above tolerance", data=PAUSED
+    )  # no checkpoint
     clock.advance(svc.settings.checkpoint_lag + 1)
     report = run_health_checks(svc.health)  # raises HealthChecksFailed if a duty failed
     assert report.lagging_cases == ["GOOD"]
@@ -232,7 +253,7 @@ def test_the_lagging_runs_check_moves_its_cursor_past_a_case_it_cannot_examine(
     assert good is not None and cursor is not None and cursor.body["after"] == [good.ts, "GOOD"]
 
     svc.cases.create("NEW", INVOICE)
-    assert svc.cases.commit_status("NEW", 1, "approved", reason="within tolerance")
+    assert svc.cases.commit_status("NEW", 1, "awaiting_approval", reason="above tolerance", data=PAUSED)
     clock.advance(svc.settings.checkpoint_lag + 1)
     counter.returned.clear()
     report = run_health_checks(svc.health)
@@ -256,7 +277,7 @@ def test_a_case_handed_to_a_person_outside_a_run_is_not_a_lagging_run(
     svc.cases.create("ESCALATED", INVOICE)
     assert svc.cases.escalate("ESCALATED", "needs_review", "effect needs reconciliation", effect_key="k" * 64)
     svc.cases.create("DECIDED", INVOICE)
-    assert svc.cases.commit_status("DECIDED", 1, "approved", reason="within tolerance")
+    assert svc.cases.commit_status("DECIDED", 1, "awaiting_approval", reason="above tolerance", data=PAUSED)
     [escalation] = svc.cases.require("ESCALATED").history
     assert escalation.escalation and not svc.cases.require("DECIDED").history[0].escalation
     clock.advance(svc.settings.checkpoint_lag + 1)

@@ -49,6 +49,7 @@ INJECTED = [
     ("workflow-telemetry", "shared/workflow/deps.py", "from shared.app.telemetry import Telemetry"),
     # ledger.py imports keys.py; keys.py importing ledger.py back closes a cycle.
     ("acyclic", "shared/core/keys.py", "from shared.core import ledger"),
+    ("agent-pieces", "casekeeper/checkpoints.py", "from shared.workflow import messages"),
 ]
 
 

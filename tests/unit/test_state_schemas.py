@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.workflow.state_schemas import Incompatibility, held_by, incompatibilities, schema_of, type_key
+from casekeeper.state_schemas import Incompatibility, held_by, incompatibilities, schema_of, type_key
 
 Kind = Literal["required", "plain", "factory"]
 FIELD_NAMES = ("a", "b", "c", "d", "e")

@@ -62,8 +62,9 @@ def test_failing_checkpoint_saves_are_recorded_and_the_run_still_completes(
 
 
 class CheckpointWritesFail:
-    """The real store, except that writing a checkpoint document fails as a store outage would. A wrapper,
-    not a fake: every other call, the failure records included, reaches the real store."""
+    """The real store, except that writing a finished run's checkpoint document (one without pending
+    requests) fails as a store outage would. A wrapper, not a fake: every other call, the pause checkpoint
+    and the failure records included, reaches the real store."""
 
     def __init__(self, inner: DocumentStore) -> None:
         self.inner = inner
@@ -72,7 +73,7 @@ class CheckpointWritesFail:
         return getattr(self.inner, name)
 
     def create(self, container: str, partition: str, doc_id: str, body: dict[str, Any]) -> Any:
-        if container == "checkpoints" and body.get("kind") == "checkpoint":
+        if container == "checkpoints" and body.get("kind") == "checkpoint" and not body.get("pendingRequestIds"):
             raise StoreUnavailable("injected: checkpoint write refused")
         return self.inner.create(container, partition, doc_id, body)
 
@@ -80,11 +81,15 @@ class CheckpointWritesFail:
 def test_the_deferred_last_checkpoint_failing_is_recorded_and_the_decision_stands(
     store: DocumentStore, supplier: SupplierStub, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A run without a pause or a model call writes one checkpoint, its last, when it ends; a failure there
-    is recorded exactly like the framework's own failed saves, and the committed decision is untouched."""
+    """A run without a pause or a model call on a case that holds a checkpoint (here its pause) writes one
+    more, its last, when it ends; a failure there is recorded exactly like the framework's own failed saves,
+    and the committed decision is untouched."""
     app = make_harness(CheckpointWritesFail(store), supplier.url)  # type: ignore[arg-type]
+    assert app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("2500.00")).status == "awaiting_approval"
+    pending = app.cases.require("C-1").data["pendingApproval"]
+    answer = {"requestId": pending["requestId"], "caseVersion": pending["caseVersion"], "approver": "ana"}
     with caplog.at_level(logging.WARNING, logger="agent_framework._workflows._runner"):
-        result = app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
+        result = app.handle(ev.APPROVAL_ANSWERED, "C-1", decision="approve", **answer)
     assert result.status == "credit_requested" and len(posts(supplier)) == 1
     [warning] = [r for r in caplog.records if r.getMessage().startswith("Failed to create checkpoint")]
     [failure] = store.query("health", Query(partition="checkpoint_failure"))
@@ -92,14 +97,15 @@ def test_the_deferred_last_checkpoint_failing_is_recorded_and_the_decision_stand
     assert failure.body["iteration"] == warning.args[0]  # type: ignore[index]
 
 
-def test_a_decision_writes_one_checkpoint_and_a_pause_writes_it_at_once(
+def test_a_decision_on_a_new_case_writes_no_checkpoint_and_a_pause_writes_it_at_once(
     store: DocumentStore, supplier: SupplierStub
 ) -> None:
-    """Checkpoints only where they save work: a credit-note run writes its last checkpoint only; a run that
-    asks a person writes the paused one (and the approval resumes from it)."""
+    """Checkpoints only where they save work: a credit-note run on a new case writes none (nobody resumes a
+    finished run, and there is no older checkpoint to supersede); a run that asks a person writes the paused
+    one, the approval resumes from it, and its end is written because it supersedes the pause."""
     app = make_harness(store, supplier.url)
     app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1100.00"))
-    assert len(store.query("checkpoints", Query(partition="C-1", equals={"kind": "checkpoint"}))) == 1
+    assert store.query("checkpoints", Query(partition="C-1")) == []
     app.handle(ev.INVOICE_RECEIVED, "C-2", **invoice("2500.00"))
     [paused] = store.query("checkpoints", Query(partition="C-2", equals={"kind": "checkpoint"}))
     assert paused.body["pendingRequestIds"]
