@@ -9,7 +9,8 @@ with ``args = (iteration, exception, last_good_checkpoint_id)``, and carries on.
 (or pause for a person) with nothing to resume from. :class:`CheckpointFailureCapture` is a logging
 handler for that logger: it recognises exactly that record and
 
-- writes one durable record per failure to container ``health`` (partition ``kind="checkpoint_failure"``)
+- writes one durable record per failure to container ``health`` (``record="checkpoint_failure"``, in one of
+  :data:`FAILURE_SHARDS` partitions ``kind="checkpoint_failure-NN"`` chosen by the case id)
   with ``alerted: false``, for the timer to turn into an alert (:func:`failures_since`,
   :func:`mark_alerted`);
 - counts it in the OpenTelemetry counter ``casekeeper.checkpoint.failures`` (attributes: workflow name,
@@ -32,6 +33,7 @@ for a background thread would be lost in exactly the crash that makes it matter.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
@@ -55,6 +57,21 @@ MESSAGE_PREFIX: Final = "Failed to create checkpoint at iteration"
 """How the runner's message template starts (``record.msg``, before formatting)."""
 
 KIND_CHECKPOINT_FAILURE: Final = "checkpoint_failure"
+"""The record's type (field ``record``), and the one partition every failure had in the older layout (still
+read and marked: :data:`LEGACY_FAILURE_PARTITION`)."""
+LEGACY_FAILURE_PARTITION: Final = KIND_CHECKPOINT_FAILURE
+FAILURE_SHARDS: Final = 16
+"""Logical partitions the failure records are spread over (``checkpoint_failure-00`` ... ``-15``), by a hash
+of the case id: an incident that fails the saves of thousands of cases shares no one partition's 20 GB and
+10,000 RU/s, and one case's failures (what the lag check asks for) are in one partition."""
+
+
+def failure_partition(case_id: str | None, failure_id: str) -> str:
+    """The partition of a failure record: by its case (by its own id when it has no case)."""
+    digest = hashlib.sha256((case_id if case_id is not None else failure_id).encode("utf-8")).hexdigest()
+    return f"{KIND_CHECKPOINT_FAILURE}-{int(digest[:8], 16) % FAILURE_SHARDS:02d}"
+
+
 METRIC_NAME: Final = "casekeeper.checkpoint.failures"
 
 logger = logging.getLogger("casekeeper.capture")
@@ -91,6 +108,8 @@ class CheckpointFailure:
     at: str
     alerted: bool
     ts: float = 0.0
+    partition: str = LEGACY_FAILURE_PARTITION
+    """The partition the record is in (``kind``): sharded, or the older layout's single one."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, ts: float = 0.0) -> CheckpointFailure:
@@ -107,6 +126,7 @@ class CheckpointFailure:
             at=str(body.get("at", "")),
             alerted=bool(body.get("alerted", False)),
             ts=ts,
+            partition=str(body.get("kind") or LEGACY_FAILURE_PARTITION),
         )
 
     @classmethod
@@ -187,7 +207,7 @@ class CheckpointFailureCapture(logging.Handler):
         failure = CheckpointFailure.from_body(body)
         recorded = False
         try:
-            doc = self._store.create(HEALTH, KIND_CHECKPOINT_FAILURE, body["id"], body)
+            doc = self._store.create(HEALTH, body["kind"], body["id"], body)
             failure = CheckpointFailure.from_document(doc)
             recorded = True
         except Exception as exc:
@@ -342,12 +362,27 @@ def failures_since(
     watermark is not returned: a timer should select on ``alerted=False`` (with ``ts`` only as a
     look-back limit) rather than trust the watermark alone.
     """
-    equals: dict[str, str | bool] = {"kind": KIND_CHECKPOINT_FAILURE}
+    legacy: dict[str, str | bool] = {}
     if alerted is not None:
-        equals["alerted"] = alerted
+        legacy["alerted"] = alerted
     if case_id is not None:
-        equals["caseId"] = case_id
-    docs = store.query(HEALTH, Query(partition=KIND_CHECKPOINT_FAILURE, equals=equals, ts_after=ts, order_by_ts="asc"))
+        legacy["caseId"] = case_id
+    old_layout = store.query(
+        HEALTH, Query(partition=LEGACY_FAILURE_PARTITION, equals=legacy, ts_after=ts, order_by_ts="asc")
+    )
+    if case_id is not None:
+        # One case's failures are in its one partition, which holds nothing else.
+        of_case: dict[str, str | bool] = {"caseId": case_id}
+        if alerted is not None:
+            of_case["alerted"] = alerted
+        where = failure_partition(case_id, "")
+        found = store.query(HEALTH, Query(partition=where, equals=of_case, ts_after=ts, order_by_ts="asc"))
+    else:
+        across: dict[str, str | bool] = {"record": KIND_CHECKPOINT_FAILURE}
+        if alerted is not None:
+            across["alerted"] = alerted
+        found = store.query(HEALTH, Query(equals=across, ts_after=ts, order_by_ts="asc"))
+    docs = [*old_layout, *found]
     # The store orders by ts only; make ties (same second on Cosmos) deterministic.
     return [CheckpointFailure.from_document(d) for d in sorted(docs, key=lambda d: (d.ts, d.body.get("at", ""), d.id))]
 
@@ -360,12 +395,12 @@ def mark_alerted(store: DocumentStore, failure: CheckpointFailure) -> bool:
     "alert only if ``mark_alerted`` returned ``True``" alerts at most once.
     """
     for _ in range(_MAX_MARK_ATTEMPTS):
-        doc = store.read(HEALTH, KIND_CHECKPOINT_FAILURE, failure.id)
+        doc = store.read(HEALTH, failure.partition, failure.id)
         if doc is None or doc.body.get("alerted"):
             return False
         body = {**doc.body, "alerted": True, "alertedAt": datetime.now(UTC).isoformat()}
         try:
-            store.replace(HEALTH, KIND_CHECKPOINT_FAILURE, failure.id, body, etag=doc.etag)
+            store.replace(HEALTH, failure.partition, failure.id, body, etag=doc.etag)
         except ConcurrencyConflict:
             continue
         return True
@@ -399,10 +434,13 @@ def _failure_body(record: logging.LogRecord, run: RunCapture | None, *, host: st
         error = {"type": "unknown", "message": _safe_message(record)}
     # A uuid, not a key derived from (case, iteration, last good): two runs of one case can fail at the
     # same iteration with the same last good checkpoint, and each failure is its own event.
+    failure_id = uuid.uuid4().hex
+    case_id = run.case_id if run is not None else None
     return {
-        "id": uuid.uuid4().hex,
-        "kind": KIND_CHECKPOINT_FAILURE,
-        "caseId": run.case_id if run is not None else None,
+        "id": failure_id,
+        "kind": failure_partition(case_id, failure_id),
+        "record": KIND_CHECKPOINT_FAILURE,
+        "caseId": case_id,
         "workflowName": run.workflow_name if run is not None else None,
         "iteration": iteration,
         "error": error,

@@ -158,6 +158,11 @@ var containers = [
           { path: '/_ts', order: 'ascending' }
         ]
         [
+          { path: '/alerted', order: 'ascending' }
+          { path: '/record', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+        ]
+        [
           { path: '/caseId', order: 'ascending' }
           { path: '/_ts', order: 'ascending' }
         ]

@@ -101,9 +101,11 @@ class Retention:
         kind = body.get("kind")
         if kind == "alert" or body.get("record") == "alert":  # old layout, and alerts spread over alert-NN
             return _seconds(self.alert_days) if body.get("notified") is True else None
-        if kind == "checkpoint_failure" and body.get("alerted") is False:
+        # A checkpoint failure: partition checkpoint_failure in the old layout, checkpoint_failure-NN now.
+        checkpoint_failure = kind == "checkpoint_failure" or body.get("record") == "checkpoint_failure"
+        if checkpoint_failure and body.get("alerted") is False:
             return None  # still owed its alert
-        if kind in FAILURE_KINDS:
+        if checkpoint_failure or kind in FAILURE_KINDS:
             return _seconds(self.failure_days)
         if kind in DEDUPLICATION_KINDS:
             return _seconds(self.closed_case_days)

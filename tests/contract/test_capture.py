@@ -19,10 +19,12 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from casekeeper.capture import (
     KIND_CHECKPOINT_FAILURE,
+    LEGACY_FAILURE_PARTITION,
     METRIC_NAME,
     RUNNER_LOGGER,
     CheckpointFailureCapture,
     capturing,
+    failure_partition,
     failures_since,
     install,
     installed,
@@ -130,9 +132,10 @@ def test_quiet_failure_is_recorded_durably_and_counted(
     assert len({f.id for f in failures}) == 2
     assert [f.id for f in run.failures] == [f.id for f in failures]  # the caller learns at once, too
 
-    doc = store.read(HEALTH, KIND_CHECKPOINT_FAILURE, failures[0].id)
-    assert doc is not None
-    assert doc.body["kind"] == KIND_CHECKPOINT_FAILURE
+    # In the case's shard of the health container, typed by its record field.
+    doc = store.read(HEALTH, failure_partition("case-1", ""), failures[0].id)
+    assert doc is not None and failures[0].partition == doc.body["kind"] == failure_partition("case-1", "")
+    assert doc.body["record"] == KIND_CHECKPOINT_FAILURE
     assert doc.body["alerted"] is False
     assert doc.body["error"]["type"] == CHECKPOINT_EXCEPTION
 
@@ -316,7 +319,32 @@ def test_failures_since_and_mark_alerted(store: DocumentStore, capture: Checkpoi
     assert len(failures_since(store, min(first.ts, second.ts) - 1)) == 2
     assert failures_since(store, max(first.ts, second.ts) + 1) == []
 
-    doc = store.read(HEALTH, KIND_CHECKPOINT_FAILURE, first.id)
+    doc = store.read(HEALTH, first.partition, first.id)
     assert doc is not None
     assert doc.body["alerted"] is True
     assert doc.body["alertedAt"]
+    assert {f.id for f in failures_since(store, None, case_id="case-1")} == {first.id, second.id}
+    assert failures_since(store, None, case_id="case-2") == []
+
+
+def test_failures_are_spread_over_partitions_by_case_and_the_older_layout_is_still_read(store: DocumentStore) -> None:
+    """An incident failing thousands of saves must not put every record in one logical partition (20 GB,
+    10,000 RU/s): the records go to one of 16 shards by case id. A record of the older layout (every failure
+    in partition ``checkpoint_failure``) is still found, by case too, and marked alerted once."""
+    shards = {failure_partition(f"case-{i}", "") for i in range(200)}
+    assert len(shards) == 16 and all(s.startswith(f"{KIND_CHECKPOINT_FAILURE}-") for s in shards)
+    old = {
+        "id": "old-1",
+        "kind": LEGACY_FAILURE_PARTITION,
+        "caseId": "case-9",
+        "iteration": 3,
+        "error": {"type": "TypeError", "message": "old"},
+        "at": "2026-01-01T00:00:00+00:00",
+        "alerted": False,
+    }
+    store.create(HEALTH, LEGACY_FAILURE_PARTITION, "old-1", old)
+    [found] = failures_since(store, None, alerted=False)
+    assert (found.id, found.partition) == ("old-1", LEGACY_FAILURE_PARTITION)
+    assert [f.id for f in failures_since(store, None, case_id="case-9")] == ["old-1"]
+    assert mark_alerted(store, found) is True and mark_alerted(store, found) is False
+    assert failures_since(store, None, alerted=False) == []

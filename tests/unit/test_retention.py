@@ -48,6 +48,8 @@ POLICY = Retention(
         ("health", {"kind": "alert", "notified": True}, 30),
         ("health", {"kind": "checkpoint_failure", "alerted": False}, None),
         ("health", {"kind": "checkpoint_failure", "alerted": True}, 20),
+        ("health", {"kind": "checkpoint_failure-07", "record": "checkpoint_failure", "alerted": False}, None),
+        ("health", {"kind": "checkpoint_failure-07", "record": "checkpoint_failure", "alerted": True}, 20),
         ("health", {"kind": "rejected_event"}, 20),
         ("health", {"kind": "lookup_failures"}, 20),
         ("health", {"kind": "delivery"}, 90),
