@@ -40,6 +40,7 @@ var containers = [
       includedPaths: [
         { path: '/status/?' }
         { path: '/gateOpen/?' }
+        { path: '/openEffects/?' }
         { path: '/_ts/?' }
       ]
       excludedPaths: [

@@ -40,7 +40,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
-from shared.core.cases import Case, CaseRepository
+from shared.core import entries
+from shared.core.cases import CASES, Case, CaseRepository
+from shared.core.entries import CommitPlan
 from shared.core.errors import (
     AlreadyExists,
     ConcurrencyConflict,
@@ -53,6 +55,7 @@ from shared.core.errors import (
     StaleDecision,
 )
 from shared.core.keys import effect_key
+from shared.core.on_record import OnRecord, RecordOutcome
 from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
 
 EFFECTS = "effects"
@@ -106,6 +109,18 @@ class Effect:
     history: tuple[dict[str, Any], ...]
     etag: str = field(repr=False)
     ts: float
+    in_record: bool = field(default=False, repr=False)
+    """An entry of its case document (``shared.core.entries``; ``etag`` is then the case's), not a row of
+    the ``effects`` container (the archive, or a row of the earlier layout)."""
+
+    @classmethod
+    def from_entry(cls, case: Case, entry: Mapping[str, Any]) -> Effect:
+        """The effect an entry of ``case`` holds. Its ``ts`` is the entry's ``changedTs`` (for a ``started``
+        entry, when its current attempt was claimed, by the store's clock; see ``shared.core.entries``)."""
+        body = {k: v for k, v in entry.items() if k != "changedTs"}
+        ts = entry.get("changedTs")
+        doc = Document(EFFECTS, case.id, str(entry["id"]), body, case.etag, float(ts if ts is not None else case.ts))
+        return replace(cls.from_document(doc), in_record=True)
 
     @classmethod
     def from_document(cls, doc: Document) -> Effect:
@@ -202,6 +217,7 @@ class Ledger:
         self._probe = probe or (lambda point: None)
         self._observe = observer or (lambda event, effect: None)
         self._alert = alert
+        self._on_record = OnRecord(self)
 
     @property
     def store(self) -> DocumentStore:
@@ -420,20 +436,96 @@ class Ledger:
             **ctx, age=age, reason=f"started {age:.0f}s ago (call timeout {self._call_timeout:.0f}s), outcome unknown"
         )
 
+    def run_on_record(
+        self,
+        *,
+        case_id: str,
+        action: str,
+        decided_on_version: int,
+        call: Call,
+        commit: CommitPlan,
+        request: Mapping[str, Any] | None = None,
+        expected: Case | None = None,
+        refusal_review: str | None = None,
+    ) -> RecordOutcome:
+        """Run ``call`` at most once for (case, action, version), with the claim and the outcome on the case
+        (``shared.core.entries``): two conditional writes of the case, the second recording the outcome and
+        committing ``commit`` together.
+
+        ``expected``: the case as the decision read it (saves the read before the claim). ``refusal_review``:
+        on a definite refusal, the status the case is handed to a person in (same write), or ``None``.
+        Returns the ``done`` effect (recorded now or replayed) with what happened to the commit
+        (``committed``, ``already``, ``needs_review``: the case had moved on while the call was in flight,
+        ``with_person``). Raises as :meth:`run`: ``StaleDecision`` (nothing written, nothing called),
+        ``EffectFailed``, ``EffectInFlight``, ``NeedsReconciliation``, the call's own exception (entry left
+        ``started``), and ``ConcurrencyConflict`` if the case keeps changing past a bound."""
+        return self._on_record.run(
+            case_id=case_id,
+            action=action,
+            decided_on_version=decided_on_version,
+            call=call,
+            request=dict(request or {}),
+            plan=commit,
+            expected=expected,
+            refusal_review=refusal_review,
+        )
+
+    def _alert_left_version(self, effect: Effect, case_version: int, reason: str) -> None:
+        """The ``effect_on_left_version`` alert: the effect happened on facts the case has since left."""
+        if self._alert is None:
+            return
+        amount, currency = effect.request.get("amount"), effect.request.get("currency")
+        asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
+        message = (
+            f"case {effect.case_id}: {reason}; {asked} was asked on facts the case has left and may be "
+            "over-requested: a person decides"
+        )
+        fields = {
+            "caseId": effect.case_id,
+            "effectKey": effect.key,
+            "action": effect.action,
+            "amount": amount,
+            "currency": currency,
+            "decidedOnVersion": effect.case_version,
+            "caseVersion": case_version,
+        }
+        self._alert("effect_on_left_version", message, fields, dedupe_key=effect.key)
+
     # --- what reconciliation and operators need -----------------------------------------------
 
     def get(self, case_id: str, key: str) -> Effect | None:
+        """The effect ``key`` of ``case_id``: its entry on the case, else its row in ``effects`` (the archive,
+        or a row of the earlier layout)."""
+        case = self._cases.get(case_id)
+        if case is not None:
+            found = entries.entry_of(case, key)
+            if found is not None:
+                return found
         doc = self._store.read(EFFECTS, case_id, key)
         return Effect.from_document(doc) if doc is not None else None
+
+    def effects_of(self, case: Case) -> list[Effect]:
+        """The effects on ``case`` as already read (no store access), oldest first. Complete unless
+        ``case.effects_archived`` (then :meth:`for_case` adds the archive) or the case was written by the
+        earlier layout (``schema_version`` 1: its effects are rows of ``effects``)."""
+        return entries.effects_of(case)
+
+    def for_case(self, case_id: str) -> list[Effect]:
+        """Every effect of the case: its entries, plus the archive and the rows of the two-container layout
+        (one query), deduplicated by key, the case's entry winning; oldest first."""
+        case = self._cases.get(case_id)
+        on_case = entries.effects_of(case) if case is not None else []
+        # Always one query of ``effects`` while :meth:`run` (the two-container sequence) still writes rows
+        # there; once every effect runs on its record, a case with ``effects_archived == 0`` and schema 2
+        # can skip it (and a fresh decision should use :meth:`effects_of`, which reads nothing).
+        docs = self._store.query(EFFECTS, Query(partition=case_id, order_by_ts="asc"))
+        keys = {e.key for e in on_case}
+        return [Effect.from_document(d) for d in docs if d.id not in keys] + on_case
 
     def find(self, key: str) -> Effect | None:
         """Find an effect by key alone (a cross-partition query: operator use)."""
         docs = self._store.query(EFFECTS, Query(equals={"id": key}, limit=1))
         return Effect.from_document(docs[0]) if docs else None
-
-    def for_case(self, case_id: str) -> list[Effect]:
-        docs = self._store.query(EFFECTS, Query(partition=case_id, order_by_ts="asc"))
-        return [Effect.from_document(d) for d in docs]
 
     def started_older_than(self, age: float, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
         """``started`` effects whose current attempt began more than ``age`` seconds ago (store clock)."""
@@ -441,7 +533,17 @@ class Ledger:
         docs = self._store.query(
             EFFECTS, Query(equals={"status": EffectStatus.STARTED.value}, ts_before=cutoff, order_by_ts="asc")
         )
-        return decode_all(docs, Effect.from_document, on_malformed)
+        rows = decode_all(docs, Effect.from_document, on_malformed)
+        on_cases = [e for e in self.open_entries(on_malformed=on_malformed) if e.status is EffectStatus.STARTED]
+        return rows + sorted((e for e in on_cases if e.ts < cutoff), key=lambda e: e.ts)
+
+    def open_entries(self, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
+        """The open entries (``started``, ``needs_reconciliation``) on every case: one query of the indexed
+        ``openEffects`` flag, as large as what is open. No ``_ts`` bound on the case: a later note moves the
+        case's ``_ts`` but not the entry's time (``shared.core.entries``), so the entries are filtered here."""
+        docs = self._store.query(CASES, Query(equals={"openEffects": True}))
+        found = decode_all(docs, Case.from_document, on_malformed)
+        return [e for case in found for e in entries.effects_of(case) if e.status in OPEN_STATUSES]
 
     def overdue(self, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
         """``started`` effects past their call timeout: their outcome is unknown, and nobody is mid-call."""
@@ -458,10 +560,14 @@ class Ledger:
         return [Effect.from_document(d) for d in docs]
 
     def with_status(self, *statuses: EffectStatus) -> list[Effect]:
+        """Effects in ``statuses``: rows of ``effects`` and, for the open statuses, the open entries on cases
+        (closed entries still on their case are not listed here: read them with :meth:`for_case`)."""
         found: list[Effect] = []
         for status in statuses:
             docs = self._store.query(EFFECTS, Query(equals={"status": status.value}, order_by_ts="asc"))
             found.extend(Effect.from_document(d) for d in docs)
+        if any(status in OPEN_STATUSES for status in statuses):
+            found.extend(e for e in self.open_entries() if e.status in statuses)
         return found
 
     def age(self, effect: Effect) -> float:
@@ -497,12 +603,17 @@ class Ledger:
         stale: bool = False,
         source: str,
         resolution: Mapping[str, Any] | None = None,
+        commit: CommitPlan | None = None,
     ) -> Effect:
         """Record ``done`` (with ``result``) or ``failed`` (with ``reason``) on an effect without one.
 
         Conditional on the row being unchanged since ``effect`` was read and still open (``started``
         or ``needs_reconciliation``). Raises ``OutcomeAlreadyRecorded`` when it already has an
         outcome or changed meanwhile (re-read and look).
+
+        For an effect on its case (``in_record``), a ``done`` outcome commits in the same write: ``commit``,
+        else the commit intent of its ``request``; without either the case is handed to a person in that
+        write (nobody can tell what it should become, and a done effect must never sit uncommitted).
         """
         if status is EffectStatus.DONE and result is None:
             raise ValueError("a done outcome needs a result")
@@ -513,6 +624,17 @@ class Ledger:
         if effect.status not in OPEN_STATUSES:
             raise OutcomeAlreadyRecorded(
                 key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=effect.status.value
+            )
+        if effect.in_record:
+            return self._on_record.record(
+                effect,
+                status,
+                result=dict(result) if result is not None else None,
+                reason=reason,
+                stale=stale,
+                source=source,
+                resolution=dict(resolution) if resolution is not None else None,
+                plan=commit,
             )
         updated = _evolve(
             effect,
@@ -531,6 +653,8 @@ class Ledger:
             raise OutcomeAlreadyRecorded(
                 key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=effect.status.value
             )
+        if effect.in_record:
+            return self._on_record.mark(effect, reason, source=source)
         updated = _evolve(
             effect,
             status=EffectStatus.NEEDS_RECONCILIATION,
