@@ -66,6 +66,11 @@ var containers = [
           { path: '/id', order: 'ascending' }
         ]
         [
+          { path: '/openEffects', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+          { path: '/id', order: 'ascending' }
+        ]
+        [
           { path: '/_ts', order: 'ascending' }
           { path: '/id', order: 'ascending' }
         ]

@@ -22,10 +22,11 @@ from shared.core.errors import AlreadyExists, CaseNotFound, ConcurrencyConflict
 from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
 
 CASES = "cases"
-CASE_SCHEMA_VERSION = 1
-"""Bumped when the case document's shape changes; readers migrate older documents (rule R8). The effect
-entries (``effects``, ``openEffects``, ``effectsArchived``: ``shared.core.entries``) are optional fields a
-case of this version reads as empty; the bump to 2 comes with the guard running every effect on its case."""
+CASE_SCHEMA_VERSION = 2
+"""Bumped when the case document's shape changes; readers migrate older documents (rule R8). 2: the effects
+are claimed and closed on the case (``effects``, ``openEffects``, ``effectsArchived``: ``shared.core.entries``).
+A case of version 1 is read as it is: its effects are rows of the ``effects`` container, and an open ``gate``
+names a done effect whose commit a crash left unfinished (finished by ``shared.core.commits``)."""
 
 _HISTORY_LIMIT = 100
 _MAX_CONFLICT_RETRIES = 8

@@ -21,7 +21,11 @@ State machine::
                           |--unknown outcome: stays started; after the call timeout -->
                           \\--reconciler/person--------> needs_reconciliation --person--> done | failed
 
-Sequence of :meth:`Ledger.run` on the happy path (four store round trips with the status commit)::
+The guard runs effects with :meth:`Ledger.run_on_record`: the claim and the outcome are entries of the case
+(``shared.core.entries``), two conditional writes of one document, the second also committing the status.
+:meth:`Ledger.run` is the earlier two-container sequence (a row in ``effects``, a separate gate and commit),
+kept for the data that layout wrote and the tests of it; on its happy path (four round trips with the
+commit)::
 
     create effect(started) -> read case (version gate) -> call(key) -> replace effect(done, If-Match)
     -> [caller] commit case status (If-Match, the case read by the gate)
@@ -56,7 +60,7 @@ from shared.core.errors import (
 )
 from shared.core.keys import effect_key
 from shared.core.on_record import OnRecord, RecordOutcome
-from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
+from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all, walk
 
 EFFECTS = "effects"
 DEFAULT_CALL_TIMEOUT = 120.0
@@ -172,6 +176,9 @@ class EffectOutcome:
     effect: Effect
     replayed: bool
     case: Case | None = None
+    commit: str | None = None
+    """For an effect on its case: what its outcome's write did to the commit (``committed``, ``already``,
+    ``needs_review``, ``with_person``); ``None`` for a row of the two-container layout."""
 
     @property
     def result(self) -> dict[str, Any]:
@@ -275,7 +282,9 @@ class Ledger:
         self._observe("started", claimed)
         return self._call_claimed(claimed, call, claimed_at)
 
-    def retry_same_key(self, effect: Effect, call: Call, *, source: str = "reconciler") -> EffectOutcome:
+    def retry_same_key(
+        self, effect: Effect, call: Call, *, source: str = "reconciler", commit: CommitPlan | None = None
+    ) -> EffectOutcome:
         """Re-attempt a ``started`` effect with the same key (reconciliation, rule R3).
 
         Only for an action whose downstream honours idempotency keys, after a lookup by key found
@@ -292,6 +301,9 @@ class Ledger:
         left = self.in_flight_for(effect)
         if left is not None:
             raise EffectInFlight(key=effect.key, case_id=effect.case_id, action=effect.action, retry_after=left)
+        if effect.in_record:
+            done = self._on_record.retry(effect, call, commit, source=source)
+            return EffectOutcome(done.effect, replayed=done.replayed, case=done.case, commit=done.commit)
         attempts = effect.attempts + 1
         reclaimed = _evolve(
             effect, attempts=attempts, history_entry={"status": "started", "attempt": attempts, "source": source}
@@ -523,9 +535,20 @@ class Ledger:
         return [Effect.from_document(d) for d in docs if d.id not in keys] + on_case
 
     def find(self, key: str) -> Effect | None:
-        """Find an effect by key alone (a cross-partition query: operator use)."""
+        """Find an effect by key alone (operator use): an open entry on a case (one query of the indexed
+        ``openEffects`` flag), else a row of ``effects`` (the archive, the two-container layout), else a closed
+        entry still on its case (a walk over every case: as slow as the store is large)."""
+        found = next((e for e in self.open_entries() if e.key == key), None)
+        if found is not None:
+            return found
         docs = self._store.query(EFFECTS, Query(equals={"id": key}, limit=1))
-        return Effect.from_document(docs[0]) if docs else None
+        if docs:
+            return Effect.from_document(docs[0])
+        for doc in walk(self._store, CASES, Query()):
+            entry = next((e for e in doc.body.get("effects") or () if e.get("id") == key), None)
+            if entry is not None:
+                return entries.entry_of(Case.from_document(doc), key)
+        return None
 
     def started_older_than(self, age: float, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
         """``started`` effects whose current attempt began more than ``age`` seconds ago (store clock)."""
@@ -635,7 +658,7 @@ class Ledger:
                 source=source,
                 resolution=dict(resolution) if resolution is not None else None,
                 plan=commit,
-            )
+            )[0]
         updated = _evolve(
             effect,
             status=status,
@@ -646,6 +669,34 @@ class Ledger:
             history_entry={"status": status.value, "source": source, **({"reason": reason} if reason else {})},
         )
         return self._conditional_replace(effect, updated)
+
+    def record_done(
+        self,
+        effect: Effect,
+        result: Mapping[str, Any],
+        *,
+        commit: CommitPlan | None,
+        source: str,
+        resolution: Mapping[str, Any] | None = None,
+    ) -> tuple[Effect, str | None]:
+        """Record ``done`` on an open entry and, in the same write, its commit (``commit``, else the intent its
+        request names; without either the case goes to a person). Returns the entry and what happened to the
+        commit (``committed``, ``already``, ``needs_review``, ``with_person``, ``no_intent``); for a row of
+        the two-container layout, ``None`` (finish its commit with ``shared.core.commits``). Raises
+        ``OutcomeAlreadyRecorded``."""
+        if not effect.in_record:
+            done = self.record_outcome(effect, EffectStatus.DONE, result=result, source=source, resolution=resolution)
+            return done, None
+        return self._on_record.record(
+            effect,
+            EffectStatus.DONE,
+            result=dict(result),
+            reason=None,
+            stale=False,
+            source=source,
+            resolution=dict(resolution) if resolution is not None else None,
+            plan=commit,
+        )
 
     def mark_needs_reconciliation(self, effect: Effect, reason: str, *, source: str = "reconciler") -> Effect:
         """Escalate a ``started`` effect to a person. Raises ``OutcomeAlreadyRecorded`` when it moved."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from shared.core import entries
 from shared.core.cases import CASES, Case
@@ -28,6 +28,7 @@ from shared.core.errors import (
     DownstreamRejected,
     EffectFailed,
     EffectInFlight,
+    MissingCommitIntent,
     NeedsReconciliation,
     OutcomeAlreadyRecorded,
     StaleDecision,
@@ -77,7 +78,7 @@ class OnRecord:
         expected: Case | None,
         refusal_review: str | None,
     ) -> RecordOutcome:
-        from shared.core.ledger import Effect, EffectStatus
+        from shared.core.ledger import EFFECTS, Effect, EffectStatus
 
         ledger = self._ledger
         key = effect_key(case_id, action, decided_on_version)
@@ -85,6 +86,12 @@ class OnRecord:
         # Taken before the claim is written: never later than the entry's start by the store's clock.
         claimed_at = ledger._monotonic()
         case = expected if expected is not None and expected.id == case_id else ledger._cases.require(case_id)
+        if case.schema_version < 2:
+            # A case of the two-container layout may have this key's row in ``effects`` (a run that passed
+            # its gate before the upgrade): it is the effect; claiming it again on the case could call twice.
+            legacy = ledger._store.read(EFFECTS, case_id, key)
+            if legacy is not None and entries.entry_of(case, key) is None:
+                return self.replay(Effect.from_document(legacy), case, plan)
         for _ in range(_MAX_WRITES):
             existing = entries.entry_of(case, key)
             if existing is not None:
@@ -257,7 +264,7 @@ class OnRecord:
         source: str,
         resolution: dict[str, Any] | None,
         plan: CommitPlan | None,
-    ) -> Effect:
+    ) -> tuple[Effect, Committed | Literal["no_intent"] | None]:
         """:meth:`Ledger.record_outcome` for an entry: an outcome on an open entry unchanged since ``effect``
         was read (its status and attempt), with the commit for ``done``. Raises ``OutcomeAlreadyRecorded``."""
         from shared.core.ledger import EffectStatus
@@ -282,13 +289,14 @@ class OnRecord:
                 history_entry={"status": status.value, "source": source, **({"reason": reason} if reason else {})},
             )
             now = self._ledger._cases.now()
+            commit: Committed | Literal["no_intent"] | None = None
             if status is EffectStatus.DONE and plan is not None:
-                target, _, left = entries.settle(case, updated, plan, now)
+                target, commit, left = entries.settle(case, updated, plan, now)
                 if left is not None:
                     self._ledger._alert_left_version(updated, case.version, left)
             elif status is EffectStatus.DONE:
                 why = f"effect {effect.action} ({effect.key[:12]}) is done but names no commit intent"
-                target = entries.escalate(case, updated, review, why, now)
+                target, commit = entries.escalate(case, updated, review, why, now), "no_intent"
             else:
                 target = entries.put(case, updated)
             try:
@@ -298,7 +306,64 @@ class OnRecord:
                 continue
             written = entries.entry_of(after, effect.key)
             assert written is not None
-            return written
+            return written, commit
+        raise ConcurrencyConflict(f"case {effect.case_id!r} kept changing", container=CASES, doc_id=effect.case_id)
+
+    def retry(self, effect: Effect, call: Call, plan: CommitPlan | None, *, source: str) -> RecordOutcome:
+        """:meth:`Ledger.retry_same_key` for an entry: re-claim it (``attempts + 1``, its clock restarted) in a
+        write conditional on the case still being at the effect's version, then call and close as
+        :meth:`run`. On a version the case has left the entry is closed as ``failed`` (stale) in that write
+        and ``StaleDecision`` raised: nothing is called. Raises ``OutcomeAlreadyRecorded`` when it moved."""
+        from shared.core.ledger import EffectStatus, _evolve
+
+        ledger = self._ledger
+        case = self._current(effect)
+        for _ in range(_MAX_WRITES):
+            current = self._unchanged(case, effect)
+            if current.status is not EffectStatus.STARTED:
+                raise OutcomeAlreadyRecorded(
+                    key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=current.status.value
+                )
+            claimed_at = ledger._monotonic()
+            if case.version != effect.case_version:
+                reason = f"stale: decided on v{effect.case_version}, case is at v{case.version}"
+                closed = _evolve(
+                    current,
+                    status=EffectStatus.FAILED,
+                    reason=reason,
+                    stale=True,
+                    history_entry={"status": "failed", "source": "version-gate", "reason": reason},
+                )
+                try:
+                    self.write(case, entries.put(case, closed))
+                except ConcurrencyConflict:
+                    case = self._current(effect)
+                    continue
+                ledger._observe("stale", closed)
+                raise StaleDecision(
+                    key=effect.key,
+                    case_id=effect.case_id,
+                    action=effect.action,
+                    decided_on_version=effect.case_version,
+                    current_version=case.version,
+                )
+            attempts = current.attempts + 1
+            reclaimed = _evolve(
+                current, attempts=attempts, history_entry={"status": "started", "attempt": attempts, "source": source}
+            )
+            try:
+                case = self.write(case, entries.put(case, reclaimed))
+            except ConcurrencyConflict:
+                case = self._current(effect)
+                continue
+            claimed = entries.entry_of(case, effect.key)
+            assert claimed is not None
+            if plan is None:
+                intent = effect.request.get("commit")
+                plan = CommitPlan.from_intent(intent) if isinstance(intent, dict) and intent.get("status") else None
+            if plan is None:
+                raise MissingCommitIntent(key=effect.key, case_id=effect.case_id, action=effect.action)
+            return self.call_claimed(claimed, case, call, claimed_at, plan=plan, refusal_review=None)
         raise ConcurrencyConflict(f"case {effect.case_id!r} kept changing", container=CASES, doc_id=effect.case_id)
 
     def mark(self, effect: Effect, reason: str, *, source: str) -> Effect:

@@ -26,7 +26,7 @@ def test_a_credit_requested_case_shows_its_history_effect_and_checkpoints(app: H
         "id": "C-1",
         "status": "credit_requested",
         "version": 2,
-        "schemaVersion": 1,
+        "schemaVersion": 2,
         "facts": app.cases.require("C-1").facts,
     }
     [step] = view["history"]
