@@ -406,9 +406,7 @@ class Guard:
     def effects_of(self, record: Record) -> list[Effect]:
         """Every effect of ``record`` as read: its entries, with no store access, unless some may be elsewhere
         (closed ones moved to the archive, or a record written by the two-container layout: then one query)."""
-        if record.schema_version >= 2 and not record.effects_archived and record.gate is None:
-            return self.ledger.effects_of(record)
-        return self.ledger.for_case(record.id)
+        return self.ledger.effects_for(record)
 
     async def adecide(self, record_id: str) -> Decision:
         """:meth:`decide` off the event loop."""

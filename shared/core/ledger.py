@@ -522,6 +522,14 @@ class Ledger:
         earlier layout (``schema_version`` 1: its effects are rows of ``effects``)."""
         return entries.effects_of(case)
 
+    def effects_for(self, case: Case) -> list[Effect]:
+        """Every effect of ``case`` as already read: its entries with no store access, unless some may be
+        elsewhere (closed entries moved to the archive, a case of the two-container layout, or one whose legacy
+        gate is open): then :meth:`for_case` (one more read and one query)."""
+        if case.schema_version >= 2 and not case.effects_archived and case.gate is None:
+            return entries.effects_of(case)
+        return self.for_case(case.id)
+
     def for_case(self, case_id: str) -> list[Effect]:
         """Every effect of the case: its entries, plus the archive and the rows of the two-container layout
         (one query), deduplicated by key, the case's entry winning; oldest first."""

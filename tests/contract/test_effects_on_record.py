@@ -387,3 +387,19 @@ def test_the_backstop_finds_an_open_entry_by_its_claim_time_however_many_notes_f
     assert [e.key for e in ledger.with_status(EffectStatus.STARTED)] == [key]
     assert ledger.started_older_than(60) == []
     assert [e.key for e in ledger.started_older_than(-60)] == [key]  # past its time: found, whatever _ts says
+
+
+def test_a_case_read_already_gives_its_effects_without_another_read(counting: Counting, cases: CaseRepository) -> None:
+    cases.create("c1", {})
+    ledger = make_ledger(counting, cases)
+    run(ledger, CountingDownstream())
+    case = cases.require("c1")
+    counting.reset()
+    assert [e.key for e in ledger.effects_for(case)] == [effect_key("c1", ACTION, 1)]
+    assert counting.total == 0
+    # A case of the two-container layout (schema 1) may have rows in ``effects``: then they are read too.
+    counting.inner.update_if(CASES, "c1", "c1", where={}, set_fields={"schemaVersion": 1})
+    legacy = cases.require("c1")
+    counting.reset()
+    assert [e.key for e in ledger.effects_for(legacy)] == [effect_key("c1", ACTION, 1)]
+    assert counting.ops[("query", EFFECTS)] == 1

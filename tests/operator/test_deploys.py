@@ -2,11 +2,11 @@
 
 Each test is an operator's deploy, both builds on one store (the local host's SQLite file): the old build
 leaves a run paused for an approval and a run interrupted mid-superstep (it died right after its effect's
-outcome-and-commit write, before its last checkpoint: F5), ``casekeeper drain check`` runs on each build before the deploy, the new build handles the
-answer and the redelivered event, then the same again backwards (the rollback). Every run must end
-committed once (one request to the supplier, one commit) or with a person, every event must be handled on
-its first delivery (a raise is what sends a message towards the dead-letter queue), and the drain check
-must have named exactly the runs that were then rebuilt.
+outcome-and-commit write, before its last checkpoint: F5), ``casekeeper drain check`` runs on each build
+before the deploy, the new build handles the answer and the redelivered event, then the same again
+backwards (the rollback). Every run must end committed once (one request to the supplier, one commit) or
+with a person, every event must be handled on its first delivery (a raise is what sends a message towards
+the dead-letter queue), and the drain check must have named exactly the runs that were then rebuilt.
 """
 
 from __future__ import annotations
