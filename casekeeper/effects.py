@@ -225,12 +225,16 @@ class GuardedEffect:
         proposed_by: str | None = None,
         answer: Answer | None = None,
         commit_fields: Mapping[str, Any] | None = None,
+        record: Record | None = None,
     ) -> EffectResult:
         """:meth:`run` for the decision made on ``version`` of ``record_id``, without reading the record
         first: the version gate is the check (``StaleDecision`` if the record has moved). For a workflow
-        step that carries the decided-on version in its message."""
+        step that carries the decided-on version in its message. ``record``: the record as the step last
+        read it, if it has it (the claim is then written on it with no read; a record changed since costs
+        one re-read)."""
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-        return self._guard._run(self, record_id, version, dict(args), intent, loop=None)
+        known = record if record is not None and record.id == record_id and record.version == version else None
+        return self._guard._run(self, record_id, version, dict(args), intent, loop=None, expected=known)
 
     async def arun(
         self,

@@ -354,6 +354,7 @@ class Commit(Executor):
             answer=Answer.from_json(order.answer) if order.answer else None,
             # Read by the commit data (and a person's resolution): the commit withdraws the pending request.
             commit_fields={"clearPendingApproval": order.clear_pending_approval},
+            record=self._deps.known_case,
         )
 
     async def _outcome(self, order: CommitOrder, done: EffectResult) -> RunOutcome:
