@@ -11,8 +11,12 @@ One decision, in four steps::
     result = refund.run(decision, {"amount": "12.50"})   # at most one call per (record, action, version)
     # result.commit: "committed" | "already" | "needs_review" | "with_person"
 
-What :meth:`Guard.decide` settles first (rules R3, R4; F5): a ``done`` effect whose commit a crash left
-unfinished has its commit finished now; an effect of an **earlier** version without a known outcome makes
+The effect's claim and outcome are entries of the record itself (``shared.core.entries``): ``run`` is two
+conditional writes of the record, the claim (which is the version gate) and the outcome with its commit.
+
+What :meth:`Guard.decide` settles first (rules R3, R4): a ``done`` effect whose commit a crash left
+unfinished (only a record written by the earlier two-container layout can hold one, docs/design.md#f5) has
+its commit finished now; an effect of an **earlier** version without a known outcome makes
 it refuse (``EffectInFlight`` while another attempt may be mid-call, ``NeedsReconciliation`` after the
 call timeout). An open effect of the record's **current** version is this decision's own (a crash after
 its claim): it is left out, because running the effect again replays it through the ledger.
@@ -499,10 +503,11 @@ class Guard:
         return _reconcile.reconciler(self, None)
 
     def finish_commit(self, effect: Effect) -> str:
-        """Make the record show a ``done`` effect's commit (from a change feed that saw the row become
-        ``done``): ``already``, ``committed``, ``needs_review`` (the record had moved on: handed to a
-        person), ``with_person``, ``gone``, or ``no_intent`` (the row names no commit: handed to a person,
-        never a silent no-op). Harmless to repeat."""
+        """Make the record show a ``done`` effect's commit: ``already``, ``committed``, ``needs_review`` (the
+        record had moved on: handed to a person), ``with_person``, ``gone``, or ``no_intent`` (it names no
+        commit: handed to a person, never a silent no-op). Harmless to repeat. An effect on its record was
+        committed in the write that recorded it (``already`` or ``with_person`` here); this finishes a
+        ``done`` row of the two-container layout whose commit a crash left."""
         return _reconcile.reconciler(self, None).finish_commit(effect)
 
     def recheck_due(self, effect: Effect) -> float:

@@ -403,3 +403,21 @@ def test_a_case_read_already_gives_its_effects_without_another_read(counting: Co
     counting.reset()
     assert [e.key for e in ledger.effects_for(legacy)] == [effect_key("c1", ACTION, 1)]
     assert counting.ops[("query", EFFECTS)] == 1
+
+
+def test_a_claim_on_a_case_of_the_earlier_layout_obeys_its_row_and_never_calls_twice(store: DocumentStore) -> None:
+    """A run of the two-container layout passed its gate and died mid-call (a ``started`` row in ``effects``,
+    the case's gate open, schema 1). After the upgrade the same decision runs on the case: the claim finds
+    the row (one point read, only for such a case) and is told in flight, then unknown; never a second call."""
+    cases = CaseRepository(store, ManualClock())
+    ledger = Ledger(store, cases, call_timeout=120)
+    cases.create("old", {})
+    store.update_if(CASES, "old", "old", where={}, set_fields={"schemaVersion": 1})
+    first = CountingDownstream(fail_with=lambda: OutcomeUnknown("timeout"))
+    with pytest.raises(OutcomeUnknown):
+        ledger.run(case_id="old", action=ACTION, decided_on_version=1, call=first, request={})
+    again = CountingDownstream()
+    with pytest.raises(EffectInFlight):
+        run(ledger, again, case_id="old")
+    assert again.total == 0 and first.total == 1
+    assert cases.require("old").entries == ()
