@@ -318,7 +318,13 @@ def test_a_case_of_the_earlier_layout_reads_its_rows_as_it_is(store: DocumentSto
     assert ledger.get("old", key) == effect
 
 
-Step = st.sampled_from(["ok", "unknown", "refused", "note_mid_call", "facts_mid_call", "escalate_mid_call"])
+Step = st.sampled_from(
+    ["ok", "unknown", "refused", "note_mid_call", "facts_mid_call", "escalate_mid_call", "crash_F2", "crash_F4"]
+)
+
+
+class Crash(BaseException):
+    """The process dying at a probe point (BaseException, so nothing on the way catches it)."""
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -327,12 +333,19 @@ def test_any_interleaving_keeps_one_call_per_key_and_every_done_effect_committed
     store: DocumentStore, steps: list[tuple[str, int]]
 ) -> None:
     """Runs on one case (each on the version it reads, or one it left), with a note, a fact update or an
-    escalation landing mid-call, and calls that fail or leave the outcome unknown: at most one call per key,
-    every ``done`` entry is named by a transition (its commit or its escalation), nothing claimed is lost."""
+    escalation landing mid-call, calls that fail or leave the outcome unknown, and a crash after the claim
+    (F2) or after the reply (F4): at most one call per key, every ``done`` entry is named by a transition
+    (its commit or its escalation), nothing claimed is lost, the record stays bounded."""
     import uuid
 
+    crash_at: list[str] = []
+
+    def probe(point: str) -> None:
+        if point in crash_at:
+            raise Crash(point)
+
     cases = CaseRepository(store, ManualClock())
-    ledger = Ledger(store, cases, call_timeout=120)
+    ledger = Ledger(store, cases, call_timeout=120, probe=probe)
     case_id = f"p-{uuid.uuid4().hex[:8]}"
     cases.create(case_id, {"n": 0})
     calls: Counter[str] = Counter()
@@ -358,8 +371,12 @@ def test_any_interleaving_keeps_one_call_per_key_and_every_done_effect_committed
                 raise DownstreamRejected("no", status=422)
             return {"creditNoteId": f"CN-{k[:6]}"}
 
-        with contextlib.suppress(StaleDecision, EffectFailed, EffectInFlight, NeedsReconciliation, OutcomeUnknown):
+        crash_at[:] = [step.removeprefix("crash_")] if step.startswith("crash_") else []
+        with contextlib.suppress(
+            StaleDecision, EffectFailed, EffectInFlight, NeedsReconciliation, OutcomeUnknown, Crash
+        ):
             run(ledger, call, version=decided, case_id=case_id)
+        crash_at.clear()
         assert all(n == 1 for n in calls.values()), calls
     case = cases.require(case_id)
     on_case = {e.key: e for e in ledger.for_case(case_id)}
