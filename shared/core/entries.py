@@ -40,12 +40,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from shared.core.cases import Answer, Case, _advance
-
-if TYPE_CHECKING:
-    from shared.core.ledger import Effect
+from shared.core.effect import Effect
 
 CLOSED_KEPT = 16
 """Closed entries kept on the case. A decision reads the earlier effects of its case (what was already
@@ -98,15 +96,11 @@ class CommitPlan:
 
 def effects_of(case: Case) -> list[Effect]:
     """The effects on ``case`` as read (no store access): what a fresh decision needs."""
-    from shared.core.ledger import Effect
-
     return [Effect.from_entry(case, entry) for entry in case.entries]
 
 
 def entry_of(case: Case, key: str) -> Effect | None:
     """The effect ``key`` on ``case``, or ``None``."""
-    from shared.core.ledger import Effect
-
     for entry in case.entries:
         if entry.get("id") == key:
             return Effect.from_entry(case, entry)
@@ -167,7 +161,7 @@ def over_bound(case: Case) -> list[dict[str, Any]]:
     """The closed entries beyond :data:`CLOSED_KEPT`, oldest first: what to archive before the next write.
 
     A ``failed`` entry closed as stale is kept: a call that was in flight may still report it happened,
-    and that late outcome is recorded over the entry (``shared.core.ledger._superseded_by_ignorance``)."""
+    and that late outcome is recorded over the entry (``shared.core.effect._superseded_by_ignorance``)."""
     closed = [e for e in case.entries if e.get("status") not in _OPEN and not e.get("stale")]
     excess = len(closed) - CLOSED_KEPT
     return closed[:excess] if excess > 0 else []

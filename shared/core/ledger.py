@@ -40,12 +40,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shared.core import entries
 from shared.core.cases import CASES, Case, CaseRepository
+from shared.core.effect import (
+    EFFECTS,
+    OPEN_STATUSES,
+    Effect,
+    EffectStatus,
+    _evolve,
+    _superseded_by_ignorance,
+    late_outcome_alert,
+)
 from shared.core.entries import CommitPlan
 from shared.core.errors import (
     AlreadyExists,
@@ -60,15 +68,29 @@ from shared.core.errors import (
 )
 from shared.core.keys import effect_key
 from shared.core.on_record import OnRecord, RecordOutcome
-from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all, walk
+from shared.core.ports import DocumentStore, OnMalformed, Query, decode_all, walk
 
-EFFECTS = "effects"
 DEFAULT_CALL_TIMEOUT = 120.0
 DEFAULT_SEND_MARGIN_FRACTION = 0.25
 """Without a configured margin, a call is sent only within the first 75% of the call timeout."""
-_HISTORY_LIMIT = 50
 
 log = logging.getLogger("casekeeper.ledger")
+
+__all__ = [  # the effect's model lives in shared.core.effect; its readers import it from here too
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_SEND_MARGIN_FRACTION",
+    "EFFECTS",
+    "OPEN_STATUSES",
+    "AlertSink",
+    "Call",
+    "Effect",
+    "EffectOutcome",
+    "EffectStatus",
+    "Ledger",
+    "_evolve",
+    "_superseded_by_ignorance",
+    "late_outcome_alert",
+]
 
 
 class AlertSink(Protocol):
@@ -81,87 +103,6 @@ Call = Callable[[str], Mapping[str, Any]]
 """A guarded call: receives the effect key (to forward as ``Idempotency-Key``) and returns a JSON
 object. It raises ``DownstreamRejected`` for a definite refusal and ``OutcomeUnknown`` (or anything
 else) when it cannot tell whether the effect happened."""
-
-
-class EffectStatus(StrEnum):
-    STARTED = "started"
-    DONE = "done"
-    FAILED = "failed"
-    NEEDS_RECONCILIATION = "needs_reconciliation"
-
-
-OPEN_STATUSES = (EffectStatus.STARTED, EffectStatus.NEEDS_RECONCILIATION)
-"""Statuses without a known outcome: what reconciliation and operators look at."""
-
-
-@dataclass(frozen=True)
-class Effect:
-    """One ledger row. ``ts`` (store clock) is when it last changed; for a ``started`` row, when the
-    current attempt started."""
-
-    key: str
-    case_id: str
-    action: str
-    case_version: int
-    status: EffectStatus
-    request: dict[str, Any]
-    result: dict[str, Any] | None
-    reason: str | None
-    stale: bool
-    attempts: int
-    resolution: dict[str, Any] | None
-    history: tuple[dict[str, Any], ...]
-    etag: str = field(repr=False)
-    ts: float
-    in_record: bool = field(default=False, repr=False)
-    """An entry of its case document (``shared.core.entries``; ``etag`` is then the case's), not a row of
-    the ``effects`` container (the archive, or a row of the earlier layout)."""
-
-    @classmethod
-    def from_entry(cls, case: Case, entry: Mapping[str, Any]) -> Effect:
-        """The effect an entry of ``case`` holds. Its ``ts`` is the entry's ``changedTs`` (for a ``started``
-        entry, when its current attempt was claimed, by the store's clock; see ``shared.core.entries``)."""
-        body = {k: v for k, v in entry.items() if k != "changedTs"}
-        ts = entry.get("changedTs")
-        doc = Document(EFFECTS, case.id, str(entry["id"]), body, case.etag, float(ts if ts is not None else case.ts))
-        return replace(cls.from_document(doc), in_record=True)
-
-    @classmethod
-    def from_document(cls, doc: Document) -> Effect:
-        b = doc.body
-        return cls(
-            key=doc.id,
-            case_id=str(b["caseId"]),
-            action=str(b["action"]),
-            case_version=int(b["caseVersion"]),
-            status=EffectStatus(b["status"]),
-            request=dict(b.get("request") or {}),
-            result=dict(b["result"]) if b.get("result") is not None else None,
-            reason=b.get("reason"),
-            stale=bool(b.get("stale", False)),
-            attempts=int(b.get("attempts", 1)),
-            resolution=dict(b["resolution"]) if b.get("resolution") else None,
-            history=tuple(dict(h) for h in b.get("history") or ()),
-            etag=doc.etag,
-            ts=doc.ts,
-        )
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "id": self.key,
-            "kind": "effect",
-            "caseId": self.case_id,
-            "action": self.action,
-            "caseVersion": self.case_version,
-            "status": self.status.value,
-            "request": self.request,
-            "result": self.result,
-            "reason": self.reason,
-            "stale": self.stale,
-            "attempts": self.attempts,
-            "resolution": self.resolution,
-            "history": list(self.history),
-        }
 
 
 @dataclass(frozen=True)
@@ -732,39 +673,3 @@ class Ledger:
                 key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=recorded
             ) from exc
         return Effect.from_document(doc)
-
-
-def late_outcome_alert(closed: Effect) -> tuple[str, dict[str, Any]]:
-    """The message and fields of the alert for a call that succeeded after its row was closed: whoever
-    closed it believed nothing was asked, and the case may have asked again since (money possibly
-    over-requested)."""
-    amount, currency = closed.request.get("amount"), closed.request.get("currency")
-    asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
-    message = (
-        f"effect {closed.action} ({closed.key[:12]}) of case {closed.case_id} happened after its row was closed "
-        f"as {closed.status.value}{' (stale)' if closed.stale else ''}: {asked} was asked on v{closed.case_version} "
-        "and may be over-requested if the case asked again since; a person checks the supplier's notes"
-    )
-    fields = {
-        "caseId": closed.case_id,
-        "effectKey": closed.key,
-        "action": closed.action,
-        "amount": amount,
-        "currency": currency,
-        "decidedOnVersion": closed.case_version,
-        "closedAs": closed.status.value,
-    }
-    return message, fields
-
-
-def _superseded_by_ignorance(current: Effect) -> bool:
-    """Closed by someone who did not know our call's outcome: a stale refusal (which called nothing)
-    or an escalation."""
-    return current.status is EffectStatus.NEEDS_RECONCILIATION or (
-        current.status is EffectStatus.FAILED and current.stale
-    )
-
-
-def _evolve(effect: Effect, *, history_entry: dict[str, Any], **changes: Any) -> Effect:
-    history = ((*effect.history, history_entry))[-_HISTORY_LIMIT:]
-    return replace(effect, history=history, **changes)

@@ -16,11 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from shared.core import entries
 from shared.core.cases import CASES, Case
+from shared.core.effect import (
+    EFFECTS,
+    OPEN_STATUSES,
+    Effect,
+    EffectStatus,
+    _evolve,
+    _superseded_by_ignorance,
+    late_outcome_alert,
+)
 from shared.core.entries import CommitPlan, Committed
 from shared.core.errors import (
     AlreadyExists,
@@ -36,7 +46,30 @@ from shared.core.errors import (
 from shared.core.keys import effect_key
 
 if TYPE_CHECKING:
-    from shared.core.ledger import Call, Effect, EffectStatus, Ledger
+    from shared.core.cases import CaseRepository
+    from shared.core.ports import DocumentStore
+
+
+class _Ledger(Protocol):
+    """What of :class:`~shared.core.ledger.Ledger` these writes use (named here, not imported: the ledger
+    imports this module)."""
+
+    _store: DocumentStore
+    _cases: CaseRepository
+    _call_timeout: float
+    _probe: Callable[[str], None]
+    _observe: Callable[[str, Effect], None]
+    _monotonic: Callable[[], float]
+    _alert: Any
+
+    def _check_send_deadline(self, effect: Effect, claimed_at: float) -> None: ...
+
+    def _alert_left_version(self, effect: Effect, case_version: int, reason: str) -> None: ...
+
+    def age(self, effect: Effect) -> float: ...
+
+
+Call = Callable[[str], Mapping[str, Any]]
 
 log = logging.getLogger("casekeeper.ledger")
 
@@ -63,7 +96,7 @@ class RecordOutcome:
 class OnRecord:
     """The writes of effects on their case, over the ledger's store and settings."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: _Ledger) -> None:
         self._ledger = ledger
 
     def run(
@@ -78,7 +111,6 @@ class OnRecord:
         expected: Case | None,
         refusal_review: str | None,
     ) -> RecordOutcome:
-        from shared.core.ledger import EFFECTS, Effect, EffectStatus
 
         ledger = self._ledger
         key = effect_key(case_id, action, decided_on_version)
@@ -144,7 +176,6 @@ class OnRecord:
         plan: CommitPlan,
         refusal_review: str | None,
     ) -> RecordOutcome:
-        from shared.core.ledger import EffectStatus
 
         ledger = self._ledger
         ledger._probe("F2")
@@ -188,7 +219,6 @@ class OnRecord:
         conditional write of the case. Returns the entry, whether ours is the outcome recorded (someone who
         closed it meanwhile stands, unless they closed it without knowing: then a late ``done`` is recorded
         over theirs), the commit, and the case after."""
-        from shared.core.ledger import EffectStatus, _evolve, _superseded_by_ignorance, late_outcome_alert
 
         ledger = self._ledger
         for _ in range(_MAX_WRITES):
@@ -267,7 +297,6 @@ class OnRecord:
     ) -> tuple[Effect, Committed | Literal["no_intent"] | None]:
         """:meth:`Ledger.record_outcome` for an entry: an outcome on an open entry unchanged since ``effect``
         was read (its status and attempt), with the commit for ``done``. Raises ``OutcomeAlreadyRecorded``."""
-        from shared.core.ledger import EffectStatus
 
         case = self._current(effect)
         review = plan.review_status if plan is not None else "needs_review"
@@ -276,8 +305,6 @@ class OnRecord:
             if isinstance(intent, dict) and intent.get("status"):
                 plan = CommitPlan.from_intent(intent)
         for _ in range(_MAX_WRITES):
-            from shared.core.ledger import _evolve
-
             current = self._unchanged(case, effect)
             updated = _evolve(
                 current,
@@ -314,7 +341,6 @@ class OnRecord:
         write conditional on the case still being at the effect's version, then call and close as
         :meth:`run`. On a version the case has left the entry is closed as ``failed`` (stale) in that write
         and ``StaleDecision`` raised: nothing is called. Raises ``OutcomeAlreadyRecorded`` when it moved."""
-        from shared.core.ledger import EffectStatus, _evolve
 
         ledger = self._ledger
         case = self._current(effect)
@@ -368,7 +394,6 @@ class OnRecord:
 
     def mark(self, effect: Effect, reason: str, *, source: str) -> Effect:
         """:meth:`Ledger.mark_needs_reconciliation` for an entry. Raises ``OutcomeAlreadyRecorded``."""
-        from shared.core.ledger import EffectStatus, _evolve
 
         case = self._current(effect)
         for _ in range(_MAX_WRITES):
@@ -404,7 +429,6 @@ class OnRecord:
     def _unchanged(self, case: Case, effect: Effect) -> Effect:
         """The entry of ``effect`` on ``case`` if it is still open and on the same attempt as when read
         (a note moves the case's ETag, not the entry); raises ``OutcomeAlreadyRecorded`` otherwise."""
-        from shared.core.ledger import OPEN_STATUSES
 
         current = entries.entry_of(case, effect.key)
         if (
@@ -422,7 +446,6 @@ class OnRecord:
     def replay(self, existing: Effect, case: Case, plan: CommitPlan | None) -> RecordOutcome:
         """An entry found by a later attempt: ``done`` is replayed (its commit finished if an adopted row of
         the earlier layout left it unfinished), the others raise as :meth:`Ledger.run` does."""
-        from shared.core.ledger import EffectStatus
 
         ledger = self._ledger
         ctx = {"key": existing.key, "case_id": existing.case_id, "action": existing.action}
@@ -480,7 +503,6 @@ class OnRecord:
         """Replace the case (``If-Match`` on ``read``) with ``updated``, after moving the closed entries
         beyond the bound to the archive (create first; ``AlreadyExists`` means a previous attempt did).
         Raises ``ConcurrencyConflict`` on a 412: the caller re-reads and re-applies."""
-        from shared.core.ledger import EFFECTS
 
         store = self._ledger._store
         archived = entries.over_bound(updated)
