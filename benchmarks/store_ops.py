@@ -3,7 +3,7 @@
 For each case, one ``invoice.received`` event goes through the indexed functions of ``function_app``
 as the Functions host (or ``casekeeper dev``) would run them: the signed webhook (``events``, an
 ``HttpRequest``), the session-queue trigger (``case_worker``, a ``ServiceBusMessage`` from the local
-session queue) for every message the event leads to, and, on SQLite, the effects change feed
+session queue) for every message the event leads to, and, on SQLite, the cases change feed
 (``reconciler``, a ``DocumentList``) for what the event's writes put on it. The Cosmos DB test server
 has no change feed: there the reconciler's share is not counted (in Azure it reads the same changes
 and, on this path, writes nothing; the SQLite row shows what it does).
@@ -172,7 +172,7 @@ def measure(backend: str, supplier: Supplier, *, events: int, warmup: int = 2) -
     result = OpsResult(backend, events, {phase: Tally() for phase in PHASES})
     run = uuid.uuid4().hex[:6]
     with _world(backend, supplier.url) as (counting, inner, queue, services):
-        feed = LocalChangeFeed(inner, "effects", "bench:effects") if isinstance(inner, SqliteDocumentStore) else None
+        feed = LocalChangeFeed(inner, "cases", "bench:cases") if isinstance(inner, SqliteDocumentStore) else None
         result.change_feed = feed is not None
 
         def webhook(case_id: str) -> None:

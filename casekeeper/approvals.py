@@ -155,4 +155,4 @@ def answer(
 
 
 def _earlier(guard: Guard, record: Any) -> tuple[Any, ...]:
-    return tuple(e for e in guard.ledger.for_case(record.id) if e.case_version != record.version)
+    return tuple(e for e in guard.ledger.effects_for(record) if e.case_version != record.version)

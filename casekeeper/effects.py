@@ -211,7 +211,9 @@ class GuardedEffect:
         if decision.guard_id not in (0, id(self._guard)):
             raise ValueError("this decision was made by another guard")
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-        return self._guard._run(self, decision.record_id, decision.version, dict(args), intent, loop=None)
+        return self._guard._run(
+            self, decision.record_id, decision.version, dict(args), intent, loop=None, expected=_read(decision)
+        )
 
     def run_on(
         self,
@@ -223,12 +225,16 @@ class GuardedEffect:
         proposed_by: str | None = None,
         answer: Answer | None = None,
         commit_fields: Mapping[str, Any] | None = None,
+        record: Record | None = None,
     ) -> EffectResult:
         """:meth:`run` for the decision made on ``version`` of ``record_id``, without reading the record
         first: the version gate is the check (``StaleDecision`` if the record has moved). For a workflow
-        step that carries the decided-on version in its message."""
+        step that carries the decided-on version in its message. ``record``: the record as the step last
+        read it, if it has it (the claim is then written on it with no read; a record changed since costs
+        one re-read)."""
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-        return self._guard._run(self, record_id, version, dict(args), intent, loop=None)
+        known = record if record is not None and record.id == record_id and record.version == version else None
+        return self._guard._run(self, record_id, version, dict(args), intent, loop=None, expected=known)
 
     async def arun(
         self,
@@ -249,7 +255,9 @@ class GuardedEffect:
             if pinned.guard_id not in (0, id(guard)):
                 raise ValueError("this decision was made by another guard")
             intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-            return guard._run(self, pinned.record_id, pinned.version, dict(args), intent, loop=loop)
+            return guard._run(
+                self, pinned.record_id, pinned.version, dict(args), intent, loop=loop, expected=_read(pinned)
+            )
 
         return await asyncio.to_thread(run)
 
@@ -271,3 +279,9 @@ class GuardedEffect:
             **({"proposedBy": proposed_by} if proposed_by else {}),
             **({"answer": answer.to_json()} if answer is not None else {}),
         }
+
+
+def _read(decision: Decision) -> Record | None:
+    """The record as the decision read it, when it is on the decided-on version: the claim is then a
+    conditional write on it with no read first (a 412 re-reads)."""
+    return decision.record if decision.record.version == decision.version else None

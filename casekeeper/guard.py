@@ -11,8 +11,12 @@ One decision, in four steps::
     result = refund.run(decision, {"amount": "12.50"})   # at most one call per (record, action, version)
     # result.commit: "committed" | "already" | "needs_review" | "with_person"
 
-What :meth:`Guard.decide` settles first (rules R3, R4; F5): a ``done`` effect whose commit a crash left
-unfinished has its commit finished now; an effect of an **earlier** version without a known outcome makes
+The effect's claim and outcome are entries of the record itself (``shared.core.entries``): ``run`` is two
+conditional writes of the record, the claim (which is the version gate) and the outcome with its commit.
+
+What :meth:`Guard.decide` settles first (rules R3, R4): a ``done`` effect whose commit a crash left
+unfinished (only a record written by the earlier two-container layout can hold one, docs/design.md#f5) has
+its commit finished now; an effect of an **earlier** version without a known outcome makes
 it refuse (``EffectInFlight`` while another attempt may be mid-call, ``NeedsReconciliation`` after the
 call timeout). An open effect of the record's **current** version is this decision's own (a crash after
 its claim): it is left out, because running the effect again replays it through the ledger.
@@ -45,7 +49,8 @@ from casekeeper.effects import (
 from shared.core.cases import CaseRepository
 from shared.core.clock import Clock
 from shared.core.commits import CommitFinisher
-from shared.core.errors import EffectFailed, EffectInFlight, NeedsReconciliation
+from shared.core.entries import CommitPlan
+from shared.core.errors import EffectInFlight, NeedsReconciliation
 from shared.core.keys import canonical_json, effect_key
 from shared.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, AlertSink, Effect, EffectStatus, Ledger
 from shared.core.ports import DocumentStore
@@ -371,14 +376,14 @@ class Guard:
         raises ``EffectInFlight`` or ``NeedsReconciliation``. Raises ``RecordNotFound`` and
         ``MissingCommitIntent``."""
         record = record if record is not None and record.id == record_id else self.records.require(record_id)
-        effects = tuple(effects) if effects is not None else tuple(self.ledger.for_case(record_id))
+        effects = tuple(effects) if effects is not None else tuple(self.effects_of(record))
         gate = record.gate
         left = next((e for e in effects if gate and e.key == gate.effect_key and e.status is EffectStatus.DONE), None)
         if left is not None:
             outcome, after = self._finish(left)
             if outcome in ("committed", "needs_review"):
                 after = after if after is not None else self.records.require(record_id)
-                return Settled(after, tuple(self.ledger.for_case(record_id)), ((left, outcome),))
+                return Settled(after, tuple(self.effects_of(after)), ((left, outcome),))
         for effect in effects:
             if effect.status in OPEN_STATUSES and (include_current or effect.case_version != record.version):
                 self._refuse_open(effect)
@@ -393,7 +398,7 @@ class Guard:
         message), for running its effect in a later step. Reads the record but keeps the version: if the
         record has moved since, the effect is refused (``StaleDecision``), never run on other facts."""
         record = self.records.require(record_id)
-        earlier = tuple(e for e in self.ledger.for_case(record_id) if e.case_version != version)
+        earlier = tuple(e for e in self.effects_of(record) if e.case_version != version)
         return Decision(record, earlier, dict(approval) if approval else None, id(self), version)
 
     def pin(self, decision: Decision | Mapping[str, Any]) -> Decision:
@@ -401,6 +406,11 @@ class Guard:
         if isinstance(decision, Decision):
             return decision
         return self.pinned(str(decision["recordId"]), int(decision["version"]), approval=decision.get("approval"))
+
+    def effects_of(self, record: Record) -> list[Effect]:
+        """Every effect of ``record`` as read: its entries, with no store access, unless some may be elsewhere
+        (closed ones moved to the archive, or a record written by the two-container layout: then one query)."""
+        return self.ledger.effects_for(record)
 
     async def adecide(self, record_id: str) -> Decision:
         """:meth:`decide` off the event loop."""
@@ -435,6 +445,7 @@ class Guard:
         intent: dict[str, Any],
         *,
         loop: asyncio.AbstractEventLoop | None,
+        expected: Record | None = None,
     ) -> EffectResult:
         canonical_json(args)  # refuses what JSON cannot carry (NaN, sets, objects) before anything is written
         # A reconciliation retry rebuilds the call from the stored args: they must come back unchanged.
@@ -448,24 +459,25 @@ class Guard:
             "casekeeper.case_version": version,
             "casekeeper.effect_key": effect_key(record_id, declared.action, version),
         }
-        try:
-            with self._trace(f"effect {declared.action}", attributes):
-                outcome = self.ledger.run(
-                    case_id=record_id,
-                    action=declared.action,
-                    decided_on_version=version,
-                    call=lambda key: _reconcile.resolved(declared.call(key, args), loop),
-                    request=request,
-                )
-        except EffectFailed as exc:
-            if declared.review_on_refusal:
-                reason = f"{declared.action} refused: {exc.reason}"
-                self._finisher.to_review(record_id, reason, {}, effect_key=exc.key)
-            raise
+        plan = CommitPlan.from_intent(intent, data=declared.data_for, review_status=self.review_status)
+        with self._trace(f"effect {declared.action}", attributes):
+            # Two writes of the record: the claim (the version gate) and the outcome with its commit. There is
+            # no point between the outcome and the commit for a crash to fall into (the F5 of the earlier
+            # layout); the probe is still told "F5" right after the outcome-and-commit write, where it was.
+            outcome = self.ledger.run_on_record(
+                case_id=record_id,
+                action=declared.action,
+                decided_on_version=version,
+                call=lambda key: _reconcile.resolved(declared.call(key, args), loop),
+                commit=plan,
+                request=request,
+                expected=expected,
+                refusal_review=self.review_status if declared.review_on_refusal else None,
+            )
         effect = outcome.effect
         self._probe("F5")
         with self._trace("commit_status", attributes) as span:
-            commit, record = self._finish(effect, expected=outcome.case)
+            commit, record = outcome.commit, outcome.case
             if span is not None and hasattr(span, "set_attribute"):
                 span.set_attribute("casekeeper.committed", commit)
         self._probe("F6")
@@ -491,10 +503,11 @@ class Guard:
         return _reconcile.reconciler(self, None)
 
     def finish_commit(self, effect: Effect) -> str:
-        """Make the record show a ``done`` effect's commit (from a change feed that saw the row become
-        ``done``): ``already``, ``committed``, ``needs_review`` (the record had moved on: handed to a
-        person), ``with_person``, ``gone``, or ``no_intent`` (the row names no commit: handed to a person,
-        never a silent no-op). Harmless to repeat."""
+        """Make the record show a ``done`` effect's commit: ``already``, ``committed``, ``needs_review`` (the
+        record had moved on: handed to a person), ``with_person``, ``gone``, or ``no_intent`` (it names no
+        commit: handed to a person, never a silent no-op). Harmless to repeat. An effect on its record was
+        committed in the write that recorded it (``already`` or ``with_person`` here); this finishes a
+        ``done`` row of the two-container layout whose commit a crash left."""
         return _reconcile.reconciler(self, None).finish_commit(effect)
 
     def recheck_due(self, effect: Effect) -> float:

@@ -1,9 +1,10 @@
 """What the guard writes, as readers see it, and the parts a guard is assembled from.
 
 A record's ``history`` is a tuple of :class:`Transition` (a person's :class:`Answer` among its fields); an
-effect's ledger row is an :class:`Effect`. These are the read side of the guard: an application shows them
-(a case page, an operator command) and decides on them (``decision.done()``), but writes through
-:class:`~casekeeper.Guard`.
+effect is an :class:`Effect`: an entry of its record (``entries_of(record)`` lists them without a read) or a
+row of the ``effects`` container (the archive of closed entries, and the rows of the two-container layout).
+These are the read side of the guard: an application shows them (a case page, an operator command) and
+decides on them (``decision.done()``), but writes through :class:`~casekeeper.Guard`.
 
 :class:`RecordRepository` (``guard.records``) and :class:`Ledger` (``guard.ledger``) are the guard's two
 parts. An application that configures them itself (its telemetry observer, crash-test probes, alert sink,
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from shared.core.cases import Answer, Gate, Transition
 from shared.core.cases import CaseRepository as RecordRepository
+from shared.core.entries import CLOSED_KEPT, CommitPlan
+from shared.core.entries import effects_of as entries_of
 from shared.core.keys import approval_request_id, effect_key
 from shared.core.ledger import (
     DEFAULT_CALL_TIMEOUT,
@@ -30,12 +33,14 @@ from shared.core.ledger import (
 from shared.core.reconcile import RECONCILED_SUFFIX, ActionPolicy, RecheckResult, Reconciler
 
 __all__ = [
+    "CLOSED_KEPT",
     "DEFAULT_CALL_TIMEOUT",
     "OPEN_STATUSES",
     "RECONCILED_SUFFIX",
     "ActionPolicy",
     "AlertSink",
     "Answer",
+    "CommitPlan",
     "Effect",
     "EffectOutcome",
     "EffectStatus",
@@ -47,4 +52,5 @@ __all__ = [
     "Transition",
     "approval_request_id",
     "effect_key",
+    "entries_of",
 ]

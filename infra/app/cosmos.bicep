@@ -40,6 +40,7 @@ var containers = [
       includedPaths: [
         { path: '/status/?' }
         { path: '/gateOpen/?' }
+        { path: '/openEffects/?' }
         { path: '/_ts/?' }
       ]
       excludedPaths: [
@@ -61,6 +62,11 @@ var containers = [
         ]
         [
           { path: '/gateOpen', order: 'ascending' }
+          { path: '/_ts', order: 'ascending' }
+          { path: '/id', order: 'ascending' }
+        ]
+        [
+          { path: '/openEffects', order: 'ascending' }
           { path: '/_ts', order: 'ascending' }
           { path: '/id', order: 'ascending' }
         ]

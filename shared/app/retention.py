@@ -85,7 +85,10 @@ class Retention:
     def ttl(self, container: str, body: Mapping[str, Any]) -> int | None:
         """The ``ttl`` (seconds) the document ``body`` in ``container`` is to carry; ``None``: none, kept."""
         if container == "cases":
-            final = body.get("status") in FINAL_CASE_STATUSES and not body.get("gateOpen")
+            # Never while an effect on it is open (its entry would expire with it) or a legacy gate is.
+            final = (
+                body.get("status") in FINAL_CASE_STATUSES and not body.get("gateOpen") and not body.get("openEffects")
+            )
             return _seconds(self.closed_case_days) if final else None
         if container == "effects":
             return None  # stamped when its case becomes final (RetainingStore), never by its own write

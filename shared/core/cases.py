@@ -22,8 +22,11 @@ from shared.core.errors import AlreadyExists, CaseNotFound, ConcurrencyConflict
 from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
 
 CASES = "cases"
-CASE_SCHEMA_VERSION = 1
-"""Bumped when the case document's shape changes; readers migrate older documents (rule R8)."""
+CASE_SCHEMA_VERSION = 2
+"""Bumped when the case document's shape changes; readers migrate older documents (rule R8). 2: the effects
+are claimed and closed on the case (``effects``, ``openEffects``, ``effectsArchived``: ``shared.core.entries``).
+A case of version 1 is read as it is: its effects are rows of the ``effects`` container, and an open ``gate``
+names a done effect whose commit a crash left unfinished (finished by ``shared.core.commits``)."""
 
 _HISTORY_LIMIT = 100
 _MAX_CONFLICT_RETRIES = 8
@@ -138,7 +141,14 @@ class Case:
     etag: str = field(repr=False)
     ts: float = field(repr=False)
     gate: Gate | None = None
-    """The effect let through the version gate whose status commit (or escalation) has not landed yet."""
+    """The effect let through the version gate whose status commit (or escalation) has not landed yet
+    (a case written before the effects lived on the case: see ``shared.core.entries``)."""
+    entries: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    """The effects claimed on this case (``shared.core.entries``): one entry per key, the open ones and the
+    latest closed ones. Each entry's ``changedTs`` is filled in at read time when the write that last
+    changed it left it out (see :func:`_stamped`)."""
+    effects_archived: int = 0
+    """How many closed entries were moved to the archive (the ``effects`` container)."""
 
     @classmethod
     def from_document(cls, doc: Document) -> Case:
@@ -170,6 +180,8 @@ class Case:
             etag=doc.etag,
             ts=doc.ts,
             gate=Gate.from_json(body["gate"]) if body.get("gateOpen") and body.get("gate") else None,
+            entries=_stamped(body.get("effects") or (), doc.ts),
+            effects_archived=int(body.get("effectsArchived") or 0),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -221,6 +233,10 @@ class Case:
             ],
             "notes": list(self.notes),
             **({"gate": self.gate.to_json(), "gateOpen": True} if self.gate is not None else {}),
+            "effects": list(self.entries),
+            # Indexed flag of the timer's backstop sweep: the cases with an effect whose outcome is unknown.
+            "openEffects": any(e.get("status") in _OPEN_ENTRY_STATUSES for e in self.entries),
+            "effectsArchived": self.effects_archived,
         }
 
 
@@ -544,6 +560,24 @@ def _trimmed(history: tuple[Transition, ...]) -> tuple[Transition, ...]:
             continue
         kept.append(transition)
     return tuple(kept)
+
+
+_OPEN_ENTRY_STATUSES = frozenset({"started", "needs_reconciliation"})
+
+
+def _stamped(entries: Any, ts: float) -> tuple[dict[str, Any], ...]:
+    """The entries as read, each with its ``changedTs``: an entry written without one (the write that
+    claimed it or recorded its outcome cannot know its own ``_ts`` in advance) gets the ``_ts`` of the
+    document read, an upper bound on when it changed. Every later write of the case goes through
+    :meth:`Case.to_body` and so persists the stamp: from then on the entry's time is frozen, and a stream
+    of notes or fact updates (each moving ``_ts``) cannot postpone its reconciliation (rule R3)."""
+    stamped: list[dict[str, Any]] = []
+    for entry in entries:
+        item = dict(entry)
+        if item.get("changedTs") is None:
+            item["changedTs"] = ts
+        stamped.append(item)
+    return tuple(stamped)
 
 
 def _replace(case: Case, **changes: Any) -> Case:

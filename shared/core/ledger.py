@@ -21,7 +21,11 @@ State machine::
                           |--unknown outcome: stays started; after the call timeout -->
                           \\--reconciler/person--------> needs_reconciliation --person--> done | failed
 
-Sequence of :meth:`Ledger.run` on the happy path (four store round trips with the status commit)::
+The guard runs effects with :meth:`Ledger.run_on_record`: the claim and the outcome are entries of the case
+(``shared.core.entries``), two conditional writes of one document, the second also committing the status.
+:meth:`Ledger.run` is the earlier two-container sequence (a row in ``effects``, a separate gate and commit),
+kept for the data that layout wrote and the tests of it; on its happy path (four round trips with the
+commit)::
 
     create effect(started) -> read case (version gate) -> call(key) -> replace effect(done, If-Match)
     -> [caller] commit case status (If-Match, the case read by the gate)
@@ -36,11 +40,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.core.cases import Case, CaseRepository
+from shared.core import entries
+from shared.core.cases import CASES, Case, CaseRepository
+from shared.core.effect import (
+    EFFECTS,
+    OPEN_STATUSES,
+    Effect,
+    EffectStatus,
+    _evolve,
+    _superseded_by_ignorance,
+    late_outcome_alert,
+)
+from shared.core.entries import CommitPlan
 from shared.core.errors import (
     AlreadyExists,
     ConcurrencyConflict,
@@ -53,15 +67,30 @@ from shared.core.errors import (
     StaleDecision,
 )
 from shared.core.keys import effect_key
-from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
+from shared.core.on_record import OnRecord, RecordOutcome
+from shared.core.ports import DocumentStore, OnMalformed, Query, decode_all, walk
 
-EFFECTS = "effects"
 DEFAULT_CALL_TIMEOUT = 120.0
 DEFAULT_SEND_MARGIN_FRACTION = 0.25
 """Without a configured margin, a call is sent only within the first 75% of the call timeout."""
-_HISTORY_LIMIT = 50
 
 log = logging.getLogger("casekeeper.ledger")
+
+__all__ = [  # the effect's model lives in shared.core.effect; its readers import it from here too
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_SEND_MARGIN_FRACTION",
+    "EFFECTS",
+    "OPEN_STATUSES",
+    "AlertSink",
+    "Call",
+    "Effect",
+    "EffectOutcome",
+    "EffectStatus",
+    "Ledger",
+    "_evolve",
+    "_superseded_by_ignorance",
+    "late_outcome_alert",
+]
 
 
 class AlertSink(Protocol):
@@ -76,75 +105,6 @@ object. It raises ``DownstreamRejected`` for a definite refusal and ``OutcomeUnk
 else) when it cannot tell whether the effect happened."""
 
 
-class EffectStatus(StrEnum):
-    STARTED = "started"
-    DONE = "done"
-    FAILED = "failed"
-    NEEDS_RECONCILIATION = "needs_reconciliation"
-
-
-OPEN_STATUSES = (EffectStatus.STARTED, EffectStatus.NEEDS_RECONCILIATION)
-"""Statuses without a known outcome: what reconciliation and operators look at."""
-
-
-@dataclass(frozen=True)
-class Effect:
-    """One ledger row. ``ts`` (store clock) is when it last changed; for a ``started`` row, when the
-    current attempt started."""
-
-    key: str
-    case_id: str
-    action: str
-    case_version: int
-    status: EffectStatus
-    request: dict[str, Any]
-    result: dict[str, Any] | None
-    reason: str | None
-    stale: bool
-    attempts: int
-    resolution: dict[str, Any] | None
-    history: tuple[dict[str, Any], ...]
-    etag: str = field(repr=False)
-    ts: float
-
-    @classmethod
-    def from_document(cls, doc: Document) -> Effect:
-        b = doc.body
-        return cls(
-            key=doc.id,
-            case_id=str(b["caseId"]),
-            action=str(b["action"]),
-            case_version=int(b["caseVersion"]),
-            status=EffectStatus(b["status"]),
-            request=dict(b.get("request") or {}),
-            result=dict(b["result"]) if b.get("result") is not None else None,
-            reason=b.get("reason"),
-            stale=bool(b.get("stale", False)),
-            attempts=int(b.get("attempts", 1)),
-            resolution=dict(b["resolution"]) if b.get("resolution") else None,
-            history=tuple(dict(h) for h in b.get("history") or ()),
-            etag=doc.etag,
-            ts=doc.ts,
-        )
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "id": self.key,
-            "kind": "effect",
-            "caseId": self.case_id,
-            "action": self.action,
-            "caseVersion": self.case_version,
-            "status": self.status.value,
-            "request": self.request,
-            "result": self.result,
-            "reason": self.reason,
-            "stale": self.stale,
-            "attempts": self.attempts,
-            "resolution": self.resolution,
-            "history": list(self.history),
-        }
-
-
 @dataclass(frozen=True)
 class EffectOutcome:
     """What :meth:`Ledger.run` returns for a ``done`` effect.
@@ -157,6 +117,9 @@ class EffectOutcome:
     effect: Effect
     replayed: bool
     case: Case | None = None
+    commit: str | None = None
+    """For an effect on its case: what its outcome's write did to the commit (``committed``, ``already``,
+    ``needs_review``, ``with_person``); ``None`` for a row of the two-container layout."""
 
     @property
     def result(self) -> dict[str, Any]:
@@ -202,6 +165,7 @@ class Ledger:
         self._probe = probe or (lambda point: None)
         self._observe = observer or (lambda event, effect: None)
         self._alert = alert
+        self._on_record = OnRecord(self)
 
     @property
     def store(self) -> DocumentStore:
@@ -259,7 +223,9 @@ class Ledger:
         self._observe("started", claimed)
         return self._call_claimed(claimed, call, claimed_at)
 
-    def retry_same_key(self, effect: Effect, call: Call, *, source: str = "reconciler") -> EffectOutcome:
+    def retry_same_key(
+        self, effect: Effect, call: Call, *, source: str = "reconciler", commit: CommitPlan | None = None
+    ) -> EffectOutcome:
         """Re-attempt a ``started`` effect with the same key (reconciliation, rule R3).
 
         Only for an action whose downstream honours idempotency keys, after a lookup by key found
@@ -276,6 +242,9 @@ class Ledger:
         left = self.in_flight_for(effect)
         if left is not None:
             raise EffectInFlight(key=effect.key, case_id=effect.case_id, action=effect.action, retry_after=left)
+        if effect.in_record:
+            done = self._on_record.retry(effect, call, commit, source=source)
+            return EffectOutcome(done.effect, replayed=done.replayed, case=done.case, commit=done.commit)
         attempts = effect.attempts + 1
         reclaimed = _evolve(
             effect, attempts=attempts, history_entry={"status": "started", "attempt": attempts, "source": source}
@@ -420,20 +389,115 @@ class Ledger:
             **ctx, age=age, reason=f"started {age:.0f}s ago (call timeout {self._call_timeout:.0f}s), outcome unknown"
         )
 
+    def run_on_record(
+        self,
+        *,
+        case_id: str,
+        action: str,
+        decided_on_version: int,
+        call: Call,
+        commit: CommitPlan,
+        request: Mapping[str, Any] | None = None,
+        expected: Case | None = None,
+        refusal_review: str | None = None,
+    ) -> RecordOutcome:
+        """Run ``call`` at most once for (case, action, version), with the claim and the outcome on the case
+        (``shared.core.entries``): two conditional writes of the case, the second recording the outcome and
+        committing ``commit`` together.
+
+        ``expected``: the case as the decision read it (saves the read before the claim). ``refusal_review``:
+        on a definite refusal, the status the case is handed to a person in (same write), or ``None``.
+        Returns the ``done`` effect (recorded now or replayed) with what happened to the commit
+        (``committed``, ``already``, ``needs_review``: the case had moved on while the call was in flight,
+        ``with_person``). Raises as :meth:`run`: ``StaleDecision`` (nothing written, nothing called),
+        ``EffectFailed``, ``EffectInFlight``, ``NeedsReconciliation``, the call's own exception (entry left
+        ``started``), and ``ConcurrencyConflict`` if the case keeps changing past a bound."""
+        return self._on_record.run(
+            case_id=case_id,
+            action=action,
+            decided_on_version=decided_on_version,
+            call=call,
+            request=dict(request or {}),
+            plan=commit,
+            expected=expected,
+            refusal_review=refusal_review,
+        )
+
+    def _alert_left_version(self, effect: Effect, case_version: int, reason: str) -> None:
+        """The ``effect_on_left_version`` alert: the effect happened on facts the case has since left."""
+        if self._alert is None:
+            return
+        amount, currency = effect.request.get("amount"), effect.request.get("currency")
+        asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
+        message = (
+            f"case {effect.case_id}: {reason}; {asked} was asked on facts the case has left and may be "
+            "over-requested: a person decides"
+        )
+        fields = {
+            "caseId": effect.case_id,
+            "effectKey": effect.key,
+            "action": effect.action,
+            "amount": amount,
+            "currency": currency,
+            "decidedOnVersion": effect.case_version,
+            "caseVersion": case_version,
+        }
+        self._alert("effect_on_left_version", message, fields, dedupe_key=effect.key)
+
     # --- what reconciliation and operators need -----------------------------------------------
 
     def get(self, case_id: str, key: str) -> Effect | None:
+        """The effect ``key`` of ``case_id``: its entry on the case, else its row in ``effects`` (the archive,
+        or a row of the earlier layout)."""
+        case = self._cases.get(case_id)
+        if case is not None:
+            found = entries.entry_of(case, key)
+            if found is not None:
+                return found
         doc = self._store.read(EFFECTS, case_id, key)
         return Effect.from_document(doc) if doc is not None else None
 
-    def find(self, key: str) -> Effect | None:
-        """Find an effect by key alone (a cross-partition query: operator use)."""
-        docs = self._store.query(EFFECTS, Query(equals={"id": key}, limit=1))
-        return Effect.from_document(docs[0]) if docs else None
+    def effects_of(self, case: Case) -> list[Effect]:
+        """The effects on ``case`` as already read (no store access), oldest first. Complete unless
+        ``case.effects_archived`` (then :meth:`for_case` adds the archive) or the case was written by the
+        earlier layout (``schema_version`` 1: its effects are rows of ``effects``)."""
+        return entries.effects_of(case)
+
+    def effects_for(self, case: Case) -> list[Effect]:
+        """Every effect of ``case`` as already read: its entries with no store access, unless some may be
+        elsewhere (closed entries moved to the archive, a case of the two-container layout, or one whose legacy
+        gate is open): then :meth:`for_case` (one more read and one query)."""
+        if case.schema_version >= 2 and not case.effects_archived and case.gate is None:
+            return entries.effects_of(case)
+        return self.for_case(case.id)
 
     def for_case(self, case_id: str) -> list[Effect]:
+        """Every effect of the case: its entries, plus the archive and the rows of the two-container layout
+        (one query), deduplicated by key, the case's entry winning; oldest first."""
+        case = self._cases.get(case_id)
+        on_case = entries.effects_of(case) if case is not None else []
+        # Always one query of ``effects`` while :meth:`run` (the two-container sequence) still writes rows
+        # there; once every effect runs on its record, a case with ``effects_archived == 0`` and schema 2
+        # can skip it (and a fresh decision should use :meth:`effects_of`, which reads nothing).
         docs = self._store.query(EFFECTS, Query(partition=case_id, order_by_ts="asc"))
-        return [Effect.from_document(d) for d in docs]
+        keys = {e.key for e in on_case}
+        return [Effect.from_document(d) for d in docs if d.id not in keys] + on_case
+
+    def find(self, key: str) -> Effect | None:
+        """Find an effect by key alone (operator use): an open entry on a case (one query of the indexed
+        ``openEffects`` flag), else a row of ``effects`` (the archive, the two-container layout), else a closed
+        entry still on its case (a walk over every case: as slow as the store is large)."""
+        found = next((e for e in self.open_entries() if e.key == key), None)
+        if found is not None:
+            return found
+        docs = self._store.query(EFFECTS, Query(equals={"id": key}, limit=1))
+        if docs:
+            return Effect.from_document(docs[0])
+        for doc in walk(self._store, CASES, Query()):
+            entry = next((e for e in doc.body.get("effects") or () if e.get("id") == key), None)
+            if entry is not None:
+                return entries.entry_of(Case.from_document(doc), key)
+        return None
 
     def started_older_than(self, age: float, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
         """``started`` effects whose current attempt began more than ``age`` seconds ago (store clock)."""
@@ -441,7 +505,17 @@ class Ledger:
         docs = self._store.query(
             EFFECTS, Query(equals={"status": EffectStatus.STARTED.value}, ts_before=cutoff, order_by_ts="asc")
         )
-        return decode_all(docs, Effect.from_document, on_malformed)
+        rows = decode_all(docs, Effect.from_document, on_malformed)
+        on_cases = [e for e in self.open_entries(on_malformed=on_malformed) if e.status is EffectStatus.STARTED]
+        return rows + sorted((e for e in on_cases if e.ts < cutoff), key=lambda e: e.ts)
+
+    def open_entries(self, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
+        """The open entries (``started``, ``needs_reconciliation``) on every case: one query of the indexed
+        ``openEffects`` flag, as large as what is open. No ``_ts`` bound on the case: a later note moves the
+        case's ``_ts`` but not the entry's time (``shared.core.entries``), so the entries are filtered here."""
+        docs = self._store.query(CASES, Query(equals={"openEffects": True}))
+        found = decode_all(docs, Case.from_document, on_malformed)
+        return [e for case in found for e in entries.effects_of(case) if e.status in OPEN_STATUSES]
 
     def overdue(self, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
         """``started`` effects past their call timeout: their outcome is unknown, and nobody is mid-call."""
@@ -458,10 +532,14 @@ class Ledger:
         return [Effect.from_document(d) for d in docs]
 
     def with_status(self, *statuses: EffectStatus) -> list[Effect]:
+        """Effects in ``statuses``: rows of ``effects`` and, for the open statuses, the open entries on cases
+        (closed entries still on their case are not listed here: read them with :meth:`for_case`)."""
         found: list[Effect] = []
         for status in statuses:
             docs = self._store.query(EFFECTS, Query(equals={"status": status.value}, order_by_ts="asc"))
             found.extend(Effect.from_document(d) for d in docs)
+        if any(status in OPEN_STATUSES for status in statuses):
+            found.extend(e for e in self.open_entries() if e.status in statuses)
         return found
 
     def age(self, effect: Effect) -> float:
@@ -497,12 +575,17 @@ class Ledger:
         stale: bool = False,
         source: str,
         resolution: Mapping[str, Any] | None = None,
+        commit: CommitPlan | None = None,
     ) -> Effect:
         """Record ``done`` (with ``result``) or ``failed`` (with ``reason``) on an effect without one.
 
         Conditional on the row being unchanged since ``effect`` was read and still open (``started``
         or ``needs_reconciliation``). Raises ``OutcomeAlreadyRecorded`` when it already has an
         outcome or changed meanwhile (re-read and look).
+
+        For an effect on its case (``in_record``), a ``done`` outcome commits in the same write: ``commit``,
+        else the commit intent of its ``request``; without either the case is handed to a person in that
+        write (nobody can tell what it should become, and a done effect must never sit uncommitted).
         """
         if status is EffectStatus.DONE and result is None:
             raise ValueError("a done outcome needs a result")
@@ -514,6 +597,17 @@ class Ledger:
             raise OutcomeAlreadyRecorded(
                 key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=effect.status.value
             )
+        if effect.in_record:
+            return self._on_record.record(
+                effect,
+                status,
+                result=dict(result) if result is not None else None,
+                reason=reason,
+                stale=stale,
+                source=source,
+                resolution=dict(resolution) if resolution is not None else None,
+                plan=commit,
+            )[0]
         updated = _evolve(
             effect,
             status=status,
@@ -525,12 +619,42 @@ class Ledger:
         )
         return self._conditional_replace(effect, updated)
 
+    def record_done(
+        self,
+        effect: Effect,
+        result: Mapping[str, Any],
+        *,
+        commit: CommitPlan | None,
+        source: str,
+        resolution: Mapping[str, Any] | None = None,
+    ) -> tuple[Effect, str | None]:
+        """Record ``done`` on an open entry and, in the same write, its commit (``commit``, else the intent its
+        request names; without either the case goes to a person). Returns the entry and what happened to the
+        commit (``committed``, ``already``, ``needs_review``, ``with_person``, ``no_intent``); for a row of
+        the two-container layout, ``None`` (finish its commit with ``shared.core.commits``). Raises
+        ``OutcomeAlreadyRecorded``."""
+        if not effect.in_record:
+            done = self.record_outcome(effect, EffectStatus.DONE, result=result, source=source, resolution=resolution)
+            return done, None
+        return self._on_record.record(
+            effect,
+            EffectStatus.DONE,
+            result=dict(result),
+            reason=None,
+            stale=False,
+            source=source,
+            resolution=dict(resolution) if resolution is not None else None,
+            plan=commit,
+        )
+
     def mark_needs_reconciliation(self, effect: Effect, reason: str, *, source: str = "reconciler") -> Effect:
         """Escalate a ``started`` effect to a person. Raises ``OutcomeAlreadyRecorded`` when it moved."""
         if effect.status is not EffectStatus.STARTED:
             raise OutcomeAlreadyRecorded(
                 key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=effect.status.value
             )
+        if effect.in_record:
+            return self._on_record.mark(effect, reason, source=source)
         updated = _evolve(
             effect,
             status=EffectStatus.NEEDS_RECONCILIATION,
@@ -549,39 +673,3 @@ class Ledger:
                 key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=recorded
             ) from exc
         return Effect.from_document(doc)
-
-
-def late_outcome_alert(closed: Effect) -> tuple[str, dict[str, Any]]:
-    """The message and fields of the alert for a call that succeeded after its row was closed: whoever
-    closed it believed nothing was asked, and the case may have asked again since (money possibly
-    over-requested)."""
-    amount, currency = closed.request.get("amount"), closed.request.get("currency")
-    asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
-    message = (
-        f"effect {closed.action} ({closed.key[:12]}) of case {closed.case_id} happened after its row was closed "
-        f"as {closed.status.value}{' (stale)' if closed.stale else ''}: {asked} was asked on v{closed.case_version} "
-        "and may be over-requested if the case asked again since; a person checks the supplier's notes"
-    )
-    fields = {
-        "caseId": closed.case_id,
-        "effectKey": closed.key,
-        "action": closed.action,
-        "amount": amount,
-        "currency": currency,
-        "decidedOnVersion": closed.case_version,
-        "closedAs": closed.status.value,
-    }
-    return message, fields
-
-
-def _superseded_by_ignorance(current: Effect) -> bool:
-    """Closed by someone who did not know our call's outcome: a stale refusal (which called nothing)
-    or an escalation."""
-    return current.status is EffectStatus.NEEDS_RECONCILIATION or (
-        current.status is EffectStatus.FAILED and current.stale
-    )
-
-
-def _evolve(effect: Effect, *, history_entry: dict[str, Any], **changes: Any) -> Effect:
-    history = ((*effect.history, history_entry))[-_HISTORY_LIMIT:]
-    return replace(effect, history=history, **changes)

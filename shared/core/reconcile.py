@@ -33,6 +33,7 @@ from typing import Any
 
 from shared.core.cases import CaseRepository
 from shared.core.commits import CommitFinisher
+from shared.core.entries import CommitPlan
 from shared.core.errors import (
     EffectFailed,
     EffectInFlight,
@@ -191,10 +192,17 @@ class Reconciler:
 
     def _record_found(self, effect: Effect, found: dict[str, Any]) -> RecheckResult:
         try:
-            done = self.ledger.record_outcome(effect, EffectStatus.DONE, result=found, source="reconciler-lookup")
+            # On the case: the outcome and its commit are one write. A row of the two-container layout: the
+            # commit follows through the finisher.
+            done, committed = self.ledger.record_done(
+                effect, found, commit=self.commit_plan(effect), source="reconciler-lookup"
+            )
         except OutcomeAlreadyRecorded:
             return self.recheck(effect.case_id, effect.key)  # someone settled it meanwhile: follow theirs
-        finished = self.finish_commit(done)
+        if committed == "no_intent":
+            self._escalated(done, "done, but its entry names no commit intent")
+            return RecheckResult("no_intent", effect.key, effect.case_id, "found downstream; no commit intent")
+        finished = committed or self.finish_commit(done)
         return RecheckResult(
             "recorded",
             effect.key,
@@ -206,7 +214,9 @@ class Reconciler:
     def _retry(self, effect: Effect, call: Call) -> RecheckResult:
         ctx = (effect.key, effect.case_id)
         try:
-            outcome = self.ledger.retry_same_key(effect, call, source="reconciler-retry")
+            outcome = self.ledger.retry_same_key(
+                effect, call, source="reconciler-retry", commit=self.commit_plan(effect)
+            )
         except StaleDecision as exc:
             self.cases.settle_gate(effect.case_id, effect.key)
             return RecheckResult("stale", *ctx, str(exc), reinvestigate=True)
@@ -224,9 +234,23 @@ class Reconciler:
             return RecheckResult("escalated", *ctx, exc.reason)
         except OutcomeAlreadyRecorded:
             return self.recheck(effect.case_id, effect.key)
-        finished = self.finish_commit(outcome.effect)
+        finished = outcome.commit or self.finish_commit(outcome.effect)
         return RecheckResult(
             "retried", *ctx, f"retried with the same key; commit {finished}", committed=finished == "committed"
+        )
+
+    def commit_plan(self, effect: Effect) -> CommitPlan | None:
+        """The commit an effect's stored intent names, with its policy's commit data (``None``: no intent), for
+        whoever records its outcome (the reconciler, an operator's resolution)."""
+        intent = effect.request.get("commit")
+        if not isinstance(intent, Mapping) or not intent.get("status"):
+            return None
+        policy = self.policies.get(effect.action)
+        return CommitPlan.from_intent(
+            intent,
+            data=policy.commit_data if policy is not None else None,
+            review_status=self.review_status,
+            reason_suffix=RECONCILED_SUFFIX,
         )
 
     def _escalate(self, effect: Effect, reason: str) -> RecheckResult:

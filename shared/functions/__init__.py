@@ -5,5 +5,8 @@ Binding names are the settings' names (``%CASE_EVENTS_QUEUE%``, ``%COSMOS_DATABA
 can check that what the host indexes matches the configuration.
 """
 
+CONTAINER_CASES = "cases"
 CONTAINER_EFFECTS = "effects"
+LEASE_PREFIX_CASES = "cases-"
+"""The reconciler's leases on the ``cases`` feed (kept apart from the ones it held on ``effects``)."""
 CONTAINER_LEASES = "leases"

@@ -1,12 +1,17 @@
-"""The reconciler: reacts to changes of the effect ledger (Cosmos DB change feed on ``effects``).
+"""The reconciler: reacts to changes of the cases (Cosmos DB change feed on ``cases``), where effects are
+claimed and closed (``shared.core.entries``).
 
-- a ``done`` effect whose case does not show the commit: the commit is retried (F5);
-- a ``started`` effect: a re-check is scheduled into the case's session for when its call timeout
-  expires (its start time by the store's clock, plus a margin); the re-check applies rule R3.
+- a case with a ``started`` entry: a re-check is scheduled into the case's session for when its call
+  timeout expires (its claim time by the store's clock, plus a margin); the re-check applies rule R3.
+  A ``done`` entry needs nothing: its outcome and its commit were one write.
+- a document of the ``effects`` container (a row of the two-container layout, or the archive), if one is
+  delivered: a ``done`` row whose case does not show the commit has it finished (the layout's F5), a
+  ``started`` row gets its re-check as above.
 
-Both are idempotent, so a batch delivered twice (the feed is at-least-once) does no harm: the
+All of it is idempotent, so a batch delivered twice (the feed is at-least-once) does no harm: the
 commit is conditional, and a re-check's message id is derived from the effect's key and attempt,
-so the broker drops the second copy.
+so the broker drops the second copy (a case written many times while an entry is open schedules the same
+re-check each time; the broker keeps one).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from casekeeper import Document, Effect, EffectStatus, Guard
+from casekeeper import Document, Effect, EffectStatus, Guard, Record
+from casekeeper.records import entries_of
 from shared.app.telemetry import Telemetry
 from shared.handlers.case_events import schedule_recheck
 from shared.messaging import EventSender
@@ -75,7 +81,27 @@ def handle_effect_changes(deps: EffectChangeDeps, changes: Iterable[Mapping[str,
     return summary
 
 
+def open_entries_from_change(raw: Mapping[str, Any]) -> list[Effect] | None:
+    """The ``started`` entries of a changed case document (``None`` if it is not a case). Their claim time is
+    the entry's ``changedTs``, else the document's ``_ts`` (the write that claimed it, or a later one)."""
+    if raw.get("kind") != "case" or "id" not in raw:
+        return None
+    if not raw.get("openEffects"):
+        return []
+    body = {k: v for k, v in raw.items() if not k.startswith("_")}
+    doc = Document("cases", str(raw["id"]), str(raw["id"]), body, str(raw.get("_etag", "")), float(raw.get("_ts", 0)))
+    case = Record.from_document(doc)
+    return [e for e in entries_of(case) if e.status is EffectStatus.STARTED]
+
+
 def _handle_one(deps: EffectChangeDeps, raw: Mapping[str, Any], summary: ChangeSummary) -> None:
+    started = open_entries_from_change(raw)
+    if started is not None:
+        for entry in started:
+            _schedule(deps, entry, summary)
+        if not started:
+            summary.ignored += 1
+        return
     effect = effect_from_change(raw)
     if effect is None:
         summary.ignored += 1
@@ -85,8 +111,12 @@ def _handle_one(deps: EffectChangeDeps, raw: Mapping[str, Any], summary: ChangeS
             deps.telemetry.reconciled(f"commit_{finished}")
             summary.commits_finished.append(effect.key)
     elif effect.status is EffectStatus.STARTED:
-        at = deps.guard.recheck_due(effect) + RECHECK_MARGIN_SECONDS
-        schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, at)
-        summary.rechecks_scheduled.append(effect.key)
+        _schedule(deps, effect, summary)
     else:
         summary.ignored += 1
+
+
+def _schedule(deps: EffectChangeDeps, effect: Effect, summary: ChangeSummary) -> None:
+    at = deps.guard.recheck_due(effect) + RECHECK_MARGIN_SECONDS
+    schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, at)
+    summary.rechecks_scheduled.append(effect.key)

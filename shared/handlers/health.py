@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from casekeeper import RECONCILED_SUFFIX, Document, DocumentStore, Effect, EffectStatus, Query
 from casekeeper import Record as Case
-from casekeeper.records import DEFAULT_CALL_TIMEOUT, Ledger
+from casekeeper.records import DEFAULT_CALL_TIMEOUT, Ledger, entries_of
 from casekeeper.records import RecordRepository as CaseRepository
 from casekeeper.stores import CASES, EFFECTS, decode_all
 from shared.app.alerts import Alerter
@@ -67,6 +67,7 @@ CURSOR_ID = "checkpoint-health"
 Written before the keyset cursor by older builds as ``{"casesTs": <window end>}``, which is read too."""
 SWEEP_CURSORS = {
     "started effects": "sweep-started-effects",
+    "open entries": "sweep-open-entries",
     "open gates": "sweep-open-gates",
     "open cases": "sweep-open-cases",
 }
@@ -125,6 +126,7 @@ def run_health_checks(deps: HealthDeps) -> HealthReport:
     bucket = f"sweep-{int(deps.cases.now() // 3600)}"
     duties: list[tuple[str, Callable[[], None]]] = [
         ("started effects", lambda: _sweep_started_effects(deps, report, bucket)),
+        ("open entries", lambda: _sweep_open_entries(deps, report, bucket)),
         ("open gates", lambda: _sweep_open_gates(deps, report, bucket)),
         ("open cases", lambda: _sweep_open_cases(deps, report, bucket)),
         ("alert delivery", lambda: report.alerts_notified.extend(deps.alerts.deliver_pending())),
@@ -196,6 +198,23 @@ def _sweep_started_effects(deps: HealthDeps, report: HealthReport, bucket: str) 
             report.rechecks_scheduled.append(effect.key)
 
     _walk(deps, "started effects", EFFECTS, query, handle)
+
+
+def _sweep_open_entries(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
+    """The backstop of the change feed on ``cases``: every case with an open entry (indexed ``openEffects``),
+    its ``started`` entries past the call timeout by their claim time. No ``_ts`` bound on the case: a later
+    note moves the case's ``_ts`` but not the entry's time (``shared.core.entries``)."""
+    now = deps.cases.now()
+    cutoff = deps.store.now() - deps.call_timeout
+
+    def handle(docs: list[Document]) -> None:
+        for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
+            for effect in entries_of(case):
+                if effect.status is EffectStatus.STARTED and effect.ts < cutoff:
+                    schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, now, tag=bucket)
+                    report.rechecks_scheduled.append(effect.key)
+
+    _walk(deps, "open entries", CASES, Query(equals={"openEffects": True}), handle)
 
 
 def _sweep_open_gates(deps: HealthDeps, report: HealthReport, bucket: str) -> None:

@@ -2,7 +2,7 @@
 
 :class:`LocalChangeFeed` reads :meth:`SqliteDocumentStore.changes_since` and keeps its continuation
 (the last ``seq`` handled) in a small table of its own, ``change_feed_continuations``, in the same
-SQLite file as the documents, keyed by feed name (e.g. ``"reconciler:effects"``), as the Functions
+SQLite file as the documents, keyed by feed name (e.g. ``"reconciler:cases"``), as the Functions
 host keeps a lease document per trigger. It uses its own connection to that file; the store is
 only read through its public method.
 
@@ -74,7 +74,7 @@ class LocalChangeFeed:
         if container not in CONTAINERS:
             raise ValueError(f"unknown container {container!r}")
         if not name:
-            raise ValueError("a change feed needs a name (e.g. 'reconciler:effects')")
+            raise ValueError("a change feed needs a name (e.g. 'reconciler:cases')")
         self.store = store
         self.container = container
         self.name = name

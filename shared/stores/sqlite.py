@@ -75,7 +75,7 @@ _QUERY_INDEXES = tuple(
     # after them: a count or a page then reads the index entries that match, never every document of the
     # container. The expressions are the text the queries use (``_where_fields``), or SQLite would not use them.
     f"CREATE INDEX IF NOT EXISTS documents_by_{name} ON documents (container, json_extract(body, '$.{name}'), ts, id)"
-    for name in ("status", "gateOpen", "kind", "caseId")
+    for name in ("status", "gateOpen", "openEffects", "kind", "caseId")
 )
 """Created on every open (``IF NOT EXISTS``): a file of layout 1 written before them gains them."""
 

@@ -21,6 +21,12 @@ def pending_view(store: DocumentStore, ledger: Ledger, *, limit: int | None = No
         found = [Effect.from_document(d) for d in (islice(docs, limit) if limit is not None else docs)]
         effects.extend(found)
         counts[status.value] = store.count(EFFECTS, Query(equals={"status": status.value})) if limit else len(found)
+    # The open entries on cases (where effects are claimed now: shared.core.entries), as many as are open.
+    on_cases = [e for e in ledger.open_entries() if e.status in OPEN_STATUSES]
+    for status in OPEN_STATUSES:
+        of_status = [e for e in on_cases if e.status is status]
+        effects.extend(of_status[:limit] if limit is not None else of_status)
+        counts[status.value] += len(of_status)
     effects.sort(key=lambda e: e.ts)
     now = store.now() if effects else 0.0  # once: on Cosmos DB reading the clock is a write
     rows = []

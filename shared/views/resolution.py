@@ -99,14 +99,23 @@ def resolve(
         )
     resolution = {"by": by, "why": why, "at": ops.clock.now()}
     status = EffectStatus.DONE if result is not None else EffectStatus.FAILED
+    committed: str | None = None
     try:
-        recorded = ops.ledger.record_outcome(
-            effect, status, result=result, reason=reason, source=SOURCE, resolution=resolution
-        )
+        if result is not None:
+            # An effect on its case: the outcome and the commit are one write (the commit's data from the
+            # action's policy, as the reconciler writes it).
+            plan = ops.reconciler.commit_plan(effect)
+            recorded, committed = ops.ledger.record_done(
+                effect, result, commit=plan, source=SOURCE, resolution=resolution
+            )
+        else:
+            recorded = ops.ledger.record_outcome(
+                effect, status, result=result, reason=reason, source=SOURCE, resolution=resolution
+            )
     except OutcomeAlreadyRecorded as exc:
         raise Refused(f"effect {short(key)} changed meanwhile (now {exc.recorded_status}); look again") from exc
     if recorded.status is EffectStatus.DONE:
-        settled = ops.reconciler.finish_commit(recorded)
+        settled = committed if committed not in (None, "no_intent") else ops.reconciler.finish_commit(recorded)
     else:
         settled = _send_to_review(ops, recorded, by)
     case = ops.cases.get(recorded.case_id)

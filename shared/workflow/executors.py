@@ -76,7 +76,7 @@ class Intake(Executor):
             await ctx.yield_output(_not_investigable(case))
             return
         # A case this event created has no effects yet: its ledger is not read.
-        effects = [] if case is known and deps.new_case else await asyncio.to_thread(deps.ledger.for_case, case.id)
+        effects = [] if case is known and deps.new_case else await asyncio.to_thread(deps.ledger.effects_for, case)
         stop = await settle_first(deps, case, effects)
         if stop is not None:
             await ctx.yield_output(stop)
@@ -259,7 +259,7 @@ class ApprovalGate(Executor):
         # An answer never commits while an effect of the case is unsettled: an approved call whose reply was
         # lost is still this request's answer, and a second answer (a rejection) must not commit past it.
         # In flight: raises EffectInFlight, and the answer comes back later; unknown: waits for reconciliation.
-        effects = await asyncio.to_thread(deps.ledger.for_case, case.id)
+        effects = await asyncio.to_thread(deps.ledger.effects_for, case)
         stop = await settle_first(deps, case, effects)
         if stop is not None:
             await ctx.yield_output(stop)
@@ -362,6 +362,7 @@ class Commit(Executor):
             answer=Answer.from_json(order.answer) if order.answer else None,
             # Read by the commit data (and a person's resolution): the commit withdraws the pending request.
             commit_fields={"clearPendingApproval": order.clear_pending_approval},
+            record=self._deps.known_case,
         )
 
     async def _outcome(self, order: CommitOrder, done: EffectResult) -> RunOutcome:

@@ -170,7 +170,7 @@ class FactEvents:
         case_id = storage.case_id
         for _ in range(MAX_FACT_RETRIES):
             case = await asyncio.to_thread(self._require, case_id)
-            requests = credit_requests(await asyncio.to_thread(ledger.for_case, case_id)) if needs_requests else ()
+            requests = credit_requests(await asyncio.to_thread(ledger.effects_for, case)) if needs_requests else ()
             planned = plan(case, requests)
             if (planned.changes or planned.superseded is not None) and _judged_before(case, delivery_id):
                 # One delivery is one report, judged once: a copy of one that changed the facts when it first

@@ -133,13 +133,37 @@ def test_a_done_effect_without_a_commit_intent_is_an_error_not_a_silent_no_op(
     assert escalated and escalated[0]["recordId"] == "r1"
 
 
-def test_decide_first_finishes_a_commit_a_crash_left(
+def test_a_crash_right_after_the_outcome_finds_the_commit_already_landed(
     store: SqliteDocumentStore, down: Downstream, now: list[float]
 ) -> None:
+    """F5 of the two-container layout (done, not committed) cannot happen: the outcome and the commit are
+    one write, so a crash right after it (where the probe still says F5) finds the record committed."""
     guard, pay = make(store, down, probe=crash_at("F5"))
     with pytest.raises(Crash):
         pay.run(guard.decide("r1"), {"amount": "10"})
-    assert guard.get("r1").status == "open"  # type: ignore[union-attr]
+    assert guard.get("r1").status == "paid"  # type: ignore[union-attr]
+    decision = Guard(store).decide("r1")
+    assert (decision.record.status, decision.version) == ("paid", 2)
+    assert [e.key for e in decision.done("pay")] == [effect_key("r1", "pay", 1)]
+    assert down.requests == 1
+
+
+def test_decide_first_finishes_a_commit_a_crash_left_in_the_two_container_layout(
+    store: SqliteDocumentStore, down: Downstream, now: list[float]
+) -> None:
+    """A store written by the earlier layout: a done row in ``effects`` and the record's gate open on it
+    (the run died between the two writes). Deciding finishes the commit from the row's intent."""
+    guard, _ = make(store, down)
+    # The record as the earlier layout wrote it (schema 1), then its run through the two-container sequence.
+    store.update_if("cases", "r1", "r1", where={}, set_fields={"schemaVersion": 1})
+    guard.ledger.run(
+        case_id="r1",
+        action="pay",
+        decided_on_version=1,
+        call=lambda key: down.pay(key, {"amount": "10"}),
+        request={"commit": {"status": "paid"}},
+    )
+    assert guard.get("r1").gate is not None  # type: ignore[union-attr]
     decision = Guard(store).decide("r1")  # a new process: no declarations needed to finish it
     assert (decision.record.status, decision.version) == ("paid", 2)
     assert [e.key for e in decision.done("pay")] == [effect_key("r1", "pay", 1)]

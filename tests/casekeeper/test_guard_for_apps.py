@@ -107,10 +107,29 @@ def test_a_refusal_is_left_to_the_caller_when_the_effect_says_so(store: SqliteDo
     assert record is not None and (record.status, record.version) == ("open", 1)  # the caller commits it
 
 
-def test_settle_finishes_a_crash_left_commit_and_says_so(store: SqliteDocumentStore, down: Downstream) -> None:
+def test_a_crash_right_after_the_outcome_leaves_settle_nothing_to_finish(
+    store: SqliteDocumentStore, down: Downstream
+) -> None:
     guard, pay = flat(store, down, probe=crash_at("F5"))
     with pytest.raises(Crash):
         pay.run_on("r1", 1, {"amount": "10"})
+    settled = guard.settle("r1")
+    assert settled.finished == ()  # the outcome and the commit were one write
+    assert (settled.record.status, settled.record.version) == ("paid", 2)
+
+
+def test_settle_finishes_a_crash_left_commit_and_says_so(store: SqliteDocumentStore, down: Downstream) -> None:
+    """A record of the two-container layout whose run died between the outcome and the commit."""
+    guard, _ = flat(store, down)
+    # The record as the earlier layout wrote it (schema 1), then its run through the two-container sequence.
+    store.update_if("cases", "r1", "r1", where={}, set_fields={"schemaVersion": 1})
+    guard.ledger.run(
+        case_id="r1",
+        action="pay",
+        decided_on_version=1,
+        call=lambda key: {"ok": True},
+        request={"amount": "10", "commit": {"status": "paid"}},
+    )
     settled = guard.settle("r1")
     [(effect, outcome)] = settled.finished
     assert outcome == "committed" and effect.key == effect_key("r1", "pay", 1)

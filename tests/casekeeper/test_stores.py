@@ -53,15 +53,16 @@ def test_cosmos_container_names_are_configurable(cosmos_server: Any) -> None:
                 "SELECT c.id FROM c", enable_cross_partition_query=True
             )
         ] == ["r1"]
-        assert (
-            len(
-                list(
-                    db.get_container_client("refund_effects").query_items(
-                        "SELECT c.id FROM c", enable_cross_partition_query=True
-                    )
-                )
+        # The effect lives on its record (claim and outcome are entries of the case document); the effects
+        # container is the archive of closed entries beyond the bound, empty here.
+        [record] = list(
+            db.get_container_client("refund_cases").query_items("SELECT * FROM c", enable_cross_partition_query=True)
+        )
+        assert [(e["action"], e["status"]) for e in record["effects"]] == [("pay", "done")]
+        assert not list(
+            db.get_container_client("refund_effects").query_items(
+                "SELECT c.id FROM c", enable_cross_partition_query=True
             )
-            == 1
         )
     finally:
         store.close()

@@ -82,14 +82,15 @@ def test_crash_after_the_effect_is_recorded_decides_again_without_a_second_reque
     store_spec: StoreSpec, supplier: SupplierStub, point: str
 ) -> None:
     """No checkpoint is written mid-run without a pause or a model call, so the redelivered event decides
-    again from the case and the ledger (rule R9): after F5 the open gate's done effect has its commit
-    finished first; after F6 the case already shows it and there is nothing to do."""
+    again from the case and its effects (rule R9). The outcome and the commit are one write of the case, so
+    after F5 (right after that write) as after F6 the case already shows the commit: nothing to do, and
+    nothing left to finish (the done-but-uncommitted state of the two-container layout cannot arise)."""
     code, _ = run_worker(store_spec, supplier, die_at=point)
     assert code == DIED
     code, result = run_worker(store_spec, supplier)  # the redelivered event, in a new process
     assert code == 0
     assert result["status"] == "credit_requested"
-    assert result["steps"][0] == ("committed" if point == "F5" else "nothing_to_do")
+    assert result["steps"][0] == "nothing_to_do"
     assert len(posts(supplier)) == 1
     assert commits_of_credit_request(store_spec) == 1
 

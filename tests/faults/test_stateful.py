@@ -242,7 +242,8 @@ class World:
             assert open_cosmos is not None
             inner = open_cosmos()
         self.store = CheckpointFaults(inner)
-        self.feed = LocalChangeFeed(inner, "effects", "reconciler") if isinstance(inner, SqliteDocumentStore) else None
+        # The reconciler's trigger follows the cases, where effects are claimed and closed.
+        self.feed = LocalChangeFeed(inner, "cases", "reconciler") if isinstance(inner, SqliteDocumentStore) else None
         self.queue = LocalSessionQueue(
             self.directory / "queue.sqlite",
             lock_duration=LOCK_DURATION,
@@ -676,7 +677,7 @@ class CaseMachine(RuleBasedStateMachine):
 
     @rule()
     def reconciler_tick(self) -> None:
-        """The effects change feed delivers what changed (on Cosmos the test server has no change feed,
+        """The cases change feed delivers what changed (on Cosmos the test server has no change feed,
         and the timer's sweep stands in for it, as in the chaos command)."""
         feed = self.world.feed
         if feed is None:

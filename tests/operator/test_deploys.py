@@ -1,12 +1,12 @@
 """Deploying the four changes a release makes over paused and in-flight runs (rule R8, issue 22).
 
 Each test is an operator's deploy, both builds on one store (the local host's SQLite file): the old build
-leaves a run paused for an approval and a run interrupted mid-superstep (it died after its effect, before
-its commit: F5), ``casekeeper drain check`` runs on each build before the deploy, the new build handles the
-answer and the redelivered event, then the same again backwards (the rollback). Every run must end
-committed once (one request to the supplier, one commit) or with a person, every event must be handled on
-its first delivery (a raise is what sends a message towards the dead-letter queue), and the drain check
-must have named exactly the runs that were then rebuilt.
+leaves a run paused for an approval and a run interrupted mid-superstep (it died right after its effect's
+outcome-and-commit write, before its last checkpoint: F5), ``casekeeper drain check`` runs on each build
+before the deploy, the new build handles the answer and the redelivered event, then the same again
+backwards (the rollback). Every run must end committed once (one request to the supplier, one commit) or
+with a person, every event must be handled on its first delivery (a raise is what sends a message towards
+the dead-letter queue), and the drain check must have named exactly the runs that were then rebuilt.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def test_a_deploy_rebuilds_what_drain_check_names_and_resumes_the_rest(
     old = make_harness(store, supplier.url)
     pending = pause_for_approval(old, PAUSED)
     interrupt(store, supplier.url, IN_FLIGHT)
-    assert requests_sent(supplier) != [] and old.cases.require(IN_FLIGHT).status == "open"  # F5: sent, not committed
+    # F5: sent and committed in one write, the run interrupted before its last checkpoint.
+    assert requests_sent(supplier) != [] and old.cases.require(IN_FLIGHT).status == "credit_requested"
 
     # Before the deploy: the old build strands nothing; the new one names exactly what it cannot resume.
     code, report = drain_check(run, build_workflow, ALLOWED_CHECKPOINT_TYPES)

@@ -95,9 +95,10 @@ class Died(Exception):
 
 
 def interrupt(store: SqliteDocumentStore, supplier_url: str, case_id: str) -> None:
-    """A run that dies after its effect, before the commit (F5), having asked a model: its newest
-    checkpoint is the one written after the model's step, and holds its proposal, a pending message. (A
-    run that asks no model writes nothing mid-run, so it leaves nothing in flight to strand.)"""
+    """A run that dies right after its effect's outcome-and-commit write (F5), having asked a model: its
+    newest checkpoint is the one written after the model's step, and holds its proposal, a pending message.
+    (A run that asks no model writes nothing mid-run, so it leaves nothing in flight to strand.) The case
+    already shows the commit: the outcome and the commit are one write."""
 
     def probe(point: str) -> None:
         if point == "F5":
@@ -123,7 +124,7 @@ def test_an_interrupted_run_counts_and_fails_when_its_types_would_not_load(
     without = ALLOWED_CHECKPOINT_TYPES - {type_key(Proposed)}
     checked = run(main, "check", allowed_types=without)
     assert checked.code == 1
-    assert "C-1  open v1  run interrupted" in checked.out
+    assert "C-1  credit_requested v2  run interrupted" in checked.out
     assert (
         "state type changed: shared.workflow.messages:Proposed: a state type this build no longer has "
         "(renamed or removed)"

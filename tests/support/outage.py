@@ -6,6 +6,7 @@ A thin wrapper, not a fake: every call it lets through reaches the real store. T
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from shared.core.errors import StoreUnavailable
@@ -23,6 +24,9 @@ class OutageStore:
     def __init__(self, inner: DocumentStore) -> None:
         self.inner = inner
         self.down: frozenset[str] = frozenset()
+        self.refuse: Callable[[str, str, tuple[Any, ...]], bool] | None = None
+        """Refuses, besides ``down``, the calls it answers True for (container, method, positional args):
+        one kind of write, say, while the others pass."""
         self.refused = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -31,7 +35,7 @@ class OutageStore:
             return attribute
 
         def call(container: str, *args: Any, **kwargs: Any) -> Any:
-            if container in self.down:
+            if container in self.down or (self.refuse is not None and self.refuse(container, name, args)):
                 self.refused += 1
                 raise StoreUnavailable(f"{container} unreachable (outage under test)")
             return attribute(container, *args, **kwargs)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.app.settings import SETTINGS
-from shared.functions import CONTAINER_EFFECTS, CONTAINER_LEASES
+from shared.functions import CONTAINER_CASES, CONTAINER_LEASES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = {s.name: s.default for s in SETTINGS}
@@ -84,12 +84,13 @@ def test_the_case_worker_is_a_session_trigger_on_the_configured_queue(functions:
     assert "ServiceBusConnection__fullyQualifiedNamespace" in DEFAULTS
 
 
-def test_the_reconciler_reads_the_effects_change_feed_with_a_retry_policy(functions: dict[str, Any]) -> None:
+def test_the_reconciler_reads_the_cases_change_feed_with_a_retry_policy(functions: dict[str, Any]) -> None:
+    """Effects are claimed and closed on their case, so the reconciler follows ``cases`` (its leases under a
+    prefix of their own, apart from those it held on ``effects``)."""
     t = trigger(functions, "reconciler")
     assert t["type"] == "cosmosDBTrigger"
-    assert (
-        (t["containerName"], t["leaseContainerName"]) == (CONTAINER_EFFECTS, CONTAINER_LEASES) == ("effects", "leases")
-    )
+    assert (t["containerName"], t["leaseContainerName"]) == (CONTAINER_CASES, CONTAINER_LEASES) == ("cases", "leases")
+    assert t["leaseContainerPrefix"] == "cases-"
     assert t["databaseName"] == "%COSMOS_DATABASE%" and resolve(t["databaseName"]) == "casekeeper"
     assert t["createLeaseContainerIfNotExists"] is False  # identity-based connections cannot create it
     # Without a lease yet (first deployment), effects written before the trigger first ran are read too.

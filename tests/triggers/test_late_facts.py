@@ -3,7 +3,7 @@
 The three ways a fact comes late, driven through the indexed functions as the host calls them (the signed
 webhook, the session-queue trigger), with the local session queue's real scheduling, redelivery and
 dead-lettering: a delayed copy made during a store outage that outlasted the waits in place, a delayed
-copy made when only the decision's reads failed (the facts were already written), and a dead letter put
+copy made when only the decision's claim failed (the facts were already written), and a dead letter put
 back with ``casekeeper events redrive`` after a newer fact. In each, the PO goes 1099.00 -> 900.00 ->
 1100.00 on an invoice of 1100.00: applying the stale 900.00 last would ask the supplier for 200.00 that
 nobody owes.
@@ -125,16 +125,23 @@ def test_a_fact_whose_decision_failed_is_not_written_again_over_a_newer_one(
     clock: ManualClock,
     supplier: SupplierStub,
 ) -> None:
-    """Only the effects container fails: the 900.00 is written, its decision cannot read the effects, and
-    the whole event is deferred; the 1100.00 arrives meanwhile."""
+    """Only the decision's claim fails (the write that adds its effect's entry to the case): the 900.00 is
+    written, its decision cannot claim its effect, and the whole event is deferred; the 1100.00 arrives
+    meanwhile. (The decision reads its effects from the case it already read; its first write of its own
+    is the claim.)"""
     svc, store, queue = world
     post(functions, clock, "invoice.received", "d-1", **INVOICE)
     deliver_all(functions, queue, clock)
     post(functions, clock, "po.updated", "d-2", poAmount="900.00")
-    store.down = frozenset({"effects"})
+
+    def a_claim(container: str, method: str, args: tuple[Any, ...]) -> bool:
+        body = args[2] if method == "replace" and len(args) > 2 else {}
+        return container == "cases" and any(e.get("status") == "started" for e in body.get("effects") or ())
+
+    store.refuse = a_claim
     assert deliver_next(functions, queue) == "completed"
     assert svc.cases.require("C-9").facts["poAmount"] == "900.00"  # facts first; the decision waits
-    store.down = frozenset()
+    store.refuse = None
     post(functions, clock, "po.updated", "d-3", poAmount="1100.00")
     assert deliver_next(functions, queue) == "completed"
     deliver_all(functions, queue, clock)

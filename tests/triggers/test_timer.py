@@ -20,6 +20,7 @@ from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from shared.stores.sqlite import SqliteDocumentStore
+from tests.support.supplier import posts
 from tests.triggers.conftest import INVOICE, QUEUE, on_the_local_queue, settings_for, user_function
 
 COMMIT = {"status": "credit_requested", "reason": "over-billed", "clearPendingApproval": False}
@@ -283,3 +284,43 @@ def test_a_case_handed_to_a_person_outside_a_run_is_not_a_lagging_run(
     clock.advance(svc.settings.checkpoint_lag + 1)
     report = run_health_checks(svc.health)
     assert report.lagging_cases == ["DECIDED"]
+
+
+def test_an_unknown_outcome_on_the_case_is_swept_by_its_claim_time_however_many_notes_follow(
+    functions: dict[str, Any], timed: tuple[Services, ReadCounter], clock: ManualClock, supplier: SupplierStub
+) -> None:
+    """The effect's entry lives on the case (shared.core.entries). Notes keep moving the case's ``_ts``, but
+    the first write after the claim froze the entry's time, so the timer's sweep of ``openEffects`` still
+    finds it past the call timeout, and the re-check settles it by key: one request, committed."""
+    from shared.core.entries import CommitPlan
+    from shared.core.errors import OutcomeUnknown
+    from shared.core.keys import effect_key
+
+    svc, counter = timed
+    svc.cases.create("E-1", INVOICE)
+
+    def unknown(key: str) -> dict[str, Any]:
+        raise OutcomeUnknown("reset by the test")
+
+    with pytest.raises(OutcomeUnknown):
+        svc.ledger.run_on_record(
+            case_id="E-1",
+            action="request_credit_note",
+            decided_on_version=1,
+            call=unknown,
+            commit=CommitPlan.from_intent(COMMIT),
+            request=REQUEST,
+        )
+    for i in range(4):
+        clock.advance(40)
+        svc.cases.note("E-1", f"looked at it ({i})")
+    counter.returned.clear()
+    report = run_health_checks(svc.health)
+    key = effect_key("E-1", "request_credit_note", 1)
+    assert report.rechecks_scheduled == [key]
+    assert counter.returned.get("effects", []) == []
+    bodies = deliver_all(functions, svc)
+    assert [b["type"] for b in bodies][:1] == ["effect.recheck"]
+    case = svc.cases.require("E-1")
+    assert case.status == "credit_requested" and [t.effect_key for t in case.transitions_of(key)] == [key]
+    assert len(posts(supplier)) == 1  # the same-key retry after a lookup that found nothing

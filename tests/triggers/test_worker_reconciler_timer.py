@@ -114,6 +114,51 @@ def test_the_reconciler_finishes_a_commit_and_schedules_rechecks(
     assert len(queue.peek(QUEUE)) == 1 and svc.cases.require("C-1").version == 2
 
 
+def test_the_reconciler_schedules_a_recheck_for_a_started_entry_on_a_changed_case(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    """The trigger follows the cases container: a case whose entry is ``started`` gets its re-check for the
+    claim time plus the call timeout; a case with only closed entries schedules nothing."""
+    from shared.core.entries import CommitPlan
+    from shared.core.errors import OutcomeUnknown
+
+    commit = {"status": "credit_requested", "reason": "over-billed", "clearPendingApproval": False}
+    request = {"amount": "100.00", "currency": "EUR", "invoiceId": "INV-1", "supplierId": "S-1", "commit": commit}
+    svc.cases.create("C-3", INVOICE)
+    svc.cases.create("C-4", INVOICE)
+
+    def unknown(key: str) -> dict[str, Any]:
+        raise OutcomeUnknown("reset by the test")
+
+    for case_id, call in (("C-3", unknown), ("C-4", lambda k: {"creditNoteId": "CN-8"})):
+        with pytest.raises(OutcomeUnknown) if call is unknown else _nothing():
+            svc.ledger.run_on_record(
+                case_id=case_id,
+                action="request_credit_note",
+                decided_on_version=1,
+                call=call,
+                commit=CommitPlan.from_intent(commit),
+                request=request,
+            )
+    docs = []
+    for case_id in ("C-3", "C-4"):
+        doc = svc.store.read("cases", case_id, case_id)
+        assert doc is not None
+        docs.append(func.Document.from_dict({**doc.body, "_ts": int(doc.ts), "_etag": doc.etag}))
+    user_function(functions, "reconciler")(func.DocumentList(docs))
+    [recheck] = queue.peek(QUEUE)
+    assert recheck.session_id == "C-3" and json.loads(recheck.body)["type"] == "effect.recheck"
+    claimed = svc.store.read("cases", "C-3", "C-3")
+    assert claimed is not None
+    assert recheck.scheduled_enqueue_time == pytest.approx(int(claimed.ts) + 120 + 5, abs=1.5)
+
+
+def _nothing() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
 def test_the_timer_alerts_each_checkpoint_failure_once(functions: dict[str, Any], svc: Services) -> None:
     failure = {
         "id": "f-1",

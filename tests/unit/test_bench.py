@@ -19,9 +19,10 @@ def test_measured_round_trips_per_effect_on_sqlite(tmp_path: Path) -> None:
     finally:
         store.close()
 
-    assert results["guarded"].round_trips == (4,) * 5
-    # The version gate is a conditional write (update_if), not a read: linearizable, and no dearer.
-    assert dict(results["guarded"].per_method) == {"create": 5, "update_if": 5, "replace": 10}  # no now(), no query
+    # Two conditional replaces of the case (issue 25): the claim is the version gate (a write, linearizable,
+    # unlike a read), the outcome and the commit are one write. No read, no now(), no query.
+    assert results["guarded"].round_trips == (2,) * 5
+    assert dict(results["guarded"].per_method) == {"replace": 10}
     assert results["read-first"].round_trips == (6,) * 5
     assert dict(results["read-first"].per_method) == {"create": 5, "read": 15, "replace": 10}
     assert results["unguarded"].round_trips == (1,) * 5
@@ -34,8 +35,8 @@ def test_main_prints_the_table_and_the_verdict(capsys: pytest.CaptureFixture[str
 
     assert code == 0, out
     trips = {m[1]: m[2] for m in re.finditer(r"^\| sqlite\s*\| (\S+)\s*\|\s*(\d+) \|", out, flags=re.MULTILINE)}
-    assert trips == {"guarded": "4", "unguarded": "1", "read-first": "6"}
-    assert "round trips per guarded effect on sqlite: met (measured 4)" in out
+    assert trips == {"guarded": "2", "unguarded": "1", "read-first": "6"}
+    assert "round trips per guarded effect on sqlite: met (measured 2)" in out
     assert "| cosmos" not in out  # only the requested backend was measured
 
 

@@ -33,6 +33,7 @@ POLICY = Retention(
         ("cases", {"status": "closed"}, 90),
         ("cases", {"status": "approved"}, 90),
         ("cases", {"status": "closed", "gateOpen": True}, None),  # an effect may still be in flight
+        ("cases", {"status": "closed", "openEffects": True}, None),  # an effect on it is still open
         ("cases", {"status": "open"}, None),
         ("cases", {"status": "awaiting_approval"}, None),
         ("cases", {"status": "needs_review"}, None),

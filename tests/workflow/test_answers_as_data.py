@@ -64,7 +64,8 @@ def test_a_rejection_keeps_its_reason_as_a_field_whatever_the_reason_says(app: H
 
 def _a_done_request_on_v1(store: DocumentStore, amount: str) -> None:
     """A credit-note request of v1 that is done and whose note has not arrived: outstanding money. Written
-    directly (as a person's resolution would leave it) because no run can make one once the case is at v2."""
+    directly onto the case as its effect entry (as a person's resolution would leave it) because no run can
+    make one once the case is at v2."""
     key = effect_key("C-1", "request_credit_note", 1)
     body = {
         "id": key,
@@ -81,7 +82,9 @@ def _a_done_request_on_v1(store: DocumentStore, amount: str) -> None:
         "resolution": None,
         "history": [],
     }
-    store.create("effects", "C-1", key, body)
+    doc = store.read("cases", "C-1", "C-1")
+    assert doc is not None
+    store.replace("cases", "C-1", "C-1", {**doc.body, "effects": [*doc.body.get("effects", []), body]}, etag=doc.etag)
 
 
 def test_approved_but_exceeding_names_the_approver_not_the_prose_after_it(app: Harness) -> None:

@@ -22,8 +22,10 @@ def test_a_writer_between_the_effect_and_its_commit_sends_the_case_to_review(
     edits = CaseRepository(store, ManualClock())
 
     def po_edited_meanwhile(point: str) -> None:
-        # Something that bypasses the session (an operator, a second app) edits the PO at F5.
-        if point == "F5" and edits.require("C-1").version == 1:
+        # Something that bypasses the session (an operator, a second app) edits the PO after the supplier
+        # answered and before the outcome-and-commit write (F4; the effects live on the case, so there is no
+        # point between the outcome and the commit any more).
+        if point == "F4" and edits.require("C-1").version == 1:
             assert edits.update_facts("C-1", 1, {"poAmount": "1010.00"}, reason="edited elsewhere")
 
     app = make_harness(store, supplier.url, probe=po_edited_meanwhile)

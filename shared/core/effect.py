@@ -1,0 +1,136 @@
+"""An effect of the ledger: its statuses and its stored shape (rules R2-R4), apart from the policy that writes it.
+
+An effect is an entry of its case document (``shared.core.entries``) or, once closed and moved out, a
+document of the ``effects`` container (the archive; also the rows of the earlier two-container layout):
+the same body shape either way. :class:`~shared.core.ledger.Ledger` is the policy over both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from shared.core.cases import Case
+from shared.core.ports import Document
+
+EFFECTS = "effects"
+_HISTORY_LIMIT = 50
+
+
+class EffectStatus(StrEnum):
+    STARTED = "started"
+    DONE = "done"
+    FAILED = "failed"
+    NEEDS_RECONCILIATION = "needs_reconciliation"
+
+
+OPEN_STATUSES = (EffectStatus.STARTED, EffectStatus.NEEDS_RECONCILIATION)
+"""Statuses without a known outcome: what reconciliation and operators look at."""
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One ledger row. ``ts`` (store clock) is when it last changed; for a ``started`` row, when the
+    current attempt started."""
+
+    key: str
+    case_id: str
+    action: str
+    case_version: int
+    status: EffectStatus
+    request: dict[str, Any]
+    result: dict[str, Any] | None
+    reason: str | None
+    stale: bool
+    attempts: int
+    resolution: dict[str, Any] | None
+    history: tuple[dict[str, Any], ...]
+    etag: str = field(repr=False)
+    ts: float
+    in_record: bool = field(default=False, repr=False)
+    """An entry of its case document (``shared.core.entries``; ``etag`` is then the case's), not a row of
+    the ``effects`` container (the archive, or a row of the earlier layout)."""
+
+    @classmethod
+    def from_entry(cls, case: Case, entry: Mapping[str, Any]) -> Effect:
+        """The effect an entry of ``case`` holds. Its ``ts`` is the entry's ``changedTs`` (for a ``started``
+        entry, when its current attempt was claimed, by the store's clock; see ``shared.core.entries``)."""
+        body = {k: v for k, v in entry.items() if k != "changedTs"}
+        ts = entry.get("changedTs")
+        doc = Document(EFFECTS, case.id, str(entry["id"]), body, case.etag, float(ts if ts is not None else case.ts))
+        return replace(cls.from_document(doc), in_record=True)
+
+    @classmethod
+    def from_document(cls, doc: Document) -> Effect:
+        b = doc.body
+        return cls(
+            key=doc.id,
+            case_id=str(b["caseId"]),
+            action=str(b["action"]),
+            case_version=int(b["caseVersion"]),
+            status=EffectStatus(b["status"]),
+            request=dict(b.get("request") or {}),
+            result=dict(b["result"]) if b.get("result") is not None else None,
+            reason=b.get("reason"),
+            stale=bool(b.get("stale", False)),
+            attempts=int(b.get("attempts", 1)),
+            resolution=dict(b["resolution"]) if b.get("resolution") else None,
+            history=tuple(dict(h) for h in b.get("history") or ()),
+            etag=doc.etag,
+            ts=doc.ts,
+        )
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "id": self.key,
+            "kind": "effect",
+            "caseId": self.case_id,
+            "action": self.action,
+            "caseVersion": self.case_version,
+            "status": self.status.value,
+            "request": self.request,
+            "result": self.result,
+            "reason": self.reason,
+            "stale": self.stale,
+            "attempts": self.attempts,
+            "resolution": self.resolution,
+            "history": list(self.history),
+        }
+
+
+def late_outcome_alert(closed: Effect) -> tuple[str, dict[str, Any]]:
+    """The message and fields of the alert for a call that succeeded after its row was closed: whoever
+    closed it believed nothing was asked, and the case may have asked again since (money possibly
+    over-requested)."""
+    amount, currency = closed.request.get("amount"), closed.request.get("currency")
+    asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
+    message = (
+        f"effect {closed.action} ({closed.key[:12]}) of case {closed.case_id} happened after its row was closed "
+        f"as {closed.status.value}{' (stale)' if closed.stale else ''}: {asked} was asked on v{closed.case_version} "
+        "and may be over-requested if the case asked again since; a person checks the supplier's notes"
+    )
+    fields = {
+        "caseId": closed.case_id,
+        "effectKey": closed.key,
+        "action": closed.action,
+        "amount": amount,
+        "currency": currency,
+        "decidedOnVersion": closed.case_version,
+        "closedAs": closed.status.value,
+    }
+    return message, fields
+
+
+def _superseded_by_ignorance(current: Effect) -> bool:
+    """Closed by someone who did not know our call's outcome: a stale refusal (which called nothing)
+    or an escalation."""
+    return current.status is EffectStatus.NEEDS_RECONCILIATION or (
+        current.status is EffectStatus.FAILED and current.stale
+    )
+
+
+def _evolve(effect: Effect, *, history_entry: dict[str, Any], **changes: Any) -> Effect:
+    history = ((*effect.history, history_entry))[-_HISTORY_LIMIT:]
+    return replace(effect, history=history, **changes)

@@ -1,0 +1,181 @@
+"""The effects claimed and closed on the case they guard (rules R2-R5; issue 25): two writes per effect.
+
+An effect's claim and outcome are **entries of the case document** (``effects``), not rows of their own:
+one document, one partition key, one ETag. So
+
+- **the claim is the version gate**: one conditional replace of the case (``If-Match`` on the case as the
+  decision read it) that adds the entry ``started`` only if the case is still at the decided-on version and
+  has no entry under that key. It fails as a whole or lands as a whole: a claim on a version the case has
+  left writes nothing and calls nothing (``StaleDecision``), so there is no "failed (stale)" claim to close;
+- **the outcome and the status commit are one write**: the entry becomes ``done`` and, in the same
+  conditional replace, the case commits the effect's :class:`CommitPlan` (or, if the facts moved while the
+  call was in flight, is handed to a person by a transition naming the effect). There is no state "done but
+  not committed": the failure point F5 of the two-container layout cannot happen.
+
+Sequence of one guarded effect on the happy path (two store round trips, both before/after the call)::
+
+    replace case (+entry started, If-Match) -> call(key) -> replace case (entry done + commit, If-Match)
+
+A 412 on either write means someone wrote the case meanwhile (a note, a fact update, another run, the
+reconciler): the writer re-reads and re-applies (see :class:`~shared.core.ledger.Ledger.run_on_record`).
+
+**The store's clock for "in flight" (R3).** A ``started`` entry's age is measured from its ``changedTs``.
+The claim cannot know its own ``_ts``; the case's next reader fills it in with the ``_ts`` of the
+document it read (an upper bound on the claim time) and every later write persists it
+(``shared.core.cases._stamped``). So a later note moves the document's ``_ts`` but never the entry's time
+once stamped: reconciliation may come later than the claim's true age says, never earlier. A re-claim
+(same-key retry) writes the entry without ``changedTs``, restarting its clock.
+
+**The record stays bounded.** At most :data:`CLOSED_KEPT` closed entries stay on the case; older closed
+ones are moved to the ``effects`` container, which becomes the archive (same body shape as the rows of the
+earlier layout, so those are read as archive unchanged): the archive document is created first
+(``AlreadyExists``: already there), then the next case write drops the entry and counts it in
+``effectsArchived``, so a reader queries the archive only when there is something in it. Open entries are
+never archived. An entry is a few hundred bytes to a few KB (its request, result and a short history), so
+16 closed entries plus the open ones keep the effects far below Cosmos DB's 2 MB document limit, however
+many effects a case has over its life.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from shared.core.cases import Answer, Case, _advance
+from shared.core.effect import Effect
+
+CLOSED_KEPT = 16
+"""Closed entries kept on the case. A decision reads the earlier effects of its case (what was already
+asked, to subtract it) from the case it already read; 16 covers every case the invoice app has seen
+(a few credit notes each) without a query, and bounds what every case write carries."""
+
+Committed = Literal["committed", "already", "needs_review", "with_person"]
+
+_OPEN = ("started", "needs_reconciliation")
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """What the case becomes once the effect is done, written in the same write as the outcome.
+
+    ``status``, ``reason``, ``proposed_by`` and ``answer`` go on the commit's transition; ``data(effect)``
+    gives the case ``data`` fields the result fills (``None``: none). ``review_status`` is where the case
+    goes when the effect happened on a version the case has since left."""
+
+    status: str
+    reason: str | None = None
+    proposed_by: str | None = None
+    answer: Answer | None = None
+    data: Callable[[Effect], Mapping[str, Any]] | None = None
+    review_status: str = "needs_review"
+
+    @classmethod
+    def from_intent(
+        cls,
+        intent: Mapping[str, Any],
+        *,
+        data: Callable[[Effect], Mapping[str, Any]] | None = None,
+        review_status: str = "needs_review",
+        reason_suffix: str = "",
+    ) -> CommitPlan:
+        """The plan a stored commit intent (``request.commit``) names. Raises ``ValueError`` without a status."""
+        if not intent.get("status"):
+            raise ValueError("a commit intent needs a status")
+        reason = f"{intent.get('reason') or ''} {reason_suffix}".strip() or None
+        answer = Answer.from_json(intent["answer"]) if intent.get("answer") else None
+        return cls(
+            status=str(intent["status"]),
+            reason=reason,
+            proposed_by=intent.get("proposedBy"),
+            answer=answer,
+            data=data,
+            review_status=review_status,
+        )
+
+
+def effects_of(case: Case) -> list[Effect]:
+    """The effects on ``case`` as read (no store access): what a fresh decision needs."""
+    return [Effect.from_entry(case, entry) for entry in case.entries]
+
+
+def entry_of(case: Case, key: str) -> Effect | None:
+    """The effect ``key`` on ``case``, or ``None``."""
+    for entry in case.entries:
+        if entry.get("id") == key:
+            return Effect.from_entry(case, entry)
+    return None
+
+
+def put(case: Case, effect: Effect) -> Case:
+    """``case`` with ``effect``'s entry added or replaced. The entry is written without ``changedTs``: the
+    next reader stamps it with the ``_ts`` of this write."""
+    body = effect.to_body()
+    entries = [e for e in case.entries if e.get("id") != effect.key]
+    index = next((i for i, e in enumerate(case.entries) if e.get("id") == effect.key), len(entries))
+    entries.insert(index, body)
+    return replace(case, entries=tuple(entries))
+
+
+def settle(case: Case, done: Effect, plan: CommitPlan, at: float) -> tuple[Case, Committed, str | None]:
+    """``case`` with ``done`` recorded and its commit applied, as one write: the commit table of the
+    two-container layout's finisher, judged on the case as read.
+
+    Returns the case to write, what happened to the commit, and, for ``needs_review``, the reason (the
+    caller raises the ``effect_on_left_version`` alert)."""
+    named = case.transitions_of(done.key)
+    data: dict[str, Any] = dict(plan.data(done)) if plan.data is not None else {}
+    if any(t.from_version == done.case_version and t.status == plan.status for t in named):
+        return put(case, done), "already", None
+    if named:
+        return put(case, done), "with_person", None
+    if case.version == done.case_version:
+        committed = _advance(
+            case,
+            plan.status,
+            plan.reason,
+            done.key,
+            at,
+            data={**case.data, **data},
+            proposed_by=plan.proposed_by,
+            answer=plan.answer,
+        )
+        return put(committed, done), "committed", None
+    reason = (
+        f"effect {done.action} ({done.key[:12]}) happened on v{done.case_version} "
+        f"but the case moved to v{case.version} before it was committed"
+    )
+    escalated = _advance(case, plan.review_status, reason, done.key, at, data={**case.data, **data}, escalation=True)
+    return put(escalated, done), "needs_review", reason
+
+
+def escalate(case: Case, effect: Effect, review_status: str, reason: str, at: float) -> Case:
+    """``case`` with ``effect``'s entry as given and, unless a transition to ``review_status`` naming the
+    effect is there already, handed to a person by one."""
+    if any(t.effect_key == effect.key and t.status == review_status for t in case.history):
+        return put(case, effect)
+    return put(_advance(case, review_status, reason, effect.key, at, data=dict(case.data), escalation=True), effect)
+
+
+def over_bound(case: Case) -> list[dict[str, Any]]:
+    """The closed entries beyond :data:`CLOSED_KEPT`, oldest first: what to archive before the next write.
+
+    A ``failed`` entry closed as stale is kept: a call that was in flight may still report it happened,
+    and that late outcome is recorded over the entry (``shared.core.effect._superseded_by_ignorance``)."""
+    closed = [e for e in case.entries if e.get("status") not in _OPEN and not e.get("stale")]
+    excess = len(closed) - CLOSED_KEPT
+    return closed[:excess] if excess > 0 else []
+
+
+def without(case: Case, keys: set[str]) -> Case:
+    """``case`` without the entries ``keys`` (archived), counted in ``effectsArchived``."""
+    kept = tuple(e for e in case.entries if e.get("id") not in keys)
+    return replace(case, entries=kept, effects_archived=case.effects_archived + len(case.entries) - len(kept))
+
+
+def archive_body(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The archive document of a closed entry: the effect row's body (``changedTs`` kept as ``closedTs``)."""
+    body = {k: v for k, v in entry.items() if k != "changedTs"}
+    if entry.get("changedTs") is not None:
+        body["closedTs"] = entry["changedTs"]
+    return body
