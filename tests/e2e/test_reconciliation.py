@@ -24,8 +24,9 @@ pytestmark = pytest.mark.slow
 def health_records(host: DevHost, kind: str) -> list[dict[str, Any]]:
     store = SqliteDocumentStore(host.data / "casekeeper.sqlite")
     try:
-        # Alerts are spread over partitions (shared.app.alerts); other records keep theirs.
-        query = Query(equals={"record": kind}) if kind == "alert" else Query(partition=kind)
+        # Alerts and checkpoint failures are spread over partitions (by their ``record``); others keep theirs.
+        spread = kind in ("alert", "checkpoint_failure")
+        query = Query(equals={"record": kind}) if spread else Query(partition=kind)
         return [d.body for d in store.query("health", query)]
     finally:
         store.close()

@@ -138,7 +138,7 @@ def test_a_deploy_rebuilds_what_drain_check_names_and_resumes_the_rest(
     assert len(rebuild_notes(old, "C-new")) == 1
 
     assert alerts(store) == []  # every rebuild was foreseen by the checks: none is a failed resume
-    assert store.query("health", Query(partition="checkpoint_failure")) == []
+    assert store.query("health", Query(equals={"record": "checkpoint_failure"})) == []
 
 
 def test_a_resume_that_fails_where_no_check_looked_is_rebuilt_with_a_note_and_an_alert(

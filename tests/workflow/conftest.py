@@ -22,5 +22,5 @@ def app(store: DocumentStore, supplier: SupplierStub, request: pytest.FixtureReq
     yield harness
     # Every path through the workflow must checkpoint cleanly: a failed save is the quiet failure mode
     # (a type missing from the allow-list), and it would otherwise pass unnoticed.
-    failures = store.query("health", Query(partition="checkpoint_failure"))
+    failures = store.query("health", Query(equals={"record": "checkpoint_failure"}))
     assert not failures, [f.body["error"] for f in failures]

@@ -54,7 +54,7 @@ def test_failing_checkpoint_saves_are_recorded_and_the_run_still_completes(
     records = caplog.records
     assert result.status == "awaiting_approval"
     framework_warnings = [r for r in records if r.getMessage().startswith("Failed to create checkpoint")]
-    failures = store.query("health", Query(partition="checkpoint_failure"))
+    failures = store.query("health", Query(equals={"record": "checkpoint_failure"}))
     assert framework_warnings and len(failures) == len(framework_warnings)
     assert {f.body["caseId"] for f in failures} == {"C-1"}
     assert all("ApprovalRequest" in f.body["error"]["message"] for f in failures)
@@ -92,7 +92,7 @@ def test_the_deferred_last_checkpoint_failing_is_recorded_and_the_decision_stand
         result = app.handle(ev.APPROVAL_ANSWERED, "C-1", decision="approve", **answer)
     assert result.status == "credit_requested" and len(posts(supplier)) == 1
     [warning] = [r for r in caplog.records if r.getMessage().startswith("Failed to create checkpoint")]
-    [failure] = store.query("health", Query(partition="checkpoint_failure"))
+    [failure] = store.query("health", Query(equals={"record": "checkpoint_failure"}))
     assert failure.body["caseId"] == "C-1" and "injected" in failure.body["error"]["message"]
     assert failure.body["iteration"] == warning.args[0]  # type: ignore[index]
 
