@@ -16,7 +16,9 @@
     ├── CaseError                        no         about one case
     │   ├── CaseNotFound                 no         no such case
     │   ├── InvalidProposal              no         a proposal the facts do not allow
-    │   └── CheckpointUnusable           no         this build cannot resume a stored checkpoint: rebuild
+    │   ├── CheckpointUnusable           no         this build cannot resume a stored checkpoint: rebuild
+    │   ├── ApprovalNotPending           no         the answered request is not pending: answered, withdrawn
+    │   └── StaleApproval                no         answered on a version the record has left (rule R6)
     ├── EffectError                      no         about one guarded side effect (key, case, action)
     │   ├── EffectInFlight               yes        another attempt is mid-call: retry after ``retry_after``
     │   ├── NeedsReconciliation          no         started long ago, outcome unknown: never retry blindly
@@ -36,12 +38,13 @@ call is not retried in place (``shared.handlers.case_events``): it is slow, and 
 wait (``retry_after``) that only a delayed copy of the event honours without holding the case's session.
 Context travels as attributes (case id, key, versions), never only in the message text.
 
-Two classes of the tree are defined next to the only code that raises them, not in this module:
-``CheckpointUnusable`` in ``shared.workflow.checkpoints`` (its ``kind`` names the checkpoint storage's
-reasons) and ``LockLost`` in ``shared.messaging.sqlite_queue`` (only the local session queue raises it;
+Four classes of the tree are defined next to the only code that raises them, not in this module:
+``CheckpointUnusable`` in ``casekeeper.checkpoints`` (its ``kind`` names the checkpoint storage's
+reasons), ``ApprovalNotPending`` in ``casekeeper.errors`` and ``StaleApproval`` in ``casekeeper.errors``
+(the public guard's approvals) and ``LockLost`` in ``shared.messaging.sqlite_queue`` (only the local session queue raises it;
 in Azure the Functions host settles messages and meets Service Bus's own ``MessageLockLostError``).
 ``tests/unit/test_errors_tree.py`` checks this drawing against every ``CasekeeperError`` subclass in
-``shared``.
+``shared`` and ``casekeeper``.
 
 The messaging ports (``shared.messaging``) raise ``QueueError``; ``StoreError`` is for the document store.
 The local session queue itself (``LocalSessionQueue``) reports its SQLite file's failures as

@@ -1,6 +1,6 @@
 """The tree drawn in ``shared/core/errors.py`` is the tree of classes that exist.
 
-Every module of ``shared`` is imported, and every ``CasekeeperError`` subclass defined there must appear in
+Every module of ``shared`` and ``casekeeper`` is imported, and every ``CasekeeperError`` subclass defined there must appear in
 the drawing exactly once, under its real base class, with its real ``retryable``; the drawing may name no
 class that does not exist. A class defined outside ``shared.core.errors`` must be named in the module
 docstring together with the module that defines it. A new error anywhere in ``shared`` fails this test
@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import casekeeper
 import shared
 from shared.core import errors
 from shared.core.errors import CasekeeperError
@@ -49,6 +50,8 @@ def drawn() -> list[Row]:
 
 def every_module() -> Iterator[str]:
     yield from (m.name for m in pkgutil.walk_packages(shared.__path__, "shared."))
+    # The guard's public package defines errors of its own too (the Agent Framework pieces).
+    yield from (m.name for m in pkgutil.walk_packages(casekeeper.__path__, "casekeeper."))
 
 
 def real_classes() -> dict[str, type[CasekeeperError]]:
@@ -58,7 +61,7 @@ def real_classes() -> dict[str, type[CasekeeperError]]:
     pending = [CasekeeperError]
     while pending:
         for cls in pending.pop().__subclasses__():
-            if cls.__module__.startswith("shared."):
+            if cls.__module__.startswith(("shared.", "casekeeper.")):
                 assert cls.__name__ not in found or found[cls.__name__] is cls, f"two classes named {cls.__name__}"
                 found[cls.__name__] = cls
             pending.append(cls)
