@@ -68,9 +68,21 @@ lint: setup $(CHECKOV_STAMP) ## ruff, mypy, the import layers (lint-imports) and
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/python scripts/lint_infra.py
 
+# The suite in two passes, the same for make test and make test-313: first on PYTEST_WORKERS processes
+# (pytest-xdist), each test file kept on one worker (--dist loadfile: a module's fixtures, such as the host
+# the browser tests drive, start once); then the tests marked `serial` alone (the seeded chaos run: it loads
+# both cores itself and its hosts work against the clock). Both passes run; either failing fails the target.
 # pytest exits 5 when it collects nothing; that is a broken suite, so it fails here too.
+PYTEST_WORKERS ?= 2
+define run_suite
+$(1) -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"; first=$$?; \
+  $(1) -m serial; second=$$?; \
+  for rc in $$first $$second; do [ $$rc -eq 5 ] && echo "pytest collected no tests: that is a failure"; done; \
+  exit $$(( first ? first : second ))
+endef
+
 test: lint ## ruff, mypy and the whole test suite
-	@$(BIN)/pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: that is a failure"; exit $$rc; }
+	@$(call run_suite,$(BIN)/pytest)
 
 # The whole suite again on Python 3.13, the Python infra/ deploys by default (pythonVersion), in a virtual
 # environment of its own with requirements.txt and requirements-dev.txt: the wheels the deployed app
@@ -88,7 +100,7 @@ $(STAMP_TEST313): requirements.txt requirements-dev.txt pyproject.toml
 
 test-313: setup $(STAMP_TEST313) ## the whole test suite again on Python 3.13, the deployed Python
 	@$(VENV_TEST313)/bin/python --version
-	@$(VENV_TEST313)/bin/pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: that is a failure"; exit $$rc; }
+	@$(call run_suite,$(VENV_TEST313)/bin/pytest)
 
 # FRESH=1 starts from an empty data folder; otherwise the cases are kept across restarts.
 run: setup-run ## start the supplier stub and the local host, with one approval waiting (FRESH=1: start afresh)

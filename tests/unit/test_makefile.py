@@ -4,6 +4,7 @@ and setup shows its progress. Read through ``make -n`` (what make would run), so
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,3 +49,45 @@ def test_make_test_runs_the_lint_and_the_lint_checks_the_import_layers(tmp_path:
     planned = make("-n", "test", venv=tmp_path / "venv")
     assert f"{tmp_path / 'venv'}/bin/lint-imports" in planned
     assert planned.index("lint-imports") < planned.index("bin/pytest"), "the layers are checked before the tests"
+
+
+def test_make_test_and_make_test_313_run_the_same_two_passes(tmp_path: Path) -> None:
+    """Both targets run the suite in parallel without the ``serial`` tests, then the ``serial`` tests alone:
+    together every test, and CI's two Pythons run it the same way."""
+    python313 = tmp_path / "python3.13"  # make -n only prints the commands: any path will do
+    done = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "-n",
+            "test",
+            "test-313",
+            f"VENV={tmp_path / 'venv'}",
+            f"PYTHON313={python313}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    runs = [line for line in done.stdout.splitlines() if "/bin/pytest " in line]
+    assert [line.split("/bin/pytest")[0].rsplit("/", 1)[-1] for line in runs] == ["venv", ".venv-test313"]
+    for line in runs:
+        assert '-n 2 --dist loadfile -m "not serial"; first=$?;' in line, line
+        assert "/bin/pytest -m serial; second=$?;" in line, line
+        assert "exit $(( first ? first : second ))" in line, line
+
+
+def test_the_serial_marker_is_registered_and_holds_the_chaos_run() -> None:
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "serial", "tests/chaos"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "tests/chaos/test_chaos_run.py::test_a_small_seeded_run_keeps_every_invariant" in listed.stdout
