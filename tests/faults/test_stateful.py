@@ -46,6 +46,7 @@ import itertools
 import json
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -93,7 +94,7 @@ from shared.localhost.changefeed import LocalChangeFeed, to_document_list
 from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
-from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
+from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.capture import failures_since, uninstall
 from tests.support.money import money_violations
@@ -266,14 +267,33 @@ class World:
         )
         self.crash_at: str | None = None
         self.crashes: list[str] = []
+        self.pause_at: str | None = None
+        """The next run to reach this point freezes there (a GC, a frozen VM, SIGSTOP) while ``on_pause`` acts."""
+        self.on_pause: Callable[[], None] = lambda: None
+        self.pauses = 0
         self.network = HoldingSender()
         self.services = self._build()
 
     def _probe(self, point: str) -> None:
+        if self.pause_at == point:
+            self._pause()
         if self.crash_at == point:
             self.crash_at = None
             self.crashes.append(point)
             raise Crash(point)
+
+    def _pause(self) -> None:
+        """The worker freezes past the call timeout: the world's clock (the store's, the queue's and the worker's
+        own monotonic one) moves on, and ``on_pause`` (the change feed, the timer) acts on the frozen worker's
+        row from another thread, as another instance would. Crashes wait: the frozen worker is not the one
+        that dies."""
+        self.pause_at, armed, self.crash_at = None, self.crash_at, None
+        self.pauses += 1
+        self.clock.advance(self.call_timeout + 1)
+        meanwhile = threading.Thread(target=self.on_pause)
+        meanwhile.start()
+        meanwhile.join()
+        self.crash_at = armed
 
     def _build(self) -> Services:
         self.network.inner = LocalQueueEventSender(self.queue, QUEUE)
@@ -285,6 +305,10 @@ class World:
             clock=self.clock,
             probe=self._probe,
         )
+        # The worker measures the time since its claim with its own monotonic clock (the gate's deadline, rule
+        # R4); here the world's manual clock is that clock, so a worker frozen in time is late by its own
+        # measure too. bootstrap takes no monotonic clock, so it is set on the ledger it built.
+        services.ledger._monotonic = self.clock.now
         portal = services.supplier
         request = portal.request_credit_note
 
@@ -353,6 +377,12 @@ class CaseMachine(RuleBasedStateMachine):
         self.source_minute = 0
         """The sender's clock: each new fact happens a minute after the last."""
         self.long_outages = 0
+        self.world.on_pause = self._meanwhile
+
+    def _meanwhile(self) -> None:
+        """What other instances do while a worker is frozen: the change feed and the timer run."""
+        self.reconciler_tick()
+        self.timer_tick(past_due=False)
 
     # --- what the outside world does -----------------------------------------------------------
 
@@ -622,6 +652,14 @@ class CaseMachine(RuleBasedStateMachine):
             self.world.crash_at = point
         self.deliver(then)
 
+    @rule(then=DELIVER)
+    def a_worker_freezes_after_its_gate(self, then: int) -> None:
+        """The next worker to pass the version gate freezes before its call (a GC, a frozen VM, SIGSTOP) past
+        the call timeout; meanwhile the change feed and the timer act on its row (a lookup, a same-key retry,
+        an escalation), and the case may move on. Then it wakes, and must not send what nobody counts."""
+        self.world.pause_at = "F2"
+        self.deliver(then)
+
     # --- the host --------------------------------------------------------------------------------
 
     @rule(count=st.integers(1, 4))
@@ -648,11 +686,20 @@ class CaseMachine(RuleBasedStateMachine):
             return True
         except Exception:  # the host abandons the message: delivered again, dead-lettered past the limit
             store.failing = store.down = False
-            self.world.queue.abandon(msg)
+            self._settle(self.world.queue.abandon, msg)
             return True
         store.failing = store.down = False
-        self.world.queue.complete(msg)
+        self._settle(self.world.queue.complete, msg)
         return True
+
+    @staticmethod
+    def _settle(settle: Callable[[Any], None], msg: Any) -> None:
+        """Complete or abandon ``msg``; a worker frozen past its lock lost it, and the broker delivers the
+        message again, as Service Bus does when a completion comes too late."""
+        try:
+            settle(msg)
+        except LockLost:
+            event("a frozen worker lost its message's lock")
 
     def _deliver_next_ready(self) -> bool:
         """Deliver the next message, moving time to it if it is a copy scheduled for later."""
@@ -802,7 +849,7 @@ class CaseMachine(RuleBasedStateMachine):
 
     def _settle_and_check(self) -> None:
         world = self.world
-        world.crash_at = None
+        world.crash_at = world.pause_at = None
         world.store.failing = False
         world.supplier.set_faults(Faults())
         world.store.outage = 0
@@ -1014,5 +1061,27 @@ def test_a_fact_set_aside_before_its_invoice_and_sent_again_after_the_redrive_co
         credit = next(s for s in machine.sent if s.event_type == ev.CREDIT_NOTE_ISSUED)
         assert credit.delivery in {set_aside_delivery(r) for r in view["rejectedEvents"]}, "it was never set aside"
         assert not set_aside_unapplied(view["rejectedEvents"], view), "an applied report still counts as set aside"
+    finally:
+        machine.world.close()
+
+
+def test_a_worker_frozen_after_its_gate_past_the_call_timeout_does_not_send(supplier: SupplierStub) -> None:
+    """The time adversary's pause (issue 18): a worker passes the gate for a request below the approval
+    threshold and freezes before its call past the call timeout while the change feed and the timer run; it
+    wakes with its own clock past the gate's deadline and sends nothing (``SendDeadlinePassed``, an unknown
+    outcome), the lost lock brings the event back, and the request is made once, by key, by reconciliation."""
+    machine = machine_class(supplier)()
+    try:
+        machine.invoice(po=Decimal("1000.00"), over=Decimal("50.00"), crash=None, then=0)
+        machine.a_worker_freezes_after_its_gate(then=1)
+        assert machine.world.pauses == 1
+        posts = [
+            r for r in supplier.requests if r.get("method") == "POST" and r["body"].get("caseId") == machine.case_id
+        ]
+        assert posts == [], "the frozen worker sent its request after the gate's deadline"
+        machine._settle_and_check()
+        view = machine._view()
+        assert view is not None and view["case"]["status"] == "credit_requested", _trail(view)
+        assert [amount for _, amount in machine._notes()] == [Decimal("50.00")]
     finally:
         machine.world.close()
