@@ -378,11 +378,15 @@ class CaseMachine(RuleBasedStateMachine):
         """The sender's clock: each new fact happens a minute after the last."""
         self.long_outages = 0
         self.world.on_pause = self._meanwhile
+        self.deliveries_meanwhile = 0
 
     def _meanwhile(self) -> None:
-        """What other instances do while a worker is frozen: the change feed and the timer run."""
+        """What other instances do while a worker is frozen: the change feed and the timer run, and, its
+        session's lock having expired, another instance takes the session's next messages (the frozen one's
+        own message first, redelivered)."""
         self.reconciler_tick()
         self.timer_tick(past_due=False)
+        self.deliver(self.deliveries_meanwhile)
 
     # --- what the outside world does -----------------------------------------------------------
 
@@ -652,12 +656,39 @@ class CaseMachine(RuleBasedStateMachine):
             self.world.crash_at = point
         self.deliver(then)
 
-    @rule(then=DELIVER)
-    def a_worker_freezes_after_its_gate(self, then: int) -> None:
-        """The next worker to pass the version gate freezes before its call (a GC, a frozen VM, SIGSTOP) past
-        the call timeout; meanwhile the change feed and the timer act on its row (a lookup, a same-key retry,
-        an escalation), and the case may move on. Then it wakes, and must not send what nobody counts."""
-        self.world.pause_at = "F2"
+    @rule(point=st.sampled_from(["F2", "F3"]), meanwhile=DELIVER, then=DELIVER)
+    def a_worker_freezes_after_its_gate(self, point: str, meanwhile: int, then: int) -> None:
+        """The next worker to pass the version gate freezes past the call timeout (a GC, a frozen VM,
+        SIGSTOP), before its call (F2) or while the supplier's reply is slow to come back (F3: the note is
+        made); meanwhile the change feed and the timer act on its row (a lookup, a same-key retry, an
+        escalation), and another instance takes ``meanwhile`` messages of the session whose lock it lost.
+        Then it wakes: it must not send what nobody counts, nor record over what reconciliation found."""
+        self.world.pause_at = point
+        self.deliveries_meanwhile = meanwhile
+        self.deliver(then)
+
+    @rule(pick=st.integers(0, 20), then=DELIVER)
+    def a_delivery_id_reused_with_another_body(self, pick: int, then: int) -> None:
+        """A sender retries a fact event under its delivery id with a changed body (its amount moved since):
+        the door refuses it (409), as a payment API refuses an idempotency key re-used with other parameters,
+        and nothing of it reaches the case."""
+        earlier = [s for s in self.sent if s.accepted and s.event_type in ev.ORDERED_TYPES]
+        if not earlier:
+            return
+        again = earlier[pick % len(earlier)]
+        field_name = "amount" if again.event_type == ev.CREDIT_NOTE_ISSUED else "poAmount"
+        data = {**again.data, field_name: str(Decimal(str(again.data[field_name])) + Decimal("1.00"))}
+        self.step += 1
+        body = json.dumps({"type": again.event_type, "caseId": self.case_id, "data": data}).encode()
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: sign(SECRET, body, int(self.world.clock.now()), again.delivery),
+            DELIVERY_HEADER: again.delivery,
+        }
+        req = func.HttpRequest(method="POST", url="http://localhost/api/events", headers=headers, body=body)
+        response = function("events")(req)
+        assert response.status_code == 409, (again.delivery, response.status_code, response.get_body())
+        self.sent.append(Sent(self.step, "reused", self.case_id, again.event_type, data, again.delivery, 409))
         self.deliver(then)
 
     # --- the host --------------------------------------------------------------------------------
@@ -1073,7 +1104,7 @@ def test_a_worker_frozen_after_its_gate_past_the_call_timeout_does_not_send(supp
     machine = machine_class(supplier)()
     try:
         machine.invoice(po=Decimal("1000.00"), over=Decimal("50.00"), crash=None, then=0)
-        machine.a_worker_freezes_after_its_gate(then=1)
+        machine.a_worker_freezes_after_its_gate("F2", meanwhile=0, then=1)
         assert machine.world.pauses == 1
         posts = [
             r for r in supplier.requests if r.get("method") == "POST" and r["body"].get("caseId") == machine.case_id
