@@ -148,21 +148,28 @@ class CheckpointFaults:
         """The whole store unreachable (an outage): every call raises, reads too."""
         self.outage = 0
         """How many of the next deliveries find the store down, for longer than their waits in place."""
+        self.effects_down = False
+        """Only the ``effects`` container unreachable: a fact is written, the decision after it fails."""
+        self.effects_outage = 0
+        """How many of the next deliveries find only the ``effects`` container down."""
 
     def _check(self, container: str) -> None:
-        if self.down:
+        if self.down or (self.effects_down and container == "effects"):
             raise StoreUnavailable("injected: the store is unreachable (outage)")
         if self.failing and container == "checkpoints":
             self.refused += 1
             raise StoreUnavailable("injected: the checkpoint save failed (F7)")
+
+    def _check_read(self, container: str) -> None:
+        if self.down or (self.effects_down and container == "effects"):
+            raise StoreUnavailable("injected: the store is unreachable (outage)")
 
     def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         self._check(container)
         return self.inner.create(container, partition, doc_id, body)
 
     def read(self, container: str, partition: str, doc_id: str) -> Document | None:
-        if self.down:
-            raise StoreUnavailable("injected: the store is unreachable (outage)")
+        self._check_read(container)
         return self.inner.read(container, partition, doc_id)
 
     def replace(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str) -> Document:
@@ -182,13 +189,11 @@ class CheckpointFaults:
         return self.inner.delete(container, partition, doc_id, etag=etag)
 
     def query(self, container: str, query: Query) -> list[Document]:
-        if self.down:
-            raise StoreUnavailable("injected: the store is unreachable (outage)")
+        self._check_read(container)
         return self.inner.query(container, query)
 
     def count(self, container: str, query: Query) -> int:
-        if self.down:
-            raise StoreUnavailable("injected: the store is unreachable (outage)")
+        self._check_read(container)
         return self.inner.count(container, query)
 
     def now(self) -> float:
@@ -605,6 +610,12 @@ class CaseMachine(RuleBasedStateMachine):
         is deferred as a delayed copy, and events sent after it may be handled first."""
         self.world.store.outage = deliveries
 
+    @rule(deliveries=st.integers(1, 3))
+    def the_effects_container_goes_down(self, deliveries: int) -> None:
+        """The next deliveries find only the ``effects`` container unreachable: a fact event writes its facts,
+        then its decision fails, and its delayed copy comes back behind later events."""
+        self.world.store.effects_outage = deliveries
+
     @precondition(lambda self: self.long_outages < MAX_LONG_OUTAGES)
     @rule()
     def an_outage_outlasts_the_retry_window(self) -> None:
@@ -709,17 +720,18 @@ class CaseMachine(RuleBasedStateMachine):
             return False
         store = self.world.store
         store.down, store.outage = store.outage > 0, max(0, store.outage - 1)
+        store.effects_down, store.effects_outage = store.effects_outage > 0, max(0, store.effects_outage - 1)
         try:
             asyncio.run(function("case_worker")(to_service_bus_message(msg)))
         except Crash:
-            store.down = False
+            store.down = store.effects_down = False
             self._crashed()
             return True
         except Exception:  # the host abandons the message: delivered again, dead-lettered past the limit
-            store.failing = store.down = False
+            store.failing = store.down = store.effects_down = False
             self._settle(self.world.queue.abandon, msg)
             return True
-        store.failing = store.down = False
+        store.failing = store.down = store.effects_down = False
         self._settle(self.world.queue.complete, msg)
         return True
 
@@ -883,7 +895,7 @@ class CaseMachine(RuleBasedStateMachine):
         world.crash_at = world.pause_at = None
         world.store.failing = False
         world.supplier.set_faults(Faults())
-        world.store.outage = 0
+        world.store.outage = world.store.effects_outage = 0
         world.network.hold = 0
         while world.network.held:  # everything held back arrives in the end, in the order it was sent
             world.network.release(0, twice=False)
