@@ -24,7 +24,14 @@ order, perhaps twice; the store can be down for a few deliveries (past the waits
 deferred as a delayed copy and later ones overtake it) or past ``RETRY_FOR_SECONDS`` (the event is
 dead-lettered, and ``events redrive`` puts it back); a sender that dates its facts (``occurredAt``, chosen
 per example: always or never) can deliver an old one late. The final facts must equal the facts applied in
-the sender's order (:func:`_facts_in_source_order`), whatever order they came in.
+the sender's order (:func:`_facts_in_source_order`), whatever order they came in. Only the ``effects``
+container can be down too (the facts are written, the decision fails and its copy comes back late), and a
+sender can re-use a delivery id with a changed body (refused at the door with 409).
+
+**A frozen worker.** A worker can freeze after its gate (a GC, a frozen VM, SIGSTOP), before its call or
+while the supplier's reply is slow, past the call timeout: the world's clock moves on (the worker's own
+monotonic clock with it), the change feed and the timer act on its row, and another instance takes the
+session whose lock it lost; then it wakes. The gate's deadline must keep it from sending what nobody counts.
 
 **The reference model** is what the test itself sent and what the supplier logged, never the code under
 test: :mod:`shared.chaos.checks` rebuilds the facts at every case version from the accepted events and the
