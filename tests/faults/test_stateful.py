@@ -301,7 +301,7 @@ class World:
         that dies."""
         self.pause_at, armed, self.crash_at = None, self.crash_at, None
         self.pauses += 1
-        self.clock.advance(self.call_timeout + 1)
+        self.pass_time(self.call_timeout + 1)
         meanwhile = threading.Thread(target=self.on_pause)
         meanwhile.start()
         meanwhile.join()
