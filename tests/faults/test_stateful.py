@@ -288,19 +288,20 @@ class World:
 
     def _probe(self, point: str) -> None:
         if self.pause_at == point:
-            self._pause()
+            self._pause(point)
         if self.crash_at == point:
             self.crash_at = None
             self.crashes.append(point)
             raise Crash(point)
 
-    def _pause(self) -> None:
+    def _pause(self, point: str) -> None:
         """The worker freezes past the call timeout: the world's clock (the store's, the queue's and the worker's
         own monotonic one) moves on, and ``on_pause`` (the change feed, the timer) acts on the frozen worker's
         row from another thread, as another instance would. Crashes wait: the frozen worker is not the one
         that dies."""
         self.pause_at, armed, self.crash_at = None, self.crash_at, None
         self.pauses += 1
+        event(f"a worker froze at {point}")
         self.pass_time(self.call_timeout + 1)
         meanwhile = threading.Thread(target=self.on_pause)
         meanwhile.start()
