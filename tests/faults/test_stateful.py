@@ -24,7 +24,14 @@ order, perhaps twice; the store can be down for a few deliveries (past the waits
 deferred as a delayed copy and later ones overtake it) or past ``RETRY_FOR_SECONDS`` (the event is
 dead-lettered, and ``events redrive`` puts it back); a sender that dates its facts (``occurredAt``, chosen
 per example: always or never) can deliver an old one late. The final facts must equal the facts applied in
-the sender's order (:func:`_facts_in_source_order`), whatever order they came in.
+the sender's order (:func:`_facts_in_source_order`), whatever order they came in. Only the ``effects``
+container can be down too (the facts are written, the decision fails and its copy comes back late), and a
+sender can re-use a delivery id with a changed body (refused at the door with 409).
+
+**A frozen worker.** A worker can freeze after its gate (a GC, a frozen VM, SIGSTOP), before its call or
+while the supplier's reply is slow, past the call timeout: the world's clock moves on (the worker's own
+monotonic clock with it), the change feed and the timer act on its row, and another instance takes the
+session whose lock it lost; then it wakes. The gate's deadline must keep it from sending what nobody counts.
 
 **The reference model** is what the test itself sent and what the supplier logged, never the code under
 test: :mod:`shared.chaos.checks` rebuilds the facts at every case version from the accepted events and the
@@ -46,6 +53,7 @@ import itertools
 import json
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -93,7 +101,7 @@ from shared.localhost.changefeed import LocalChangeFeed, to_document_list
 from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
-from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
+from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
 from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.capture import failures_since, uninstall
 from tests.support.money import money_violations
@@ -147,21 +155,28 @@ class CheckpointFaults:
         """The whole store unreachable (an outage): every call raises, reads too."""
         self.outage = 0
         """How many of the next deliveries find the store down, for longer than their waits in place."""
+        self.effects_down = False
+        """Only the ``effects`` container unreachable: a fact is written, the decision after it fails."""
+        self.effects_outage = 0
+        """How many of the next deliveries find only the ``effects`` container down."""
 
     def _check(self, container: str) -> None:
-        if self.down:
+        if self.down or (self.effects_down and container == "effects"):
             raise StoreUnavailable("injected: the store is unreachable (outage)")
         if self.failing and container == "checkpoints":
             self.refused += 1
             raise StoreUnavailable("injected: the checkpoint save failed (F7)")
+
+    def _check_read(self, container: str) -> None:
+        if self.down or (self.effects_down and container == "effects"):
+            raise StoreUnavailable("injected: the store is unreachable (outage)")
 
     def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         self._check(container)
         return self.inner.create(container, partition, doc_id, body)
 
     def read(self, container: str, partition: str, doc_id: str) -> Document | None:
-        if self.down:
-            raise StoreUnavailable("injected: the store is unreachable (outage)")
+        self._check_read(container)
         return self.inner.read(container, partition, doc_id)
 
     def replace(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str) -> Document:
@@ -181,13 +196,11 @@ class CheckpointFaults:
         return self.inner.delete(container, partition, doc_id, etag=etag)
 
     def query(self, container: str, query: Query) -> list[Document]:
-        if self.down:
-            raise StoreUnavailable("injected: the store is unreachable (outage)")
+        self._check_read(container)
         return self.inner.query(container, query)
 
     def count(self, container: str, query: Query) -> int:
-        if self.down:
-            raise StoreUnavailable("injected: the store is unreachable (outage)")
+        self._check_read(container)
         return self.inner.count(container, query)
 
     def now(self) -> float:
@@ -267,14 +280,34 @@ class World:
         )
         self.crash_at: str | None = None
         self.crashes: list[str] = []
+        self.pause_at: str | None = None
+        """The next run to reach this point freezes there (a GC, a frozen VM, SIGSTOP) while ``on_pause`` acts."""
+        self.on_pause: Callable[[], None] = lambda: None
+        self.pauses = 0
         self.network = HoldingSender()
         self.services = self._build()
 
     def _probe(self, point: str) -> None:
+        if self.pause_at == point:
+            self._pause(point)
         if self.crash_at == point:
             self.crash_at = None
             self.crashes.append(point)
             raise Crash(point)
+
+    def _pause(self, point: str) -> None:
+        """The worker freezes past the call timeout: the world's clock (the store's, the queue's and the worker's
+        own monotonic one) moves on, and ``on_pause`` (the change feed, the timer) acts on the frozen worker's
+        row from another thread, as another instance would. Crashes wait: the frozen worker is not the one
+        that dies."""
+        self.pause_at, armed, self.crash_at = None, self.crash_at, None
+        self.pauses += 1
+        event(f"a worker froze at {point}")
+        self.pass_time(self.call_timeout + 1)
+        meanwhile = threading.Thread(target=self.on_pause)
+        meanwhile.start()
+        meanwhile.join()
+        self.crash_at = armed
 
     def _build(self) -> Services:
         self.network.inner = LocalQueueEventSender(self.queue, QUEUE)
@@ -286,6 +319,10 @@ class World:
             clock=self.clock,
             probe=self._probe,
         )
+        # The worker measures the time since its claim with its own monotonic clock (the gate's deadline, rule
+        # R4); here the world's manual clock is that clock, so a worker frozen in time is late by its own
+        # measure too. bootstrap takes no monotonic clock, so it is set on the ledger it built.
+        services.ledger._monotonic = self.clock.now
         portal = services.supplier
         request = portal.request_credit_note
 
@@ -354,6 +391,16 @@ class CaseMachine(RuleBasedStateMachine):
         self.source_minute = 0
         """The sender's clock: each new fact happens a minute after the last."""
         self.long_outages = 0
+        self.world.on_pause = self._meanwhile
+        self.deliveries_meanwhile = 0
+
+    def _meanwhile(self) -> None:
+        """What other instances do while a worker is frozen: the change feed and the timer run, and, its
+        session's lock having expired, another instance takes the session's next messages (the frozen one's
+        own message first, redelivered)."""
+        self.reconciler_tick()
+        self.timer_tick(past_due=False)
+        self.deliver(self.deliveries_meanwhile)
 
     # --- what the outside world does -----------------------------------------------------------
 
@@ -572,6 +619,12 @@ class CaseMachine(RuleBasedStateMachine):
         is deferred as a delayed copy, and events sent after it may be handled first."""
         self.world.store.outage = deliveries
 
+    @rule(deliveries=st.integers(1, 3))
+    def the_effects_container_goes_down(self, deliveries: int) -> None:
+        """The next deliveries find only the ``effects`` container unreachable: a fact event writes its facts,
+        then its decision fails, and its delayed copy comes back behind later events."""
+        self.world.store.effects_outage = deliveries
+
     @precondition(lambda self: self.long_outages < MAX_LONG_OUTAGES)
     @rule()
     def an_outage_outlasts_the_retry_window(self) -> None:
@@ -623,6 +676,41 @@ class CaseMachine(RuleBasedStateMachine):
             self.world.crash_at = point
         self.deliver(then)
 
+    @rule(point=st.sampled_from(["F2", "F3"]), meanwhile=DELIVER, then=DELIVER)
+    def a_worker_freezes_after_its_gate(self, point: str, meanwhile: int, then: int) -> None:
+        """The next worker to pass the version gate freezes past the call timeout (a GC, a frozen VM,
+        SIGSTOP), before its call (F2) or while the supplier's reply is slow to come back (F3: the note is
+        made); meanwhile the change feed and the timer act on its row (a lookup, a same-key retry, an
+        escalation), and another instance takes ``meanwhile`` messages of the session whose lock it lost.
+        Then it wakes: it must not send what nobody counts, nor record over what reconciliation found."""
+        self.world.pause_at = point
+        self.deliveries_meanwhile = meanwhile
+        self.deliver(then)
+
+    @rule(pick=st.integers(0, 20), then=DELIVER)
+    def a_delivery_id_reused_with_another_body(self, pick: int, then: int) -> None:
+        """A sender retries a fact event under its delivery id with a changed body (its amount moved since):
+        the door refuses it (409), as a payment API refuses an idempotency key re-used with other parameters,
+        and nothing of it reaches the case."""
+        earlier = [s for s in self.sent if s.accepted and s.event_type in ev.ORDERED_TYPES]
+        if not earlier:
+            return
+        again = earlier[pick % len(earlier)]
+        field_name = "amount" if again.event_type == ev.CREDIT_NOTE_ISSUED else "poAmount"
+        data = {**again.data, field_name: str(Decimal(str(again.data[field_name])) + Decimal("1.00"))}
+        self.step += 1
+        body = json.dumps({"type": again.event_type, "caseId": self.case_id, "data": data}).encode()
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: sign(SECRET, body, int(self.world.clock.now()), again.delivery),
+            DELIVERY_HEADER: again.delivery,
+        }
+        req = func.HttpRequest(method="POST", url="http://localhost/api/events", headers=headers, body=body)
+        response = function("events")(req)
+        assert response.status_code == 409, (again.delivery, response.status_code, response.get_body())
+        self.sent.append(Sent(self.step, "reused", self.case_id, again.event_type, data, again.delivery, 409))
+        self.deliver(then)
+
     # --- the host --------------------------------------------------------------------------------
 
     @rule(count=st.integers(1, 4))
@@ -641,19 +729,29 @@ class CaseMachine(RuleBasedStateMachine):
             return False
         store = self.world.store
         store.down, store.outage = store.outage > 0, max(0, store.outage - 1)
+        store.effects_down, store.effects_outage = store.effects_outage > 0, max(0, store.effects_outage - 1)
         try:
             asyncio.run(function("case_worker")(to_service_bus_message(msg)))
         except Crash:
-            store.down = False
+            store.down = store.effects_down = False
             self._crashed()
             return True
         except Exception:  # the host abandons the message: delivered again, dead-lettered past the limit
-            store.failing = store.down = False
-            self.world.queue.abandon(msg)
+            store.failing = store.down = store.effects_down = False
+            self._settle(self.world.queue.abandon, msg)
             return True
-        store.failing = store.down = False
-        self.world.queue.complete(msg)
+        store.failing = store.down = store.effects_down = False
+        self._settle(self.world.queue.complete, msg)
         return True
+
+    @staticmethod
+    def _settle(settle: Callable[[Any], None], msg: Any) -> None:
+        """Complete or abandon ``msg``; a worker frozen past its lock lost it, and the broker delivers the
+        message again, as Service Bus does when a completion comes too late."""
+        try:
+            settle(msg)
+        except LockLost:
+            event("a frozen worker lost its message's lock")
 
     def _deliver_next_ready(self) -> bool:
         """Deliver the next message, moving time to it if it is a copy scheduled for later."""
@@ -803,10 +901,10 @@ class CaseMachine(RuleBasedStateMachine):
 
     def _settle_and_check(self) -> None:
         world = self.world
-        world.crash_at = None
+        world.crash_at = world.pause_at = None
         world.store.failing = False
         world.supplier.set_faults(Faults())
-        world.store.outage = 0
+        world.store.outage = world.store.effects_outage = 0
         world.network.hold = 0
         while world.network.held:  # everything held back arrives in the end, in the order it was sent
             world.network.release(0, twice=False)
@@ -1015,5 +1113,27 @@ def test_a_fact_set_aside_before_its_invoice_and_sent_again_after_the_redrive_co
         credit = next(s for s in machine.sent if s.event_type == ev.CREDIT_NOTE_ISSUED)
         assert credit.delivery in {set_aside_delivery(r) for r in view["rejectedEvents"]}, "it was never set aside"
         assert not set_aside_unapplied(view["rejectedEvents"], view), "an applied report still counts as set aside"
+    finally:
+        machine.world.close()
+
+
+def test_a_worker_frozen_after_its_gate_past_the_call_timeout_does_not_send(supplier: SupplierStub) -> None:
+    """The time adversary's pause (issue 18): a worker passes the gate for a request below the approval
+    threshold and freezes before its call past the call timeout while the change feed and the timer run; it
+    wakes with its own clock past the gate's deadline and sends nothing (``SendDeadlinePassed``, an unknown
+    outcome), the lost lock brings the event back, and the request is made once, by key, by reconciliation."""
+    machine = machine_class(supplier)()
+    try:
+        machine.invoice(po=Decimal("1000.00"), over=Decimal("50.00"), crash=None, then=0)
+        machine.a_worker_freezes_after_its_gate("F2", meanwhile=0, then=1)
+        assert machine.world.pauses == 1
+        posts = [
+            r for r in supplier.requests if r.get("method") == "POST" and r["body"].get("caseId") == machine.case_id
+        ]
+        assert posts == [], "the frozen worker sent its request after the gate's deadline"
+        machine._settle_and_check()
+        view = machine._view()
+        assert view is not None and view["case"]["status"] == "credit_requested", _trail(view)
+        assert [amount for _, amount in machine._notes()] == [Decimal("50.00")]
     finally:
         machine.world.close()
