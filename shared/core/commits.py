@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from shared.core.cases import Answer, Case, CaseRepository
+from shared.core.effect import left_version_alert
 from shared.core.errors import ConcurrencyConflict, MissingCommitIntent
 from shared.core.ledger import AlertSink, Effect, EffectStatus, Ledger
 
@@ -142,24 +143,9 @@ class CommitFinisher:
         return FinishResult("needs_review", self.cases.get(effect.case_id))
 
     def _alert_left_version(self, effect: Effect, case_version: int, reason: str) -> None:
-        if self.alert is None:
-            return
-        amount, currency = effect.request.get("amount"), effect.request.get("currency")
-        asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
-        message = (
-            f"case {effect.case_id}: {reason}; {asked} was asked on facts the case has left and may be "
-            "over-requested: a person decides"
-        )
-        fields = {
-            "caseId": effect.case_id,
-            "effectKey": effect.key,
-            "action": effect.action,
-            "amount": amount,
-            "currency": currency,
-            "decidedOnVersion": effect.case_version,
-            "caseVersion": case_version,
-        }
-        self.alert("effect_on_left_version", message, fields, dedupe_key=effect.key)
+        if self.alert is not None:
+            message, fields = left_version_alert(effect, case_version, reason)
+            self.alert("effect_on_left_version", message, fields, dedupe_key=effect.key)
 
     def to_review(self, case_id: str, reason: str, data: Mapping[str, Any], *, effect_key: str) -> None:
         """Hand the case to a person because of ``effect_key``, once per effect (the transition names it)."""

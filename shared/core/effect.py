@@ -123,6 +123,27 @@ def late_outcome_alert(closed: Effect) -> tuple[str, dict[str, Any]]:
     return message, fields
 
 
+def left_version_alert(effect: Effect, case_version: int, reason: str) -> tuple[str, dict[str, Any]]:
+    """The message and fields of the ``effect_on_left_version`` alert: ``effect`` happened on facts the case
+    has since left (it is at ``case_version``), so what it asked may be over-requested."""
+    amount, currency = effect.request.get("amount"), effect.request.get("currency")
+    asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
+    message = (
+        f"case {effect.case_id}: {reason}; {asked} was asked on facts the case has left and may be "
+        "over-requested: a person decides"
+    )
+    fields = {
+        "caseId": effect.case_id,
+        "effectKey": effect.key,
+        "action": effect.action,
+        "amount": amount,
+        "currency": currency,
+        "decidedOnVersion": effect.case_version,
+        "caseVersion": case_version,
+    }
+    return message, fields
+
+
 def _superseded_by_ignorance(current: Effect) -> bool:
     """Closed by someone who did not know our call's outcome: a stale refusal (which called nothing)
     or an escalation."""

@@ -41,8 +41,9 @@ Context travels as attributes (case id, key, versions), never only in the messag
 Four classes of the tree are defined next to the only code that raises them, not in this module:
 ``CheckpointUnusable`` in ``casekeeper.checkpoints`` (its ``kind`` names the checkpoint storage's
 reasons), ``ApprovalNotPending`` in ``casekeeper.errors`` and ``StaleApproval`` in ``casekeeper.errors``
-(the public guard's approvals) and ``LockLost`` in ``shared.messaging.sqlite_queue`` (only the local session queue raises it;
-in Azure the Functions host settles messages and meets Service Bus's own ``MessageLockLostError``).
+(the public guard's approvals) and ``LockLost`` in ``shared.messaging.sqlite_queue`` (only the local
+session queue raises it; in Azure the Functions host settles messages and meets Service Bus's own
+``MessageLockLostError``).
 ``tests/unit/test_errors_tree.py`` checks this drawing against every ``CasekeeperError`` subclass in
 ``shared`` and ``casekeeper``.
 

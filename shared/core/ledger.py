@@ -53,6 +53,7 @@ from shared.core.effect import (
     _evolve,
     _superseded_by_ignorance,
     late_outcome_alert,
+    left_version_alert,
 )
 from shared.core.entries import CommitPlan
 from shared.core.errors import (
@@ -425,24 +426,9 @@ class Ledger:
 
     def _alert_left_version(self, effect: Effect, case_version: int, reason: str) -> None:
         """The ``effect_on_left_version`` alert: the effect happened on facts the case has since left."""
-        if self._alert is None:
-            return
-        amount, currency = effect.request.get("amount"), effect.request.get("currency")
-        asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
-        message = (
-            f"case {effect.case_id}: {reason}; {asked} was asked on facts the case has left and may be "
-            "over-requested: a person decides"
-        )
-        fields = {
-            "caseId": effect.case_id,
-            "effectKey": effect.key,
-            "action": effect.action,
-            "amount": amount,
-            "currency": currency,
-            "decidedOnVersion": effect.case_version,
-            "caseVersion": case_version,
-        }
-        self._alert("effect_on_left_version", message, fields, dedupe_key=effect.key)
+        if self._alert is not None:
+            message, fields = left_version_alert(effect, case_version, reason)
+            self._alert("effect_on_left_version", message, fields, dedupe_key=effect.key)
 
     # --- what reconciliation and operators need -----------------------------------------------
 

@@ -1,9 +1,10 @@
 """The tree drawn in ``shared/core/errors.py`` is the tree of classes that exist.
 
-Every module of ``shared`` and ``casekeeper`` is imported, and every ``CasekeeperError`` subclass defined there must appear in
-the drawing exactly once, under its real base class, with its real ``retryable``; the drawing may name no
-class that does not exist. A class defined outside ``shared.core.errors`` must be named in the module
-docstring together with the module that defines it. A new error anywhere in ``shared`` fails this test
+Every module of ``shared`` and ``casekeeper`` is imported, and every ``CasekeeperError`` subclass defined
+there must appear in the drawing exactly once, under its real base class, with its real ``retryable``; the
+drawing may name no class that does not exist. A class defined outside ``shared.core.errors`` must be named
+in the module docstring together with the module that defines it. A new error anywhere in ``shared`` or
+``casekeeper`` fails this test
 until the drawing shows it.
 """
 
