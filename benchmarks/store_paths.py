@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks.guarded_effect import Tally
 from benchmarks.processes import SECRET, Supplier
-from benchmarks.store_ops import OpsResult, _functions, _world, invoice_event
+from benchmarks.store_ops import CLOCK, METHODS, OpsResult, _functions, _world, invoice_event
 
 PATH_PHASES = ("http", "case_worker", "reconciler", "timer")
 
@@ -54,7 +54,9 @@ PATHS = (
     PathSpec("over", "`invoice.received` over-billed (credit note requested)", (), "over", "credit_requested", 1),
     PathSpec("credit", "`credit_note.issued` (settles, closes)", ("over",), "credit", "closed", 1),
     PathSpec("answer", "approval answer (approve: credit note requested)", ("large",), "answer", "credit_requested", 1),
-    PathSpec("po", "`po.updated` (an approved case's PO lowered: credit requested)", ("within",), "po", "credit_requested", 1),
+    PathSpec(
+        "po", "`po.updated` (an approved case's PO lowered: credit requested)", ("within",), "po", "credit_requested", 1
+    ),
     PathSpec("tick", "idle timer tick (every 5 minutes, not per case)", (), "tick", None, 0),
 )
 NAMES = tuple(p.name for p in PATHS)
@@ -71,128 +73,135 @@ def measure_paths(
 ) -> dict[str, OpsResult]:
     """Count the store operations of ``events`` counted steps per path in ``paths`` on one fresh store of
     ``backend`` (after ``warmup`` uncounted ones per path)."""
-    import azure.functions as func
-
-    from azure.functions.timer import TimerRequest
-
-    from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
-    from shared.localhost.changefeed import LocalChangeFeed, to_document_list
-    from shared.messaging.sqlite_queue import to_service_bus_message
+    from shared.localhost.changefeed import LocalChangeFeed
     from shared.stores.sqlite import SqliteDocumentStore
 
-    functions = _functions()
     run = uuid.uuid4().hex[:6]
     results: dict[str, OpsResult] = {}
     with _world(backend, supplier.url) as (counting, inner, queue, services):
         feed = LocalChangeFeed(inner, "cases", "bench:paths") if isinstance(inner, SqliteDocumentStore) else None
-        problems: list[str] = []
-
-        def expect(response: Any, what: str) -> None:
-            if response.status_code != 202:
-                problems.append(f"{backend} {what}: answered {response.status_code}")
-
-        def webhook(event: dict[str, Any], delivery: str) -> None:
-            body = json.dumps(event).encode()
-            headers = {
-                "Content-Type": "application/json",
-                SIGNATURE_HEADER: sign(SECRET, body, int(time.time()), delivery),
-                DELIVERY_HEADER: delivery,
-            }
-            request = func.HttpRequest(method="POST", url="http://localhost/api/events", headers=headers, body=body)
-            expect(functions["events"](request), f"{event['type']} {event['caseId']}")
-
-        pending_of: dict[str, Any] = {}
-        note_of: dict[str, str] = {}
-
-        def prepare(step: str, case_id: str) -> None:
-            """What a sender knows before the counted step and the benchmark reads uncounted: the pending
-            request an approver answers, the credit note the supplier issued (its id, from the effect)."""
-            if step == "answer" and (case := services.cases.get(case_id)) is not None:
-                pending_of[case_id] = case.data.get("pendingApproval")
-            elif step == "credit":
-                results = [e.result for e in services.ledger.for_case(case_id) if e.result]
-                note_of[case_id] = str(results[0]["creditNoteId"]) if results else f"CN-{case_id}"
-
-        def answer(case_id: str) -> None:
-            # Read before counting (a client knows the request from the approval page or its notification).
-            pending = pending_of.pop(case_id, None)
-            if not pending:
-                problems.append(f"{backend} {case_id}: no approval pending")
-                return
-            body = json.dumps({"decision": "approve", "caseVersion": pending["caseVersion"], "approver": "bench"})
-            request = func.HttpRequest(
-                method="POST",
-                url=f"http://localhost/api/cases/{case_id}/approvals/{pending['requestId']}",
-                headers={"Content-Type": "application/json"},
-                route_params={"caseId": case_id, "requestId": pending["requestId"]},
-                body=body.encode(),
-            )
-            expect(functions["approvals"](request), f"approval of {case_id}")
-
-        def http(step: str, case_id: str) -> None:
-            if step == "within":
-                webhook(_invoice(case_id, "1000.00", "1000.00"), f"{step}-{case_id}")
-            elif step == "over":
-                webhook(invoice_event(case_id), f"{step}-{case_id}")
-            elif step == "large":
-                webhook(_invoice(case_id, "3500.00", "1000.00"), f"{step}-{case_id}")
-            elif step == "credit":
-                data = {"creditNoteId": note_of.pop(case_id, f"CN-{case_id}"), "amount": "100.00"}
-                webhook({"type": "credit_note.issued", "caseId": case_id, "data": data}, f"{step}-{case_id}")
-            elif step == "po":
-                data = {"poAmount": "900.00"}
-                webhook({"type": "po.updated", "caseId": case_id, "data": data}, f"{step}-{case_id}")
-            elif step == "answer":
-                answer(case_id)
-
-        def deliver() -> None:
-            while (msg := queue.receive("case-events")) is not None:
-                try:
-                    asyncio.run(functions["case_worker"](to_service_bus_message(msg)))
-                except Exception:
-                    queue.abandon(msg)
-                    raise
-                queue.complete(msg)
-
-        def follow_feed() -> None:
-            if feed is not None and (batch := feed.poll()).documents:
-                functions["reconciler"](to_document_list(batch))
-                feed.commit(batch)
-
-        def timer() -> None:
-            functions["checkpoint_health"](TimerRequest(past_due=False))
-
-        def phases(step: str, case_id: str) -> list[tuple[str, Callable[[], None]]]:
-            if step == "tick":
-                return [("timer", timer), ("case_worker", deliver), ("reconciler", follow_feed)]
-            return [("http", lambda: http(step, case_id)), ("case_worker", deliver), ("reconciler", follow_feed)]
-
+        driver = _Driver(backend, _functions(), queue, services, feed)
         try:
-            for spec in PATHS:
-                if spec.name not in paths:
-                    continue
+            for spec in (p for p in PATHS if p.name in paths):
                 result = OpsResult(backend, events, {phase: Tally() for phase in PATH_PHASES})
                 result.change_feed = feed is not None
-                problems = result.problems
+                driver.problems = result.problems
                 for i in range(warmup + events):
                     case_id = f"P{run}-{spec.name}-{i:03d}"
                     for step in spec.setup:
-                        for _, call in phases(step, case_id):
+                        for _, call in driver.phases(step, case_id):
                             call()
-                    prepare(spec.step, case_id)
+                    driver.prepare(spec.step, case_id)
                     counting.take_tally()
-                    for phase, call in phases(spec.step, case_id):
+                    for phase, call in driver.phases(spec.step, case_id):
                         call()
                         taken = counting.take_tally()
                         if i >= warmup:
                             result.by_phase[phase].add(taken)
                     if i >= warmup:
-                        problems.extend(_check(backend, services, supplier, spec, case_id))
+                        result.problems.extend(_check(backend, services, supplier, spec, case_id))
                 results[spec.name] = result
         finally:
             if feed is not None:
                 feed.close()
     return results
+
+
+class _Driver:
+    """Sends a path's steps through the indexed functions, as the host would call them."""
+
+    def __init__(self, backend: str, functions: dict[str, Callable[..., Any]], queue: Any, services: Any, feed: Any):
+        self.backend, self.functions, self.queue, self.services, self.feed = backend, functions, queue, services, feed
+        self.problems: list[str] = []
+        self.pending_of: dict[str, Any] = {}
+        self.note_of: dict[str, str] = {}
+
+    def phases(self, step: str, case_id: str) -> list[tuple[str, Callable[[], None]]]:
+        first = ("timer", self.timer) if step == "tick" else ("http", lambda: self.http(step, case_id))
+        return [first, ("case_worker", self.deliver), ("reconciler", self.follow_feed)]
+
+    def prepare(self, step: str, case_id: str) -> None:
+        """What a sender knows before the counted step, read uncounted: the pending request an approver
+        answers (from the approval page), the credit note the supplier issued (its id, on the effect)."""
+        if step == "answer" and (case := self.services.cases.get(case_id)) is not None:
+            self.pending_of[case_id] = case.data.get("pendingApproval")
+        elif step == "credit":
+            results = [e.result for e in self.services.ledger.for_case(case_id) if e.result]
+            self.note_of[case_id] = str(results[0]["creditNoteId"]) if results else f"CN-{case_id}"
+
+    def expect(self, response: Any, what: str) -> None:
+        if response.status_code != 202:
+            self.problems.append(f"{self.backend} {what}: answered {response.status_code}")
+
+    def webhook(self, event: dict[str, Any], delivery: str) -> None:
+        import azure.functions as func
+
+        from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
+
+        body = json.dumps(event).encode()
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: sign(SECRET, body, int(time.time()), delivery),
+            DELIVERY_HEADER: delivery,
+        }
+        request = func.HttpRequest(method="POST", url="http://localhost/api/events", headers=headers, body=body)
+        self.expect(self.functions["events"](request), f"{event['type']} {event['caseId']}")
+
+    def answer(self, case_id: str) -> None:
+        import azure.functions as func
+
+        pending = self.pending_of.pop(case_id, None)
+        if not pending:
+            self.problems.append(f"{self.backend} {case_id}: no approval pending")
+            return
+        body = json.dumps({"decision": "approve", "caseVersion": pending["caseVersion"], "approver": "bench"})
+        request = func.HttpRequest(
+            method="POST",
+            url=f"http://localhost/api/cases/{case_id}/approvals/{pending['requestId']}",
+            headers={"Content-Type": "application/json"},
+            route_params={"caseId": case_id, "requestId": pending["requestId"]},
+            body=body.encode(),
+        )
+        self.expect(self.functions["approvals"](request), f"approval of {case_id}")
+
+    def http(self, step: str, case_id: str) -> None:
+        delivery = f"{step}-{case_id}"
+        if step == "within":
+            self.webhook(_invoice(case_id, "1000.00", "1000.00"), delivery)
+        elif step == "over":
+            self.webhook(invoice_event(case_id), delivery)
+        elif step == "large":
+            self.webhook(_invoice(case_id, "3500.00", "1000.00"), delivery)
+        elif step == "credit":
+            data = {"creditNoteId": self.note_of.pop(case_id, f"CN-{case_id}"), "amount": "100.00"}
+            self.webhook({"type": "credit_note.issued", "caseId": case_id, "data": data}, delivery)
+        elif step == "po":
+            self.webhook({"type": "po.updated", "caseId": case_id, "data": {"poAmount": "900.00"}}, delivery)
+        elif step == "answer":
+            self.answer(case_id)
+
+    def deliver(self) -> None:
+        from shared.messaging.sqlite_queue import to_service_bus_message
+
+        while (msg := self.queue.receive("case-events")) is not None:
+            try:
+                asyncio.run(self.functions["case_worker"](to_service_bus_message(msg)))
+            except Exception:
+                self.queue.abandon(msg)
+                raise
+            self.queue.complete(msg)
+
+    def follow_feed(self) -> None:
+        from shared.localhost.changefeed import to_document_list
+
+        if self.feed is not None and (batch := self.feed.poll()).documents:
+            self.functions["reconciler"](to_document_list(batch))
+            self.feed.commit(batch)
+
+    def timer(self) -> None:
+        from azure.functions.timer import TimerRequest
+
+        self.functions["checkpoint_health"](TimerRequest(past_due=False))
 
 
 def _check(backend: str, services: Any, supplier: Supplier, spec: PathSpec, case_id: str) -> list[str]:
@@ -206,3 +215,110 @@ def _check(backend: str, services: Any, supplier: Supplier, spec: PathSpec, case
     if len(posts) != spec.posts:
         problems.append(f"{backend} {spec.name} {case_id}: {len(posts)} credit-note requests, not {spec.posts}")
     return problems
+
+
+# --- request units, from the published costs docs/performance.md#capacity states ----------------------------------
+
+WRITES = ("create", "replace", "update_if", "upsert", "delete")
+READS = ("read",)
+QUERIES = ("query", "count")
+QUERY_RU = 3.0
+"""A small single-partition query."""
+CLOCK_RU = 5.0
+"""``now()``: on Cosmos DB an upsert of a small document to ``health``."""
+
+
+def write_ru(size: float) -> float:
+    """One write of ``size`` bytes: about 5 RU at 1 KB or less, 6.3 at 2 KB, and (a straight line through
+    those two) 1.3 RU more for every further KB."""
+    kb = size / 1024
+    return 5.0 if kb <= 1 else 5.0 + 1.3 * (kb - 1)
+
+
+def read_ru(size: float) -> float:
+    """One point read of ``size`` bytes: 1 RU a KB, at least 1."""
+    return max(1.0, size / 1024)
+
+
+@dataclass(frozen=True)
+class PathRow:
+    """One path's counts per counted step, and its request units by the costs above (each container's
+    writes and reads priced at that container's mean size per operation, measured)."""
+
+    name: str
+    ops: float
+    writes: float
+    reads: float
+    queries: float
+    clock: float
+    bytes_read: float
+    bytes_written: float
+    ru: float
+
+
+def path_row(name: str, result: OpsResult) -> PathRow:
+    total, n = result.total(), result.events or 1
+    count = {kind: sum(total.calls[(c, m)] for (c, m) in total.calls if m in kind) / n for kind in (WRITES, READS)}
+    queries = sum(v for (_, m), v in total.calls.items() if m in QUERIES) / n
+    clock = sum(v for (_, m), v in total.calls.items() if m == "now") / n
+    ru = QUERY_RU * queries + CLOCK_RU * clock
+    for container in {c for c, _ in total.calls}:
+        writes = sum(total.calls[(container, m)] for m in WRITES)
+        reads = sum(total.calls[(container, m)] for m in READS)
+        if writes:
+            ru += writes * write_ru(total.bytes_written[container] / writes) / n
+        if reads:
+            ru += reads * read_ru(total.bytes_read[container] / reads) / n
+    return PathRow(
+        name=name,
+        ops=total.total() / n,
+        writes=count[WRITES],
+        reads=count[READS],
+        queries=queries,
+        clock=clock,
+        bytes_read=total.bytes_read.total() / n,
+        bytes_written=total.bytes_written.total() / n,
+        ru=ru,
+    )
+
+
+def by_container(result: OpsResult) -> str:
+    """``cases create 1, replace 2; health create 1``: the calls per counted step, by container and method."""
+    total, n = result.total(), result.events or 1
+    parts = []
+    for container in sorted({c for c, _ in total.calls}):
+        if container == CLOCK:
+            parts.append(f"now() {total.calls[(container, 'now')] / n:g}")
+            continue
+        methods = ", ".join(f"{m} {total.calls[(container, m)] / n:g}" for m in METHODS if total.calls[(container, m)])
+        parts.append(f"{container} {methods}")
+    return "; ".join(parts) or "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.store_paths [--events N] [--backends sqlite,cosmos]``: the per-path table alone
+    (``make bench`` prints it as section 3b). Exit status 1 if a counted step did not end as it must."""
+    import argparse
+    import tempfile
+    from pathlib import Path
+
+    from benchmarks.e2e import render_paths
+    from benchmarks.guarded_effect import BACKENDS, backends_argument, positive_int
+    from benchmarks.processes import running_supplier
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.store_paths", description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=positive_int, default=5, help="counted steps per path")
+    parser.add_argument("--backends", type=backends_argument, default=list(BACKENDS), help="sqlite,cosmos")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="casekeeper-paths-") as tmp, running_supplier(Path(tmp)) as supplier:
+        measured = {b: measure_paths(b, supplier, events=args.events) for b in args.backends}
+    for line in render_paths(measured):
+        print(line)
+    problems = [p for by_path in measured.values() for r in by_path.values() for p in r.problems]
+    for problem in problems:
+        print(f"FAILED: {problem}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
