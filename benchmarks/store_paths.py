@@ -10,8 +10,10 @@ steps that bring a fresh case to where the step starts:
 - ``over``: ``invoice.received`` over-billed by 100.00, one credit note requested;
 - ``credit``: ``credit_note.issued`` for that credit note, which settles the case and closes it (the
   store the host opens stamps retention on the closing write: it is part of the count, as no extra call);
-- ``answer``: an approval answer (``approve``) to a case paused for approval (over-billed by 2,500.00,
-  above the approval threshold), one credit note requested;
+- ``pause``: ``invoice.received`` over-billed by 2,500.00, above the approval threshold: paused for a person;
+- ``answer``: an approval answer (``approve``) to that paused case, one credit note requested;
+- ``credit_after_answer``: ``credit_note.issued`` closing a case that was answered (``answer``), whose
+  run left checkpoints while it waited;
 - ``po``: ``po.updated`` that lowers the PO of an approved case by 100.00, one credit note requested;
 - ``tick``: one run of the timer (``checkpoint_health``) with nothing stuck and nothing changed since the
   previous tick (not per case).
@@ -53,7 +55,23 @@ PATHS = (
     PathSpec("within", "`invoice.received` within tolerance (approved)", (), "within", "approved", 0),
     PathSpec("over", "`invoice.received` over-billed (credit note requested)", (), "over", "credit_requested", 1),
     PathSpec("credit", "`credit_note.issued` (settles, closes)", ("over",), "credit", "closed", 1),
+    PathSpec(
+        "pause",
+        "`invoice.received` above the approval threshold (paused for a person)",
+        (),
+        "large",
+        "awaiting_approval",
+        0,
+    ),
     PathSpec("answer", "approval answer (approve: credit note requested)", ("large",), "answer", "credit_requested", 1),
+    PathSpec(
+        "credit_after_answer",
+        "`credit_note.issued` closing a case that waited for a person",
+        ("large", "answer"),
+        "credit",
+        "closed",
+        1,
+    ),
     PathSpec(
         "po", "`po.updated` (an approved case's PO lowered: credit requested)", ("within",), "po", "credit_requested", 1
     ),
@@ -89,6 +107,7 @@ def measure_paths(
                 for i in range(warmup + events):
                     case_id = f"P{run}-{spec.name}-{i:03d}"
                     for step in spec.setup:
+                        driver.prepare(step, case_id)
                         for _, call in driver.phases(step, case_id):
                             call()
                     driver.prepare(spec.step, case_id)
@@ -114,7 +133,7 @@ class _Driver:
         self.backend, self.functions, self.queue, self.services, self.feed = backend, functions, queue, services, feed
         self.problems: list[str] = []
         self.pending_of: dict[str, Any] = {}
-        self.note_of: dict[str, str] = {}
+        self.note_of: dict[str, dict[str, str]] = {}
 
     def phases(self, step: str, case_id: str) -> list[tuple[str, Callable[[], None]]]:
         first = ("timer", self.timer) if step == "tick" else ("http", lambda: self.http(step, case_id))
@@ -122,12 +141,13 @@ class _Driver:
 
     def prepare(self, step: str, case_id: str) -> None:
         """What a sender knows before the counted step, read uncounted: the pending request an approver
-        answers (from the approval page), the credit note the supplier issued (its id, on the effect)."""
+        answers (from the approval page), the credit note the supplier issued (its id and amount, on the effect)."""
         if step == "answer" and (case := self.services.cases.get(case_id)) is not None:
             self.pending_of[case_id] = case.data.get("pendingApproval")
         elif step == "credit":
             results = [e.result for e in self.services.ledger.for_case(case_id) if e.result]
-            self.note_of[case_id] = str(results[0]["creditNoteId"]) if results else f"CN-{case_id}"
+            note = results[0] if results else {"creditNoteId": f"CN-{case_id}", "amount": "100.00"}
+            self.note_of[case_id] = {"creditNoteId": str(note["creditNoteId"]), "amount": str(note["amount"])}
 
     def expect(self, response: Any, what: str) -> None:
         if response.status_code != 202:
@@ -173,7 +193,7 @@ class _Driver:
         elif step == "large":
             self.webhook(_invoice(case_id, "3500.00", "1000.00"), delivery)
         elif step == "credit":
-            data = {"creditNoteId": self.note_of.pop(case_id, f"CN-{case_id}"), "amount": "100.00"}
+            data = self.note_of.pop(case_id, {"creditNoteId": f"CN-{case_id}", "amount": "100.00"})
             self.webhook({"type": "credit_note.issued", "caseId": case_id, "data": data}, delivery)
         elif step == "po":
             self.webhook({"type": "po.updated", "caseId": case_id, "data": {"poAmount": "900.00"}}, delivery)
