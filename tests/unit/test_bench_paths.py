@@ -70,7 +70,8 @@ def test_the_request_units_follow_the_published_costs() -> None:
 
 def test_the_documented_table_is_the_measured_one(measured: dict[str, OpsResult]) -> None:
     """docs/performance.md's "Request units per case, by path": each row names its path and carries the
-    measured operations, writes / reads / queries (the tick's store-clock calls are the rest) and RU (within 1 RU: sizes vary by a few bytes)."""
+    measured operations, writes / reads / queries (the tick's store-clock calls are the rest) and RU
+    (within 1 RU: sizes vary by a few bytes)."""
     text = PERFORMANCE.read_text()
     section = text[text.index('<a id="capacity"></a>') :]
     rows = {m[1]: m[0] for m in re.finditer(r"^\| `(\w+)`: .*$", section, flags=re.M)}
