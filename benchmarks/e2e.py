@@ -25,7 +25,10 @@ commit (``credit_requested``). Everything runs on this machine: one supplier stu
    supplier (the stub's record time, 1 ms resolution, same machine clock), p50 and p99.
 3. **Store operations per case event**, in process (:mod:`benchmarks.store_ops`): every
    ``DocumentStore`` call of the webhook, the case worker and the reconciler's change feed, by
-   container and method, with bytes read and written, on each of ``--backends``.
+   container and method, with bytes read and written, on each of ``--backends``. Then (3b,
+   :mod:`benchmarks.store_paths`, a few seconds) the same count for every path of the capacity model
+   (within tolerance, over-billed, credit note, pause for a person, approval answer, ``po.updated``,
+   idle timer tick), with each path's request units at the measured sizes.
 
 Every case is checked in every section: the webhook answered 202, the supplier got exactly one
 credit-note request for it (status 201), the case ended ``credit_requested`` with one ``done`` effect
