@@ -25,7 +25,10 @@ commit (``credit_requested``). Everything runs on this machine: one supplier stu
    supplier (the stub's record time, 1 ms resolution, same machine clock), p50 and p99.
 3. **Store operations per case event**, in process (:mod:`benchmarks.store_ops`): every
    ``DocumentStore`` call of the webhook, the case worker and the reconciler's change feed, by
-   container and method, with bytes read and written, on each of ``--backends``.
+   container and method, with bytes read and written, on each of ``--backends``. Then (3b,
+   :mod:`benchmarks.store_paths`, a few seconds) the same count for every path of the capacity model
+   (within tolerance, over-billed, credit note, pause for a person, approval answer, ``po.updated``,
+   idle timer tick), with each path's request units at the measured sizes.
 
 Every case is checked in every section: the webhook answered 202, the supplier got exactly one
 credit-note request for it (status 201), the case ended ``credit_requested`` with one ``done`` effect
@@ -57,7 +60,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks import store_ops
+from benchmarks import store_ops, store_paths
 from benchmarks.guarded_effect import BACKENDS, backends_argument, non_negative_int, positive_int
 from benchmarks.processes import (
     ROOT,
@@ -87,6 +90,8 @@ DEFAULT_WARMUP = 8
 DEFAULT_RATE = 20.0
 DEFAULT_SECONDS = 15.0
 DEFAULT_OPS_EVENTS = 20
+PATH_EVENTS = 5
+"""Counted steps per path in section 3b (the counts are the same for every step; a few seconds in all)."""
 CREDIT_AMOUNT = "100.00"
 
 
@@ -604,6 +609,44 @@ def render_ops(results: list[store_ops.OpsResult]) -> list[str]:
     return lines
 
 
+def render_paths(paths: dict[str, dict[str, store_ops.OpsResult]]) -> list[str]:
+    rows = []
+    for spec in store_paths.PATHS:
+        for backend, by_path in paths.items():
+            if spec.name not in by_path:
+                continue
+            r = store_paths.path_row(spec.name, by_path[spec.name])
+            rows.append(
+                (
+                    spec.name,
+                    backend,
+                    f"{r.ops:g}",
+                    f"{r.writes:g} / {r.reads:g} / {r.queries:g} / {r.clock:g}",
+                    store_paths.by_container(by_path[spec.name]),
+                    f"{r.bytes_read:.0f}",
+                    f"{r.bytes_written:.0f}",
+                    f"{r.ru:.0f}",
+                )
+            )
+    lines = table(
+        (
+            "path",
+            "backend",
+            "ops",
+            "writes / reads / queries / now()",
+            "by container",
+            "bytes read",
+            "bytes written",
+            "RU",
+        ),
+        rows,
+        text=frozenset({0, 1, 3, 4}),
+    )
+    lines.append("")
+    lines += [f"{spec.name}: {spec.label}" for spec in store_paths.PATHS]
+    return lines
+
+
 def render_goals(throughput: Throughput | None, latency: Latency | None, ops: list[store_ops.OpsResult]) -> list[str]:
     rows: list[tuple[str, ...]] = []
     ratio = throughput.ratio() if throughput is not None else None
@@ -669,6 +712,8 @@ class Results:
     throughput: Throughput | None = None
     latency: Latency | None = None
     ops: list[store_ops.OpsResult] = field(default_factory=list)
+    paths: dict[str, dict[str, store_ops.OpsResult]] = field(default_factory=dict)
+    """Per backend, per path of the capacity model (:mod:`benchmarks.store_paths`)."""
     failures: list[str] = field(default_factory=list)
 
 
@@ -717,6 +762,7 @@ def _measure(args: argparse.Namespace, results: Results, supplier: Supplier, wor
         _progress(f"3. store operations: {backend}")
         try:
             results.ops.append(store_ops.measure(backend, supplier, events=args.ops_events))
+            results.paths[backend] = store_paths.measure_paths(backend, supplier, events=PATH_EVENTS)
         except Exception as exc:  # one backend failing (no node for cosmos) must not hide the others
             results.failures.append(f"store operations on {backend}: {type(exc).__name__}: {exc}")
 
@@ -741,6 +787,13 @@ def _print_results(args: argparse.Namespace, results: Results) -> None:
         )
         sections.append((title, render_ops(results.ops)))
         results.failures += [p for r in results.ops for p in r.problems]
+    if results.paths:
+        title = (
+            f"3b. Store operations per path of the capacity model (docs/performance.md#capacity), per counted step, "
+            f"{PATH_EVENTS} per path after 2 warm-up; RU from the published costs at the measured sizes."
+        )
+        sections.append((title, render_paths(results.paths)))
+        results.failures += [p for by_path in results.paths.values() for r in by_path.values() for p in r.problems]
     sections.append(("Goals (reported, not asserted):", render_goals(results.throughput, results.latency, results.ops)))
     for title, lines in sections:
         print(title)
@@ -785,6 +838,12 @@ def _report(args: argparse.Namespace, results: Results) -> dict[str, Any]:
             "acceptP99Ms": percentile(latency.accept_ms, 0.99),
         }
     report["storeOps"] = [r.to_json() for r in ops]
+    report["storeOpsByPath"] = {
+        backend: {
+            name: {**r.to_json(), "requestUnits": store_paths.path_row(name, r).ru} for name, r in by_path.items()
+        }
+        for backend, by_path in results.paths.items()
+    }
     return report
 
 

@@ -135,13 +135,15 @@ var capacityModel = {
   // Queue messages per case, in tenths: every case's invoice, and for about 3 in 10 a credit note,
   // an approval answer or a PO update.
   messagesPerCaseTenths: 13
-  // Cosmos DB request units per case, the upper end of the model (45-85).
-  requestUnitsPerCase: 85
+  // Cosmos DB request units per case (docs/performance.md#capacity, from make bench's per-path counts): 16 within
+  // tolerance, 39 with a credit note, 43 with a PO update, about 104 for a case that waits for a person; above
+  // every case of one or two messages.
+  requestUnitsPerCase: 45
   // maxConcurrentSessions of the case worker in Azure (host.json keeps 8 for the local host's one SQLite file).
   sessionsPerInstance: 16
   // host.json sessionIdleTimeout: how long a session slot waits for the case's next message.
   sessionIdleMs: 1000
-  // Wall time of one message in region: about 8 store round trips, the supplier's call, the complete.
+  // Wall time of one message in region: 4 to 6 store round trips (15 for an approval answer), the supplier's call, the complete.
   messageMs: 150
   // CPU of one message, rounded up from make bench's measured CPU per case (docs/performance.md): with the
   // sessions above, an instance's messages use at most half the 1 vCPU of a 2,048 MB instance.
