@@ -121,17 +121,34 @@ class HealthChecksFailed(Exception):
     tries again."""
 
 
+class _TickClock:
+    """The store's clock, read once per tick: on Cosmos DB a read of it is a write (``shared.stores.cosmos``),
+    and five duties each asked for it. A duty that runs later in the tick sees an earlier time, which only
+    makes its cutoffs earlier (what is just past one is found by the next tick). A failed read is not kept:
+    the next duty that asks reads again."""
+
+    def __init__(self, store: DocumentStore) -> None:
+        self._store = store
+        self._now: float | None = None
+
+    def now(self) -> float:
+        if self._now is None:
+            self._now = self._store.now()
+        return self._now
+
+
 def run_health_checks(deps: HealthDeps) -> HealthReport:
     report = HealthReport()
     bucket = f"sweep-{int(deps.cases.now() // 3600)}"
+    clock = _TickClock(deps.store)
     duties: list[tuple[str, Callable[[], None]]] = [
-        ("started effects", lambda: _sweep_started_effects(deps, report, bucket)),
-        ("open entries", lambda: _sweep_open_entries(deps, report, bucket)),
-        ("open gates", lambda: _sweep_open_gates(deps, report, bucket)),
-        ("open cases", lambda: _sweep_open_cases(deps, report, bucket)),
+        ("started effects", lambda: _sweep_started_effects(deps, report, bucket, clock)),
+        ("open entries", lambda: _sweep_open_entries(deps, report, bucket, clock)),
+        ("open gates", lambda: _sweep_open_gates(deps, report, bucket, clock)),
+        ("open cases", lambda: _sweep_open_cases(deps, report, bucket, clock)),
         ("alert delivery", lambda: report.alerts_notified.extend(deps.alerts.deliver_pending())),
         ("checkpoint failures", lambda: _alert_checkpoint_failures(deps, report)),
-        ("lagging runs", lambda: _alert_lagging_runs(deps, report)),
+        ("lagging runs", lambda: _alert_lagging_runs(deps, report, clock)),
         ("dead letters", lambda: _alert_dead_letters(deps, report)),
     ]
     for name, duty in duties:
@@ -187,9 +204,9 @@ def _walk(deps: HealthDeps, duty: str, container: str, query: Query, handle: Cal
     )
 
 
-def _sweep_started_effects(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
+def _sweep_started_effects(deps: HealthDeps, report: HealthReport, bucket: str, clock: _TickClock) -> None:
     now = deps.cases.now()
-    cutoff = deps.store.now() - deps.call_timeout
+    cutoff = clock.now() - deps.call_timeout
     query = Query(equals={"status": EffectStatus.STARTED.value}, ts_before=cutoff)
 
     def handle(docs: list[Document]) -> None:
@@ -200,12 +217,12 @@ def _sweep_started_effects(deps: HealthDeps, report: HealthReport, bucket: str) 
     _walk(deps, "started effects", EFFECTS, query, handle)
 
 
-def _sweep_open_entries(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
+def _sweep_open_entries(deps: HealthDeps, report: HealthReport, bucket: str, clock: _TickClock) -> None:
     """The backstop of the change feed on ``cases``: every case with an open entry (indexed ``openEffects``),
     its ``started`` entries past the call timeout by their claim time. No ``_ts`` bound on the case: a later
     note moves the case's ``_ts`` but not the entry's time (``shared.core.entries``)."""
     now = deps.cases.now()
-    cutoff = deps.store.now() - deps.call_timeout
+    cutoff = clock.now() - deps.call_timeout
 
     def handle(docs: list[Document]) -> None:
         for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
@@ -217,9 +234,9 @@ def _sweep_open_entries(deps: HealthDeps, report: HealthReport, bucket: str) -> 
     _walk(deps, "open entries", CASES, Query(equals={"openEffects": True}), handle)
 
 
-def _sweep_open_gates(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
+def _sweep_open_gates(deps: HealthDeps, report: HealthReport, bucket: str, clock: _TickClock) -> None:
     now = deps.cases.now()
-    cutoff = deps.store.now() - deps.call_timeout
+    cutoff = clock.now() - deps.call_timeout
 
     def handle(docs: list[Document]) -> None:
         for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
@@ -231,8 +248,8 @@ def _sweep_open_gates(deps: HealthDeps, report: HealthReport, bucket: str) -> No
     _walk(deps, "open gates", CASES, Query(equals={"gateOpen": True}, ts_before=cutoff), handle)
 
 
-def _sweep_open_cases(deps: HealthDeps, report: HealthReport, bucket: str) -> None:
-    cutoff = deps.store.now() - deps.open_case_grace
+def _sweep_open_cases(deps: HealthDeps, report: HealthReport, bucket: str, clock: _TickClock) -> None:
+    cutoff = clock.now() - deps.open_case_grace
 
     def handle(docs: list[Document]) -> None:
         for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
@@ -266,14 +283,14 @@ def _alert_checkpoint_failures(deps: HealthDeps, report: HealthReport) -> None:
             report.failures_alerted.append(failure.id)
 
 
-def _alert_lagging_runs(deps: HealthDeps, report: HealthReport) -> None:
+def _alert_lagging_runs(deps: HealthDeps, report: HealthReport, clock: _TickClock) -> None:
     """Cases changed since the cursor, up to a window end that trails now by the lag, a page at a time
     within the budget (the cursor moves page by page: a tick that runs out resumes there). Only a case whose
     last transition a workflow run committed can lag; only those cost the checkpoint and failure queries.
     The window ends at a whole second of the store's clock, so no later write can land behind the cursor
     (Cosmos DB's ``_ts`` has whole seconds)."""
     lag = deps.checkpoint_lag
-    until = float(math.floor(deps.store.now() - lag))
+    until = float(math.floor(clock.now() - lag))
     body, after = read_cursor(deps.store, CURSOR_ID)
     legacy = after is None and "casesTs" in body  # the older layout: a window end, whole seconds
     start = (float(body["casesTs"]) - 1.0, "") if legacy else after
