@@ -169,10 +169,6 @@ class CaseCheckpointStorage:
         self._stored: int | None = None  # how many checkpoints the record holds, as last seen; None: unknown
         self._assumed_empty = False  # told the record holds none (assume_empty): reads answer without a query
         self._seq_lock = threading.RLock()
-        # The checkpoint documents the last query returned, by id. A checkpoint document is created once and
-        # never replaced, so a checkpoint that query listed is decoded from it rather than read again (the
-        # resume checks it, then the framework loads it); one this instance deleted is forgotten.
-        self._listed: dict[str, Document] = {}
 
     def __repr__(self) -> str:
         return f"CaseCheckpointStorage(case_id={self._case_id!r}, allowed_types={len(self._allowed)})"
@@ -337,7 +333,6 @@ class CaseCheckpointStorage:
         docs = sorted(self._documents(None), key=_order_key)
         deleted = 0
         for doc in docs[: max(len(docs) - keep, 0)]:
-            self._listed.pop(doc.id, None)
             if self._store.delete(CHECKPOINTS, self._case_id, doc.id):
                 deleted += 1
         with self._seq_lock:
@@ -483,7 +478,6 @@ class CaseCheckpointStorage:
     def _delete(self, checkpoint_id: str) -> bool:
         if checkpoint_id == SEQUENCE_DOC_ID or id_problem(checkpoint_id, max_length=255) is not None:
             return False
-        self._listed.pop(checkpoint_id, None)
         deleted = self._store.delete(CHECKPOINTS, self._case_id, checkpoint_id)
         if deleted:
             with self._seq_lock:
@@ -512,7 +506,7 @@ class CaseCheckpointStorage:
     def _read_checkpoint(self, checkpoint_id: str) -> Document | None:
         if checkpoint_id == SEQUENCE_DOC_ID or id_problem(checkpoint_id, max_length=255) is not None:
             return None
-        doc = self._listed.get(checkpoint_id) or self._store.read(CHECKPOINTS, self._case_id, checkpoint_id)
+        doc = self._store.read(CHECKPOINTS, self._case_id, checkpoint_id)
         if doc is None or doc.body.get("kind") != KIND_CHECKPOINT:
             return None
         return doc
@@ -525,7 +519,6 @@ class CaseCheckpointStorage:
             if self._assumed_empty and self._stored == 0:
                 return []
         docs = self._store.query(CHECKPOINTS, Query(partition=self._case_id, equals={"kind": KIND_CHECKPOINT}))
-        self._listed = {doc.id: doc for doc in docs}
         with self._seq_lock:
             self._note_seqs(docs)
             self._stored = len(docs)
