@@ -52,8 +52,8 @@ def test_the_paths_counts(measured: dict[str, OpsResult]) -> None:
         "over": 4,
         "credit": 4,
         "pause": 6,
-        "answer": 9,
-        "credit_after_answer": 4,
+        "answer": 11,
+        "credit_after_answer": 5,
         "po": 6,
         "tick": 20,
     }
