@@ -136,7 +136,7 @@ var capacityModel = {
   // an approval answer or a PO update.
   messagesPerCaseTenths: 13
   // Cosmos DB request units per case (docs/performance.md#capacity, from make bench's per-path counts): 16 within
-  // tolerance, 39 with a credit note, 43 with a PO update, about 104 for a case that waits for a person; above
+  // tolerance, 39 with a credit note, 43 with a PO update, about 94 for a case that waits for a person; above
   // every case of one or two messages.
   requestUnitsPerCase: 45
   // maxConcurrentSessions of the case worker in Azure (host.json keeps 8 for the local host's one SQLite file).

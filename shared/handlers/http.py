@@ -106,7 +106,7 @@ def _answer(deps: ApiDeps, case_id: str, request_id: str, body: bytes, headers: 
         case_id,
         request_id,
         body,
-        case_exists=lambda valid_id: deps.records.cases.get(valid_id) is not None,
+        find_case=deps.records.cases.get,
         principal=principal.recorded if principal is not None else None,
         principal_name=principal.name if principal is not None else None,
     )

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from casekeeper import Clock, DocumentStore, StoreError
+from casekeeper import Record as Case
 from casekeeper.records import RecordRepository as CaseRepository
 from casekeeper.stores import id_problem
 from shared.core.errors import InvalidEvent, QueueUnavailable
@@ -229,7 +230,7 @@ class Ingress:
         request_id: str,
         body: bytes,
         *,
-        case_exists: Callable[[str], bool],
+        find_case: Callable[[str], Case | None],
         principal: str | None = None,
         principal_name: str | None = None,
     ) -> Response:
@@ -248,7 +249,8 @@ class Ingress:
         }
         if bad_ids:
             return _error(400, "invalid approval: " + "; ".join(f"{k} {v}" for k, v in bad_ids.items()), fields=bad_ids)
-        if not case_exists(case_id):
+        case = find_case(case_id)
+        if case is None:
             return _error(404, f"no case {case_id!r}")
         if len(body) > MAX_BODY_BYTES:
             return _error(413, "body too large")
@@ -257,7 +259,9 @@ class Ingress:
             return raw
         if not isinstance(raw, Mapping):
             return _error(400, "the body must be a JSON object")
-        return self.enqueue_approval(case_id, request_id, raw, principal=principal, principal_name=principal_name)
+        return self.enqueue_approval(
+            case_id, request_id, raw, principal=principal, principal_name=principal_name, case=case
+        )
 
     def enqueue_approval(
         self,
@@ -267,10 +271,11 @@ class Ingress:
         *,
         principal: str | None,
         principal_name: str | None = None,
+        case: Case | None = None,
     ) -> Response:
         """Validate an answer (``decision``, ``caseVersion``, ``approver``, optional ``reason``) and enqueue it.
         The JSON API and the approval page both come through here; see :meth:`accept_approval` for who
-        is recorded."""
+        is recorded. ``case``: the case as this request just read it (not read again at the door)."""
         unknown = sorted(set(raw) - {"decision", "caseVersion", "approver", "reason"})
         data: dict[str, Any] = {"requestId": request_id, **{k: raw.get(k) for k in ("decision", "caseVersion")}}
         if raw.get("reason") is not None:
@@ -300,7 +305,7 @@ class Ingress:
         except InvalidEvent as exc:
             fields = {k.removeprefix("data."): v for k, v in exc.fields.items()}
             return _error(400, "invalid approval: " + "; ".join(f"{k} {v}" for k, v in fields.items()), fields=fields)
-        refused = self._close_request(case_id, request_id, data)
+        refused = self._close_request(case_id, request_id, data, case)
         if refused is not None:
             return refused
         # The same answer, sent twice, is the same message: the broker drops the copy.
@@ -374,7 +379,9 @@ class Ingress:
             event, message_id=message_id, accepted={"accepted": True, "effectKey": effect_key, "by": data["by"]}
         )
 
-    def _close_request(self, case_id: str, request_id: str, data: Mapping[str, Any]) -> Response | None:
+    def _close_request(
+        self, case_id: str, request_id: str, data: Mapping[str, Any], case: Case | None = None
+    ) -> Response | None:
         """One answer per request: refuse (409, with the reason) what the door can already tell will not
         count, then record this answer as the request's first, unless that one was already recorded. What
         only the case worker can know later is set aside there, with the reason."""
@@ -382,7 +389,9 @@ class Ingress:
             return None
         try:
             if door.recorded_answer(self._store, request_id) is None:
-                case = CaseRepository(self._store, self._clock).get(case_id)
+                # The door's refusals are only early answers: the case worker checks the version again.
+                if case is None or case.id != case_id:
+                    case = CaseRepository(self._store, self._clock).get(case_id)
                 if case is None:
                     return _error(404, f"no case {case_id!r}")
                 reason = door.answer_refusal(case, request_id, int(data["caseVersion"]))

@@ -244,9 +244,14 @@ class ApprovalGate(Executor):
     async def _decide(
         self, request: ApprovalRequest, answer: ApprovalAnswer, ctx: WorkflowContext[CommitOrder, RunOutcome]
     ) -> None:
-        # Re-read before doing anything: the answer may be days old (rule R6).
+        # Decide on the case as it is now, never as the answer saw it: the answer may be days old (rule R6).
+        # The case this event read before resuming is that (every commit below is conditional on its
+        # version); otherwise it is read here.
         deps = self._deps
-        case = await asyncio.to_thread(deps.cases.require, request.case_id)
+        known = deps.known_case
+        case = known if known is not None and known.id == request.case_id else None
+        if case is None:
+            case = await asyncio.to_thread(deps.cases.require, request.case_id)
         pending = pending_request(case)
         extra = _answer_extra(answer)
         if case.status != Status.AWAITING_APPROVAL or pending is None or pending.request_id != answer.request_id:

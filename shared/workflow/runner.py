@@ -44,6 +44,8 @@ CHECKPOINTS_KEPT = 10
 PRUNE_EVERY = 5
 """Prune when the case's checkpoint counter reaches a multiple of this: at most ``CHECKPOINTS_KEPT +
 PRUNE_EVERY`` are stored."""
+_UNREAD = object()
+"""The caller did not read the newest checkpoint record: read it here."""
 
 
 class WorkflowRunner:
@@ -79,23 +81,30 @@ class WorkflowRunner:
         """Raises ``CheckpointUnusable`` unless this build can restore ``record``."""
         storage.try_decode(record, expected_graph_hash=self.graph_hash)
 
-    async def paused_on(self, storage: CaseCheckpointStorage, request_id: str) -> CheckpointRecord | None:
+    async def paused_on(
+        self, storage: CaseCheckpointStorage, request_id: str, *, latest: CheckpointRecord | object | None = _UNREAD
+    ) -> tuple[CheckpointRecord, Case] | None:
         """The newest checkpoint of the case's run if it is paused on ``request_id`` and this build can
-        resume it; ``None`` otherwise (a checkpoint that cannot be used is noted on the case)."""
+        resume it, with the case as read to check that; ``None`` otherwise (a checkpoint that cannot be
+        used is noted on the case). ``latest``: the newest checkpoint record as this event already read it
+        (nothing saved since), so it is not queried again."""
         case_id = storage.case_id
-        record = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME)
-        if record is None or request_id not in record.pending_request_ids:
+        record = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME) if latest is _UNREAD else latest
+        if not isinstance(record, CheckpointRecord) or request_id not in record.pending_request_ids:
             return None
-        if await self._rebuilt_before(case_id, record.checkpoint_id):
+        case = await asyncio.to_thread(self._deps.cases.get, case_id)
+        if case is None or _rebuilt(case, record.checkpoint_id):
             return None
         try:
             await asyncio.to_thread(self.check_resumable, storage, record)
         except CheckpointUnusable as exc:
             await self.note_rebuilt(case_id, exc)
             return None
-        return record
+        return record, case
 
-    async def finish_interrupted_run(self, storage: CaseCheckpointStorage) -> RunOutcome | None:
+    async def finish_interrupted_run(
+        self, storage: CaseCheckpointStorage, *, latest: CheckpointRecord | object | None = _UNREAD
+    ) -> RunOutcome | None:
         """Resume a run that died mid-superstep, so its decision is not lost (and its model calls are
         not repeated). Its effects and commits are idempotent, so replaying the superstep is safe.
 
@@ -103,10 +112,11 @@ class WorkflowRunner:
         requests (answered by ``approval.answered``). Anything else was interrupted.
 
         ``storage``: the event's storage of the case (its read here tells the next save its number).
+        ``latest``: the newest checkpoint record as the caller just read it from ``storage`` (not re-read).
         """
         case_id = storage.case_id
-        record = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME)
-        if record is None or record.pending_request_ids:
+        record = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME) if latest is _UNREAD else latest
+        if not isinstance(record, CheckpointRecord) or record.pending_request_ids:
             return None
         try:
             checkpoint = await asyncio.to_thread(storage.try_decode, record)
@@ -131,14 +141,19 @@ class WorkflowRunner:
         return await self.resume(storage, record)
 
     async def resume(
-        self, storage: CaseCheckpointStorage, record: CheckpointRecord, *, responses: dict[str, Any] | None = None
+        self,
+        storage: CaseCheckpointStorage,
+        record: CheckpointRecord,
+        *,
+        responses: dict[str, Any] | None = None,
+        known: Case | None = None,
     ) -> RunOutcome | None:
         """Resume the run from ``record`` (with ``responses`` to its pending requests). ``None`` when resuming
         raised: the case is noted and an alert raised, and the caller rebuilds from the case document (rule
         R8). Casekeeper's own errors (a store outage, an effect in flight, ...) propagate unchanged: they
         mean the same in a rebuilt run, and a store outage is retried, not rebuilt."""
         try:
-            return await self.run(storage, checkpoint_id=record.checkpoint_id, responses=responses)
+            return await self.run(storage, checkpoint_id=record.checkpoint_id, responses=responses, known=known)
         except Exception as exc:
             signal = _casekeeper_error(exc)
             if signal is exc:
@@ -160,7 +175,7 @@ class WorkflowRunner:
     async def _rebuilt_before(self, case_id: str, checkpoint_id: str) -> bool:
         """Whether the case already says this checkpoint's run was rebuilt: it is not tried again."""
         case = await asyncio.to_thread(self._deps.cases.get, case_id)
-        return case is not None and any(n.get("checkpointId") == checkpoint_id for n in case.notes)
+        return case is not None and _rebuilt(case, checkpoint_id)
 
     async def note_rebuilt(self, case_id: str, exc: CheckpointUnusable) -> None:
         """Say on the case that its run is rebuilt from the case document (rule R8), once per checkpoint; a
@@ -242,6 +257,10 @@ class WorkflowRunner:
                 f"run ended {result.get_final_state().value} without an outcome",
             )
         return outputs[-1]
+
+
+def _rebuilt(case: Case, checkpoint_id: str) -> bool:
+    return any(n.get("checkpointId") == checkpoint_id for n in case.notes)
 
 
 def _casekeeper_error(exc: BaseException) -> CasekeeperError | None:

@@ -107,6 +107,9 @@ class CaseWorker:
                 # interrupted run only once it knows the case existed.
                 steps.extend(await self._record_then_wait(handler, event, storage))
                 return self._result(event, steps)
+            if event.type == ev.APPROVAL_ANSWERED:
+                steps.extend(await self._approval_answered(event, storage))
+                return self._result(event, steps)
             try:
                 resumed = await self._runner.finish_interrupted_run(storage)
             except EffectInFlight as waiting:
@@ -186,13 +189,25 @@ class CaseWorker:
     async def _approval_answered(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         d = event.data
         answer = ApprovalAnswer(d["requestId"], d["decision"], int(d["caseVersion"]), d["approver"], d.get("reason"))
-        record = await self._runner.paused_on(storage, answer.request_id)
+        # One read of the newest checkpoint serves both checks: an interrupted run is finished first; a run
+        # paused for this answer leaves it the newest (finishing nothing saves nothing).
+        latest = await asyncio.to_thread(storage.latest_record, WORKFLOW_NAME)
+        steps: list[RunOutcome] = []
+        resumed = await self._runner.finish_interrupted_run(storage, latest=latest)
+        if resumed is not None:
+            steps.append(resumed)
+        paused = await self._runner.paused_on(
+            storage, answer.request_id, **({"latest": latest} if resumed is None else {})
+        )
         outcome = None
-        if record is not None:
-            outcome = await self._runner.resume(storage, record, responses={answer.request_id: answer})
+        if paused is not None:
+            record, case = paused
+            # The case as just read to check the checkpoint: the answer is decided on it (rule R6: its
+            # commit stays conditional on that version, and a lost race re-reads).
+            outcome = await self._runner.resume(storage, record, responses={answer.request_id: answer}, known=case)
         if outcome is None:  # no usable checkpoint, or resuming it failed: rebuilt from the case (R8)
             outcome = await self._runner.run(storage, message=AnswerWithoutCheckpoint(event.case_id, answer))
-        steps = [outcome]
+        steps.append(outcome)
         if outcome.outcome == "stale_answer":
             steps.extend(await self._investigate_if_open(storage, "approval answered on an older version"))
         return steps

@@ -52,7 +52,7 @@ def test_the_paths_counts(measured: dict[str, OpsResult]) -> None:
         "over": 4,
         "credit": 4,
         "pause": 6,
-        "answer": 15,
+        "answer": 11,
         "credit_after_answer": 5,
         "po": 6,
         "tick": 16,
