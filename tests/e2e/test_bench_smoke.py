@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import store_paths
+from benchmarks.e2e import PATH_EVENTS
 from shared.core.ports import CONTAINERS
 
 pytestmark = pytest.mark.slow
@@ -51,7 +53,9 @@ def test_the_end_to_end_bench_runs_small_and_every_case_reaches_the_supplier_onc
     assert ops["byPhase"]["case_worker"] > 0
 
     # From the supplier's own log, not the bench's bookkeeping: one request per case, and every case
-    # the bench measured is there (10 + 2 warm-up, 10 paced + 4 warm-up, 3 + 2 warm-up for the counts).
+    # the bench measured is there (10 + 2 warm-up, 10 paced + 4 warm-up, 3 + 2 warm-up for the counts, and
+    # for section 3b's per-path counts each path's cases, 2 warm-up + PATH_EVENTS, times the requests a case
+    # of that path makes).
     posts = [
         json.loads(line)
         for line in (keep / "supplier.jsonl").read_text().splitlines()
@@ -59,7 +63,9 @@ def test_the_end_to_end_bench_runs_small_and_every_case_reaches_the_supplier_onc
     ]
     per_case = Counter(p["body"]["caseId"] for p in posts)
     assert set(per_case.values()) == {1}, [c for c, k in per_case.items() if k != 1]
-    assert len(per_case) == 12 + 14 + 5
+    path_cases = sum(spec.posts for spec in store_paths.PATHS) * (2 + PATH_EVENTS)
+    assert path_cases > 0 and len(result["storeOpsByPath"]["sqlite"]) == len(store_paths.PATHS)
+    assert len(per_case) == 12 + 14 + 5 + path_cases
     assert {p["status"] for p in posts} == {201}
 
     printed = run.stdout
