@@ -16,7 +16,8 @@ WORKFLOW_NAME = "casekeeper-invoice-review"
 
 
 def build_workflow(deps: WorkflowDeps) -> Workflow:
-    """A new workflow object. Build one per case run: a ``Workflow`` keeps state between runs."""
+    """A new workflow object. A ``Workflow`` keeps state between runs and runs one at a time: the case worker
+    lends each run an object of its own and reuses it only once reset (:mod:`shared.workflow.reuse`)."""
     intake, propose, gate, commit = Intake(deps), Propose(deps), ApprovalGate(deps), Commit(deps)
     return (
         WorkflowBuilder(name=WORKFLOW_NAME, start_executor=intake, max_iterations=20)

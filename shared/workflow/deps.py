@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,6 +49,34 @@ class NoTelemetry:
         pass
 
 
+@dataclass(frozen=True)
+class RunKnowledge:
+    """What one run knows before it starts: the case as its event just wrote it (the run's first read of it is
+    skipped), and whether the event created it (then it has no effects yet, and none are read)."""
+
+    known_case: Record | None = None
+    new_case: bool = False
+
+
+_NOTHING_KNOWN = RunKnowledge()
+_RUN: ContextVar[RunKnowledge] = ContextVar("casekeeper_workflow_run", default=_NOTHING_KNOWN)
+
+
+@contextmanager
+def run_knowing(known_case: Record | None, *, new_case: bool = False) -> Iterator[None]:
+    """Within this block (and the tasks and threads it starts, which copy the context), the workflow's
+    executors see ``known_case`` and ``new_case`` as their run's (:attr:`WorkflowDeps.known_case`).
+
+    Per run, not per workflow object: the executors are built once and serve one run after another
+    (``shared.workflow.runner``), and two sessions' runs on one event loop are two tasks, each with its own
+    context, so neither sees the other's case."""
+    token = _RUN.set(RunKnowledge(known_case, new_case) if known_case is not None else _NOTHING_KNOWN)
+    try:
+        yield
+    finally:
+        _RUN.reset(token)
+
+
 @dataclass
 class WorkflowDeps:
     cases: CaseRepository
@@ -59,10 +88,6 @@ class WorkflowDeps:
     """Called at named points (``F5``, ``F6``); the crash tests kill the process there."""
     telemetry: WorkflowTelemetry = field(default_factory=NoTelemetry)
     """The app's telemetry (the composition root passes its ``Telemetry``); by default nothing is reported."""
-    known_case: Record | None = None
-    """For one run: the case as the event just wrote it; the run's first read of it is skipped."""
-    new_case: bool = False
-    """For one run: ``known_case`` was created by this event, so it has no effects yet (none are read)."""
     alert: AlertSink | None = None
     """Raises the guard's alerts (an effect that happened on a version the case left)."""
     guard: Guard | None = None
@@ -83,6 +108,16 @@ class WorkflowDeps:
             )
         if self.credit_note is None:
             self.credit_note = declare_credit_note(self.guard, self.supplier)
+
+    @property
+    def known_case(self) -> Record | None:
+        """For the current run (:func:`run_knowing`): the case as the event just wrote it; ``None`` otherwise."""
+        return _RUN.get().known_case
+
+    @property
+    def new_case(self) -> bool:
+        """For the current run (:func:`run_knowing`): ``known_case`` was created by this event (no effects)."""
+        return _RUN.get().new_case
 
     @property
     def guarded(self) -> tuple[Guard, GuardedEffect]:

@@ -18,10 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
-from agent_framework import Workflow
+from agent_framework import Workflow, WorkflowRunResult
 
 from casekeeper import CasekeeperError, DocumentStore
 from casekeeper import Record as Case
@@ -33,8 +32,9 @@ from casekeeper.checkpoints import (
 )
 from shared.app.alerts import Alerter
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
-from shared.workflow.deps import WorkflowDeps
+from shared.workflow.deps import WorkflowDeps, run_knowing
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, RunOutcome
+from shared.workflow.reuse import WorkflowPool
 from shared.workflow.run_checkpoints import RunCheckpoints
 
 log = logging.getLogger("casekeeper.worker")
@@ -60,17 +60,20 @@ class WorkflowRunner:
         checkpoint_max_bytes: int = MAX_DOCUMENT_BYTES,
         alerts: Alerter | None = None,
     ) -> None:
-        """``alerts``: where a run rebuilt because its resume failed is alerted (none: only the note)."""
+        """``alerts``: where a run rebuilt because its resume failed is alerted (none: only the note).
+
+        ``build`` makes the workflow objects, once each for as many runs as they can serve
+        (:mod:`shared.workflow.reuse`), over ``deps``; what a run knows about its case is passed per run."""
         self.deps = deps
         self._deps = deps
         self._store = store
-        self._build = build
         self._checkpoints_kept = checkpoints_kept
         self._allowed_types = allowed_checkpoint_types
         self._checkpoint_max_bytes = checkpoint_max_bytes
         self._alerts = alerts
+        self.workflows = WorkflowPool(lambda: build(deps))
         # The running build's graph hash, compared with a checkpoint's before resuming it.
-        self.graph_hash: str = build(deps).graph_signature_hash
+        self.graph_hash: str = self.workflows.graph_hash
 
     def checkpoints(self, case_id: str) -> CaseCheckpointStorage:
         return CaseCheckpointStorage(
@@ -229,19 +232,26 @@ class WorkflowRunner:
             store=self._store,
             resumed=checkpoint_id is not None,
         )
-        deps = replace(self._deps, known_case=known, new_case=new_case) if known is not None else self._deps
-        workflow = self._build(deps)
+        workflow = self.workflows.take()
         attributes = {
             "casekeeper.case_id": case_id,
             "casekeeper.resumed_from": checkpoint_id,
             "casekeeper.message": type(message).__name__ if message is not None else None,
         }
-        with self._deps.telemetry.span("workflow.run", attributes):
-            if message is not None:
-                result = await workflow.run(message, checkpoint_storage=saves)
-            else:
-                result = await workflow.run(checkpoint_id=checkpoint_id, responses=responses, checkpoint_storage=saves)
-            await saves.finish()
+        result: WorkflowRunResult | None = None
+        try:
+            with self._deps.telemetry.span("workflow.run", attributes), run_knowing(known, new_case=new_case):
+                if message is not None:
+                    result = await workflow.run(message, checkpoint_storage=saves)
+                else:
+                    result = await workflow.run(
+                        checkpoint_id=checkpoint_id, responses=responses, checkpoint_storage=saves
+                    )
+                await saves.finish()
+        finally:
+            # Kept for the next run only if this one left nothing in it (shared.workflow.reuse).
+            self.workflows.give_back(workflow, started_from_message=message is not None, result=result)
+        assert result is not None  # the run returned (it would have raised past the finally otherwise)
         outputs = [o for o in result.get_outputs() if isinstance(o, RunOutcome)]
         # Pruning reads every checkpoint document of the case; once every few saves is enough to keep the
         # count near ``checkpoints_kept``.

@@ -1,0 +1,110 @@
+"""Workflow objects built once per process and reused, one run at a time each.
+
+Building the graph (``WorkflowBuilder.build``: type validation, the executors' handler discovery, the graph
+signature) costs about as much CPU as a whole run of it, and a case event runs it once or more. Agent
+Framework documents a ``Workflow`` as keeping state between runs (its shared state, its last checkpoint id,
+the requests it waits on), and refuses two runs at once on one object. So a :class:`WorkflowPool` hands each
+run a workflow object no other run holds, and takes one back only when the run left nothing behind:
+
+- it started from a message (not a restored checkpoint: that imports the checkpoint's state wholesale);
+- it ended ``IDLE``: converged, no message in flight, no request waiting for a person (a paused run's object
+  keeps its pending request, and is dropped);
+- it raised nothing.
+
+Before the next run the pool clears the object's shared state and forgets its last checkpoint id, which a
+fresh run would otherwise inherit as its first checkpoint's parent (another case's checkpoint); and it checks
+that no message, event or pending request is left in its runner context. An object that fails a check is
+dropped, and a new one built. The executors hold no per-run state: what one run knows about its case comes
+from :func:`shared.workflow.deps.run_knowing`, per task. The graph, and so its hash (rule R8), is the same
+for every object the pool builds.
+
+The reset reaches into Agent Framework's runner (``Workflow._runner``, ``_previous_checkpoint_id``), which
+is not public API: :func:`reusable` checks that those attributes exist on the installed version, and where
+they do not, the pool builds a new object for every run, as before (``tests/workflow/test_workflow_reuse.py``
+pins the behaviour on the installed version).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from agent_framework import Workflow, WorkflowRunResult, WorkflowRunState
+
+log = logging.getLogger("casekeeper.worker")
+
+MAX_IDLE = 16
+"""Idle workflow objects kept per pool: one per run in flight is all a process needs (8 sessions by default)."""
+
+
+def reusable(workflow: Workflow) -> bool:
+    """Whether this Agent Framework version lets :class:`WorkflowPool` reset ``workflow`` between runs."""
+    runner = getattr(workflow, "_runner", None)
+    return runner is not None and hasattr(runner, "_previous_checkpoint_id") and hasattr(runner, "state")
+
+
+def ended_clean(result: WorkflowRunResult) -> bool:
+    """Whether a run that returned ``result`` left its workflow object idle, with nothing pending."""
+    try:
+        return result.get_final_state() == WorkflowRunState.IDLE
+    except RuntimeError:  # no status event: nothing is known about its end
+        return False
+
+
+class WorkflowPool:
+    """Workflow objects of one build, each lent to one run at a time (:meth:`take`, :meth:`give_back`)."""
+
+    def __init__(self, build: Callable[[], Workflow], *, max_idle: int = MAX_IDLE) -> None:
+        self._build = build
+        self._max_idle = max_idle
+        self._idle: list[Workflow] = []
+        first = build()
+        self.graph_hash: str = first.graph_signature_hash
+        """The build's graph hash (every object the pool builds has it)."""
+        self.reuses = reusable(first)
+        """Whether objects are reused at all (see :func:`reusable`)."""
+        self.built = 1
+        """How many objects this pool built (for the tests)."""
+        if self.reuses:
+            self._idle.append(first)
+
+    def take(self) -> Workflow:
+        """A workflow object no other run holds: an idle one, reset, or a new one."""
+        while self._idle:
+            workflow = self._idle.pop()
+            if _reset(workflow):
+                return workflow
+        self.built += 1
+        return self._build()
+
+    def give_back(self, workflow: Workflow, *, started_from_message: bool, result: WorkflowRunResult | None) -> None:
+        """Keep ``workflow`` for a later run if its run (which returned ``result``; ``None`` when it raised)
+        started from a message and ended clean; otherwise drop it."""
+        if (
+            self.reuses
+            and started_from_message
+            and result is not None
+            and ended_clean(result)
+            and len(self._idle) < self._max_idle
+        ):
+            self._idle.append(workflow)
+
+
+def _reset(workflow: Workflow) -> bool:
+    """Make ``workflow`` start its next run as a new object would; ``False`` when something is left in it."""
+    runner: Any = workflow._runner
+    context: Any = runner.context
+    # Read synchronously: the in-process context keeps them in plain containers (checked, not assumed).
+    messages = getattr(context, "_messages", None)
+    pending = getattr(context, "_pending_request_info_events", None)
+    events = getattr(context, "_event_queue", None)
+    if messages is None or pending is None or any(messages.values()) or pending:
+        log.debug("workflow %s: not reused (messages or requests left from its last run)", workflow.id)
+        return False
+    if events is not None and not events.empty():
+        log.debug("workflow %s: not reused (events left from its last run)", workflow.id)
+        return False
+    runner.state.clear()
+    runner._previous_checkpoint_id = None
+    return True
