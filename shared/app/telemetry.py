@@ -332,7 +332,7 @@ def configure(settings: Settings | str | None, *, service_name: str = "casekeepe
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        resource = Resource.create({"service.name": service_name})
+        resource = _resource_json_once(Resource.create({"service.name": service_name}))
         if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -354,6 +354,26 @@ def configure(settings: Settings | str | None, *, service_name: str = "casekeepe
         reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=60_000)
         metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
         return kind
+
+
+def _resource_json_once(resource: Any) -> Any:
+    """``resource`` (immutable), serialised once: the console exporter's line for each span embeds the
+    resource's ``to_json()``, which the SDK otherwise re-encodes for every span (with ``indent=4``, that is
+    Python's slow encoder), the larger share of a span's export cost. The same lines come out."""
+    from opentelemetry.sdk.resources import Resource
+
+    class JsonOnceResource(Resource):
+        _json: dict[int | None, str]
+
+        def to_json(self, indent: int | None = 4) -> str:
+            cached = self._json.get(indent)
+            if cached is None:
+                cached = self._json[indent] = super().to_json(indent)
+            return cached
+
+    once = JsonOnceResource(resource.attributes, resource.schema_url)
+    once._json = {}
+    return once
 
 
 def _console_stream() -> IO[str]:

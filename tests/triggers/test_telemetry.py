@@ -119,6 +119,22 @@ def test_without_application_insights_spans_go_to_the_console_exporter(tmp_path:
     assert done.returncode == 0, done.stderr
     [span] = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     assert span["name"] == "case_event" and span["attributes"]["casekeeper.case_id"] == "C-9"
+    assert span["resource"]["attributes"]["service.name"] == "casekeeper"
+    assert span["resource"]["attributes"]["telemetry.sdk.name"] == "opentelemetry"
+
+
+def test_the_resource_serialised_once_is_the_resource_as_the_sdk_serialises_it() -> None:
+    from opentelemetry.sdk.resources import Resource
+
+    from shared.app.telemetry import _resource_json_once
+
+    resource = Resource.create({"service.name": "casekeeper"})
+    once = _resource_json_once(resource)
+    assert once.attributes == resource.attributes and once.schema_url == resource.schema_url
+    for indent in (4, None, 2):
+        assert once.to_json(indent) == resource.to_json(indent)
+        assert once.to_json(indent) == resource.to_json(indent)  # the second call, from the cache
+    assert once.merge(Resource.create({"k": "v"})).attributes["k"] == "v"
 
 
 # -- through configure(): Agent Framework's spans, sampling, and the sender's trace (issue 13) --
