@@ -56,10 +56,13 @@ class WorkflowPool:
     """Workflow objects of one build, each lent to one run at a time (:meth:`take`, :meth:`give_back`)."""
 
     def __init__(self, build: Callable[[], Workflow], *, max_idle: int = MAX_IDLE) -> None:
-        self._build = build
+        def new() -> Workflow:
+            return build_only_needed_checkpoints(build())
+
+        self._build: Callable[[], Workflow] = new
         self._max_idle = max_idle
         self._idle: list[Workflow] = []
-        first = build()
+        first = self._build()
         self.graph_hash: str = first.graph_signature_hash
         """The build's graph hash (every object the pool builds has it)."""
         self.reuses = reusable(first)
@@ -89,6 +92,34 @@ class WorkflowPool:
             and len(self._idle) < self._max_idle
         ):
             self._idle.append(workflow)
+
+
+def build_only_needed_checkpoints(workflow: Workflow) -> Workflow:
+    """Have ``workflow`` build a superstep's checkpoint only when its run's checkpoint storage says it
+    ``needs_checkpoint`` (``shared.workflow.run_checkpoints.RunCheckpoints``); returns ``workflow``.
+
+    Agent Framework builds a checkpoint after every superstep (the executors' states saved into the shared
+    state, then all of it deep-copied), and the run's storage writes only a few: a pause, the step after a
+    model call, the run's end. The others are held until the next replaces them, never written, yet they
+    were most of the framework's CPU in a run. The runner asks its context ``has_checkpointing()`` just
+    before it builds one; here that answer also asks the storage whether this one is needed, from the
+    messages in flight and the requests pending, which is all that decides it. Every checkpoint that is
+    written is built as before; a storage without ``needs_checkpoint`` gets every one. Left as it is when
+    the installed Agent Framework's runner context does not look as expected."""
+    context: Any = workflow._runner.context
+    effective = getattr(context, "_get_effective_checkpoint_storage", None)
+    if effective is None or not hasattr(context, "_messages") or not hasattr(context, "_pending_request_info_events"):
+        return workflow
+
+    def has_checkpointing() -> bool:
+        storage = effective()
+        if storage is None:
+            return False
+        needs = getattr(storage, "needs_checkpoint", None)
+        return needs is None or bool(needs(context._messages, context._pending_request_info_events))
+
+    context.has_checkpointing = has_checkpointing
+    return workflow
 
 
 def _reset(workflow: Workflow) -> bool:

@@ -21,6 +21,8 @@ every checkpoint that is written.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 from agent_framework import WorkflowCheckpoint
 
@@ -58,6 +60,21 @@ class RunCheckpoints(_RunCheckpoints):
     def worth(self, checkpoint: WorkflowCheckpoint) -> bool:
         """A pause for a person, and, with a model proposer, the superstep after the model call."""
         return super().worth(checkpoint) or (self._model_calls and bool(checkpoint.messages.get(MODEL_STEP)))
+
+    def needs_checkpoint(self, messages: Mapping[str, list[Any]], pending_requests: Mapping[str, Any]) -> bool:
+        """Whether the checkpoint of a superstep that leaves ``messages`` in flight and ``pending_requests``
+        waiting is worth building at all: one :meth:`worth` picks (written at once), or the run's last (no
+        message in flight), which :meth:`finish` may write. Any other is only held until the next replaces
+        it, and never written: Agent Framework need not build it (``shared.workflow.reuse``)."""
+        if not any(messages.values()):
+            return True
+        probe = WorkflowCheckpoint(
+            workflow_name="",
+            graph_signature_hash="",
+            messages=dict(messages),
+            pending_request_info_events=dict(pending_requests),
+        )
+        return self.worth(probe)
 
     async def before_write(self, checkpoint: WorkflowCheckpoint) -> None:
         """Mark the case before the checkpoint is written: no checkpoint in flight is unmarked."""

@@ -20,6 +20,7 @@ from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.deps import run_knowing
 from shared.workflow.messages import Investigate
 from shared.workflow.reuse import WorkflowPool, reusable
+from shared.workflow.run_checkpoints import RunCheckpoints
 from tests.support.app import Harness, make_harness
 from tests.support.invoices import invoice
 from tests.support.supplier import posts
@@ -159,3 +160,43 @@ def test_runs_at_once_on_one_loop_each_see_only_their_own_case(store: DocumentSt
         [effect] = app.ledger.for_case(case_id)
         assert effect.status.value == "done"
     assert runner_of(app).workflows.built <= 8  # one object per run in flight at most
+
+
+def test_the_framework_builds_only_the_checkpoints_a_run_may_write(
+    app: Harness, supplier: SupplierStub, monkeypatch: Any
+) -> None:
+    """Of a run's supersteps, only those whose checkpoint is written at once (a pause) or may be written at
+    the end (the last) are checkpointed at all; what is written is unchanged (the pause resumes)."""
+    built: list[WorkflowCheckpoint] = []
+    save = RunCheckpoints.save
+
+    async def counted(self: RunCheckpoints, checkpoint: WorkflowCheckpoint) -> str:
+        built.append(checkpoint)
+        return await save(self, checkpoint)
+
+    monkeypatch.setattr(RunCheckpoints, "save", counted)
+    assert app.handle(ev.INVOICE_RECEIVED, "K-1", **invoice("1100.00")).status == "credit_requested"
+    [end] = built  # five supersteps (the entry, intake, propose, gate, commit); the last one only
+    assert not any(end.messages.values()) and not end.pending_request_info_events
+    built.clear()
+    assert app.handle(ev.INVOICE_RECEIVED, "K-2", **invoice("2500.00")).status == "awaiting_approval"
+    [pause] = built
+    assert pause.pending_request_info_events
+    pending = app.cases.require("K-2").data["pendingApproval"]
+    answer = {"requestId": pending["requestId"], "caseVersion": pending["caseVersion"], "approver": "ana"}
+    assert app.handle(ev.APPROVAL_ANSWERED, "K-2", decision="approve", **answer).status == "credit_requested"
+    assert [p["body"]["caseId"] for p in posts(supplier)] == ["K-1", "K-2"]
+
+
+def test_a_storage_without_needs_checkpoint_gets_every_checkpoint(app: Harness) -> None:
+    facts = InvoiceFacts("N-1", "SUP-9", "PO-77", Decimal("1100.00"), Decimal("1000.00"), "EUR")
+    app.cases.create_if_absent("N-1", facts.to_dict())
+    pool = WorkflowPool(lambda: build_workflow(app.deps))
+    storage = Recording()
+
+    async def run() -> None:
+        with run_knowing(None):
+            await pool.take().run(Investigate("N-1", "test"), checkpoint_storage=storage)
+
+    asyncio.run(run())
+    assert [c.iteration_count for c in storage.saved] == [0, 1, 2, 3, 4]
