@@ -2,11 +2,11 @@
 
 Layers, by path:
 
-- ``shared.core``: the policy (effect keys, ledger state machine, case store rules, errors).
+- ``casekeeper.core``: the policy (effect keys, ledger state machine, case store rules, errors).
   Imports nothing outside the standard library and itself: no ``azure.*``, no ``sqlite3``,
   no environment, no wall clock.
-- ``shared.stores``: one module per storage backend (SQLite, Cosmos DB), each implementing the
-  document port of ``shared.core.ports`` and translating its vendor errors once.
+- ``casekeeper.stores``: one module per storage backend (SQLite, Cosmos DB), each implementing the
+  document port of ``casekeeper.core.ports`` and translating its vendor errors once.
 - everything else wires the core to the outside world (settings, CLI, supplier client).
 """
 
