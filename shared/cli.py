@@ -117,7 +117,7 @@ BAD_INPUT = (InvalidDocumentId, CaseNotFound, InvalidEvent, ConfigurationError)
 
 def version() -> str:
     try:
-        return metadata.version("casekeeper")
+        return metadata.version("casekeeper-app")
     except metadata.PackageNotFoundError:  # run from a checkout without ``pip install -e .``
         return "unknown (not installed)"
 

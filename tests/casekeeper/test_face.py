@@ -62,7 +62,11 @@ def test_the_package_is_named_so_it_cannot_collide_and_is_packaged() -> None:
     import tomllib
     from pathlib import Path
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    assert "casekeeper*" in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    root = Path(__file__).resolve().parents[2]
+    guard = tomllib.loads((root / "casekeeper" / "pyproject.toml").read_text())
+    assert guard["project"]["name"] == "casekeeper"
+    assert set(guard["tool"]["setuptools"]["packages"]) == {"casekeeper", "casekeeper.core", "casekeeper.stores"}
+    app = tomllib.loads((root / "pyproject.toml").read_text())
+    assert app["tool"]["setuptools"]["packages"]["find"]["include"] == ["shared*"]  # the app ships no guard copy
     assert casekeeper.Guard.__module__ == "casekeeper.guard"
     assert casekeeper.SystemClock().now() > 1_600_000_000
