@@ -27,11 +27,11 @@ setup: $(STAMP) $(NODE_STAMP) $(if $(PYTHON313),$(STAMP313)) ## everything the t
 # What make run needs: the app's own requirements in .venv, nothing else.
 setup-run: $(RUN_STAMP) ## only what make run needs (.venv with the app's requirements)
 
-$(RUN_STAMP): requirements.txt pyproject.toml
+$(RUN_STAMP): requirements.txt pyproject.toml casekeeper/pyproject.toml
 	@echo "==> setting up $(VENV) for the app (first time: about a minute; pip shows what it installs)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./casekeeper -e .
 	@touch $@
 
 $(STAMP): $(RUN_STAMP) requirements-dev.txt
@@ -90,12 +90,12 @@ test: lint ## ruff, mypy and the whole test suite
 VENV_TEST313 := .venv-test313
 STAMP_TEST313 := $(VENV_TEST313)/.installed-stamp
 
-$(STAMP_TEST313): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP_TEST313): requirements.txt requirements-dev.txt pyproject.toml casekeeper/pyproject.toml
 	@test -n "$(PYTHON313)" || { echo "make test-313 needs a Python 3.13 interpreter (pyenv install 3.13, or PYTHON313=/path/to/python3.13)"; exit 1; }
 	@echo "==> setting up $(VENV_TEST313) (Python 3.13, the whole test suite again)"
 	$(PYTHON313) -m venv $(VENV_TEST313)
 	$(VENV_TEST313)/bin/python -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt -r requirements-dev.txt
-	$(VENV_TEST313)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(VENV_TEST313)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e ./casekeeper -e .
 	@touch $@
 
 test-313: setup $(STAMP_TEST313) ## the whole test suite again on Python 3.13, the deployed Python

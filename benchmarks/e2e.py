@@ -74,7 +74,7 @@ from benchmarks.processes import (
     running_supplier,
     wait_until_idle,
 )
-from shared.core.ports import CONTAINERS
+from casekeeper.core.ports import CONTAINERS
 
 GOAL_RATIO = 1.5
 """Casekeeper's cases/s at least this many times DBOS's."""

@@ -5,7 +5,7 @@
 One *effect* is the happy path of one external call and its status change, on a case of its own:
 
 ``guarded``
-    Casekeeper: ``Ledger.run_on_record`` (shared.core.entries): the claim is the version gate, one conditional
+    Casekeeper: ``Ledger.run_on_record`` (casekeeper.core.entries): the claim is the version gate, one conditional
     replace of the case (If-Match on the case as the decision read it) adding the ``started`` entry; call;
     then one conditional replace of the case recording ``done`` and committing the status together. Target:
     at most two round trips (the two-container layout took four: claim, gate, outcome, commit).
@@ -19,7 +19,7 @@ One *effect* is the happy path of one external call and its status change, on a 
 How it measures:
 
 - Round trips are counted by :class:`CountingStore`, a wrapper around the
-  :class:`~shared.core.ports.DocumentStore`: each port method call is one round trip (one SQL
+  :class:`~casekeeper.core.ports.DocumentStore`: each port method call is one round trip (one SQL
   transaction, one HTTP request to Cosmos DB). ``now()`` counts too, because on Cosmos it is itself a
   write (it upserts a clock document); the happy path never calls it, and the per-method breakdown
   shows that.
@@ -57,13 +57,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from shared.core.cases import CASES, Case, CaseRepository
-from shared.core.entries import CommitPlan
-from shared.core.errors import CasekeeperError
-from shared.core.keys import effect_key
-from shared.core.ledger import EFFECTS, Effect, EffectStatus, Ledger
-from shared.core.ports import Document, DocumentStore, Query
-from shared.stores.sqlite import SqliteDocumentStore
+from casekeeper.core.cases import CASES, Case, CaseRepository
+from casekeeper.core.entries import CommitPlan
+from casekeeper.core.keys import effect_key
+from casekeeper.core.ledger import EFFECTS, Effect, EffectStatus, Ledger
+from casekeeper.core.ports import Document, DocumentStore, Query
+from casekeeper.errors import CasekeeperError
+from casekeeper.stores.sqlite import SqliteDocumentStore
 
 TARGET_ROUND_TRIPS = 2
 """The budget of one guarded effect on the happy path (the claim that is the version gate; the outcome with

@@ -42,18 +42,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.guarded_effect import CountingStore
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ledger import Ledger
+from casekeeper.core.ports import CONTAINERS, Document, DocumentStore, Query, partition_of
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app import bootstrap
 from shared.app.alerts import Alerter
 from shared.app.settings import Settings
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.ledger import Ledger
-from shared.core.ports import CONTAINERS, Document, DocumentStore, Query, partition_of
 from shared.domain import events as ev
 from shared.domain.invoice import Rules
 from shared.handlers.health import run_health_checks
 from shared.localhost.supplier_stub import SupplierStub
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.supplier.portal import SupplierPortal
 from shared.views.cases import cases_by_status
 from shared.views.drain import check
@@ -219,8 +219,8 @@ def backend(name: str, tmp: Path) -> Iterator[tuple[DocumentStore, Seeder]]:
         finally:
             store.close()
         return
+    from casekeeper.stores.cosmos import CosmosDocumentStore
     from shared.localhost.cosmos_server import start_cosmos_server
-    from shared.stores.cosmos import CosmosDocumentStore
 
     warnings.filterwarnings("ignore", message="Unverified HTTPS request")
     with start_cosmos_server() as server:

@@ -8,7 +8,7 @@ session queue) for every message the event leads to, and, on SQLite, the cases c
 has no change feed: there the reconciler's share is not counted (in Azure it reads the same changes
 and, on this path, writes nothing; the SQLite row shows what it does).
 
-Every :class:`~shared.core.ports.DocumentStore` call is counted by :class:`CountingStore` (one call is
+Every :class:`~casekeeper.core.ports.DocumentStore` call is counted by :class:`CountingStore` (one call is
 one round trip: one SQL transaction, one Cosmos DB request), by phase, container and method, with the
 JSON size of what was read and written. The change feed's own reads (the lease and the feed, which
 the trigger does, not the app) are not port calls and are not counted. A few warm-up cases come first
@@ -34,7 +34,7 @@ from typing import Any
 
 from benchmarks.guarded_effect import CountingStore, Tally, open_backend
 from benchmarks.processes import SECRET, Supplier
-from shared.core.ports import CONTAINERS, DocumentStore
+from casekeeper.core.ports import CONTAINERS, DocumentStore
 
 QUEUE = "case-events"
 PHASES = ("webhook", "case_worker", "reconciler")
@@ -163,10 +163,10 @@ def measure(backend: str, supplier: Supplier, *, events: int, warmup: int = 2) -
     """Count the store operations of ``events`` invoice cases on a fresh store of ``backend``."""
     import azure.functions as func
 
+    from casekeeper.stores.sqlite import SqliteDocumentStore
     from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
     from shared.localhost.changefeed import LocalChangeFeed, to_document_list
     from shared.messaging.sqlite_queue import to_service_bus_message
-    from shared.stores.sqlite import SqliteDocumentStore
 
     functions = _functions()
     result = OpsResult(backend, events, {phase: Tally() for phase in PHASES})

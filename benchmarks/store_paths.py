@@ -2,7 +2,7 @@
 
 :func:`benchmarks.store_ops.measure` counts one path, the over-billed ``invoice.received``. This counts
 every path the model prices, the same way (the indexed functions as the host calls them, each
-:class:`~shared.core.ports.DocumentStore` call counted by ``CountingStore``, on SQLite and on the Cosmos
+:class:`~casekeeper.core.ports.DocumentStore` call counted by ``CountingStore``, on SQLite and on the Cosmos
 DB test server, warm-up cases first and not counted). A path is one counted step, after the uncounted
 steps that bring a fresh case to where the step starts:
 
@@ -91,8 +91,8 @@ def measure_paths(
 ) -> dict[str, OpsResult]:
     """Count the store operations of ``events`` counted steps per path in ``paths`` on one fresh store of
     ``backend`` (after ``warmup`` uncounted ones per path)."""
+    from casekeeper.stores.sqlite import SqliteDocumentStore
     from shared.localhost.changefeed import LocalChangeFeed
-    from shared.stores.sqlite import SqliteDocumentStore
 
     run = uuid.uuid4().hex[:6]
     results: dict[str, OpsResult] = {}

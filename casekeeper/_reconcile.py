@@ -11,8 +11,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from shared.core.ledger import Effect
-from shared.core.reconcile import ActionPolicy, RecheckResult, Reconciler
+from casekeeper.core.ledger import Effect
+from casekeeper.core.reconcile import ActionPolicy, RecheckResult, Reconciler
 
 if TYPE_CHECKING:
     from casekeeper.effects import GuardedEffect

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from casekeeper.core.cases import Answer, version_after
+from casekeeper.core.errors import StaleDecision
+from casekeeper.core.keys import approval_request_id, canonical_json, effect_key
 from casekeeper.errors import ApprovalNotPending, StaleApproval
-from shared.core.cases import Answer, version_after
-from shared.core.errors import StaleDecision
-from shared.core.keys import approval_request_id, canonical_json, effect_key
 
 if TYPE_CHECKING:
     from casekeeper.effects import Decision

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from shared.core.clock import Clock, ManualClock
+from casekeeper.core.clock import Clock, ManualClock
 
 
 class SystemClock:

@@ -13,8 +13,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shared.core.cases import Answer, Case
-from shared.core.ledger import Effect, EffectStatus
+from casekeeper.core.cases import Answer, Case
+from casekeeper.core.ledger import Effect, EffectStatus
 
 if TYPE_CHECKING:
     from casekeeper.guard import Guard

@@ -1,7 +1,7 @@
 """The error tree of the guard, in one place.
 
 Every error the guard raises on purpose is a :class:`CasekeeperError`; ``retryable`` says whether trying
-the same thing again later can help. The tree is Casekeeper's own (``shared.core.errors``), re-exported
+the same thing again later can help. The tree is Casekeeper's own (``casekeeper.core.errors``), re-exported
 (among them :class:`MissingCommitIntent`: a ``done`` effect without the commit it should lead to, never a
 silent no-op), plus two errors of the public API:
 
@@ -19,7 +19,7 @@ What a guarded call raises to tell the guard what happened downstream:
 
 from __future__ import annotations
 
-from shared.core.errors import (
+from casekeeper.core.errors import (
     AlreadyExists,
     CaseError,
     CasekeeperError,

@@ -11,7 +11,7 @@ One decision, in four steps::
     result = refund.run(decision, {"amount": "12.50"})   # at most one call per (record, action, version)
     # result.commit: "committed" | "already" | "needs_review" | "with_person"
 
-The effect's claim and outcome are entries of the record itself (``shared.core.entries``): ``run`` is two
+The effect's claim and outcome are entries of the record itself (``casekeeper.core.entries``): ``run`` is two
 conditional writes of the record, the claim (which is the version gate) and the outcome with its commit.
 
 What :meth:`Guard.decide` settles first (rules R3, R4): a ``done`` effect whose commit a crash left
@@ -34,6 +34,15 @@ from casekeeper import _reconcile, approvals
 from casekeeper._numbers import inexact_numbers
 from casekeeper.approvals import ApprovalRequest
 from casekeeper.clock import SystemClock
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import Clock
+from casekeeper.core.commits import CommitFinisher
+from casekeeper.core.entries import CommitPlan
+from casekeeper.core.errors import EffectInFlight, NeedsReconciliation
+from casekeeper.core.keys import canonical_json, effect_key
+from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, AlertSink, Effect, EffectStatus, Ledger
+from casekeeper.core.ports import DocumentStore
+from casekeeper.core.reconcile import RecheckResult, Reconciler
 from casekeeper.effects import (
     Call,
     CommitData,
@@ -46,15 +55,6 @@ from casekeeper.effects import (
     Settled,
     Trace,
 )
-from shared.core.cases import CaseRepository
-from shared.core.clock import Clock
-from shared.core.commits import CommitFinisher
-from shared.core.entries import CommitPlan
-from shared.core.errors import EffectInFlight, NeedsReconciliation
-from shared.core.keys import canonical_json, effect_key
-from shared.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, AlertSink, Effect, EffectStatus, Ledger
-from shared.core.ports import DocumentStore
-from shared.core.reconcile import RecheckResult, Reconciler
 
 log = logging.getLogger("casekeeper.guard")
 

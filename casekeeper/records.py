@@ -16,12 +16,12 @@ effect; an operator tool that records an outcome a person established finishes i
 
 from __future__ import annotations
 
-from shared.core.cases import Answer, Gate, Transition
-from shared.core.cases import CaseRepository as RecordRepository
-from shared.core.entries import CLOSED_KEPT, CommitPlan
-from shared.core.entries import effects_of as entries_of
-from shared.core.keys import approval_request_id, effect_key
-from shared.core.ledger import (
+from casekeeper.core.cases import Answer, Gate, Transition
+from casekeeper.core.cases import CaseRepository as RecordRepository
+from casekeeper.core.entries import CLOSED_KEPT, CommitPlan
+from casekeeper.core.entries import effects_of as entries_of
+from casekeeper.core.keys import approval_request_id, effect_key
+from casekeeper.core.ledger import (
     DEFAULT_CALL_TIMEOUT,
     OPEN_STATUSES,
     AlertSink,
@@ -30,7 +30,7 @@ from shared.core.ledger import (
     EffectStatus,
     Ledger,
 )
-from shared.core.reconcile import RECONCILED_SUFFIX, ActionPolicy, RecheckResult, Reconciler
+from casekeeper.core.reconcile import RECONCILED_SUFFIX, ActionPolicy, RecheckResult, Reconciler
 
 __all__ = [
     "CLOSED_KEPT",

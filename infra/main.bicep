@@ -50,7 +50,7 @@
 //                                          time to live, stamped per document by shared/app/retention.py;
 //                                          the containers have defaultTtl -1). 0 keeps them forever.
 //   RETRY_BASE_SECONDS, RETRY_MAX_DELAY_SECONDS, RETRY_FOR_SECONDS
-//                                        = backoff of an event after a transient error (shared/core/retry):
+//                                        = backoff of an event after a transient error (shared/messaging/retry):
 //                                          delayed copies instead of redeliveries that burn the count.
 //   APPLICATIONINSIGHTS_CONNECTION_STRING
 //                                        = the Application Insights component. The host's telemetry, and

@@ -18,7 +18,9 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
 
-from shared.core.errors import CasekeeperError, CaseNotFound, ConfigurationError, InvalidDocumentId, InvalidEvent
+from casekeeper.errors import CasekeeperError, ConfigurationError, InvalidDocumentId
+from casekeeper.errors import RecordNotFound as CaseNotFound
+from shared.errors import InvalidEvent
 
 Command = tuple[str, Callable[[list[str]], int]]
 
@@ -115,7 +117,7 @@ BAD_INPUT = (InvalidDocumentId, CaseNotFound, InvalidEvent, ConfigurationError)
 
 def version() -> str:
     try:
-        return metadata.version("casekeeper")
+        return metadata.version("casekeeper-app")
     except metadata.PackageNotFoundError:  # run from a checkout without ``pip install -e .``
         return "unknown (not installed)"
 

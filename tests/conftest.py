@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.core.ports import DocumentStore
+from casekeeper.core.ports import DocumentStore
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.localhost.supplier_stub import SupplierStub
-from shared.stores.sqlite import SqliteDocumentStore
 from tests.support.supplier import running_supplier
 
 BACKENDS = [
@@ -52,7 +52,7 @@ class StoreSpec:
         if self.kind == "sqlite":
             assert self.sqlite_path is not None
             return SqliteDocumentStore(self.sqlite_path)
-        from shared.stores.cosmos import cosmos_store_from_settings
+        from casekeeper.stores.cosmos import cosmos_store_from_settings
 
         assert self.cosmos_endpoint and self.cosmos_database
         return cosmos_store_from_settings(self.cosmos_endpoint, self.cosmos_database, self.cosmos_key)

@@ -1,5 +1,5 @@
 // Cosmos DB (NoSQL API): the account, the database and every container the code uses, with the
-// partition keys of shared/core/ports.py (CONTAINERS) plus the change-feed trigger's lease container.
+// partition keys of casekeeper/core/ports.py (CONTAINERS) plus the change-feed trigger's lease container.
 // Keys are disabled on the account: all access is Microsoft Entra ID (sqlRoleAssignments in rbac.bicep).
 
 param location string
@@ -21,7 +21,7 @@ param serverless bool = true
 param autoscaleMaxThroughput int = 1000
 
 // Name, partition key path and indexing policy of every container. The application containers match
-// shared/core/ports.py CONTAINERS; tests/unit/test_infra.py checks this list against it.
+// casekeeper/core/ports.py CONTAINERS; tests/unit/test_infra.py checks this list against it.
 //
 // Indexing: each application container indexes only what the code filters, orders or groups on. Every
 // other path (the history, the facts, an effect's request and result, the encoded checkpoint blob) is

@@ -106,7 +106,7 @@ var hostSettings = [
     name: 'AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentSessions'
     value: string(maxConcurrentSessions)
   }
-  // azure-identity's DefaultAzureCredential (shared/stores/cosmos.py, shared/messaging/servicebus.py,
+  // azure-identity's DefaultAzureCredential (casekeeper/stores/cosmos.py, shared/messaging/servicebus.py,
   // shared/workflow/model_client.py, its async form) picks the user-assigned identity by this client id.
   {
     name: 'AZURE_CLIENT_ID'

@@ -116,7 +116,7 @@ def open_store(settings: Settings) -> DocumentStore:
 
 def _open_backend(settings: Settings) -> DocumentStore:
     if settings.store == "cosmos":
-        from shared.stores.cosmos import cosmos_store_from_settings
+        from casekeeper.stores.cosmos import cosmos_store_from_settings
 
         assert settings.cosmos_endpoint is not None
         options: dict[str, Any] = {}
@@ -125,7 +125,7 @@ def _open_backend(settings: Settings) -> DocumentStore:
         return cosmos_store_from_settings(
             settings.cosmos_endpoint, settings.cosmos_database, settings.cosmos_key, **options
         )
-    from shared.stores.sqlite import SqliteDocumentStore
+    from casekeeper.stores.sqlite import SqliteDocumentStore
 
     if settings.store_timeout is not None:
         return SqliteDocumentStore(settings.sqlite_path, busy_timeout=settings.store_timeout)
@@ -352,7 +352,7 @@ def start(svc: Services) -> Services:
 def store_option(settings: Settings, store: DocumentStore) -> str:
     """How an operator command names this store: ``--data DIR`` for a local host's SQLite file, else
     ``--from-settings``."""
-    from shared.stores.sqlite import SqliteDocumentStore
+    from casekeeper.stores.sqlite import SqliteDocumentStore
 
     path = settings.sqlite_path
     if isinstance(backend(store), SqliteDocumentStore) and path.name == "casekeeper.sqlite":

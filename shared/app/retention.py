@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from casekeeper import Document, DocumentStore, Query
+from casekeeper.errors import ConcurrencyConflict, StoreError
 from casekeeper.stores import Scalar
-from shared.core.errors import ConcurrencyConflict, StoreError
 
 log = logging.getLogger("casekeeper.retention")
 
@@ -124,7 +124,7 @@ class Retention:
 
 
 class RetainingStore:
-    """A :class:`~shared.core.ports.DocumentStore` that stamps every written document's ``ttl`` from a
+    """A :class:`~casekeeper.core.ports.DocumentStore` that stamps every written document's ``ttl`` from a
     :class:`Retention` before the write reaches ``inner``. Reads pass through unchanged; so does any other
     attribute of ``inner`` (the SQLite store's change feed, ``ensure_containers``).
 

@@ -21,7 +21,7 @@ from shared.app.connections import (
     parse_service_bus,
 )
 from shared.app.setting_names import AZURE_MARKERS, DEFAULTS, MAX_MODEL_TIMEOUT
-from shared.core.retry import Backoff
+from shared.messaging.retry import Backoff
 from shared.workflow.model_client import ModelConfig
 
 _API_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}(-preview)?")

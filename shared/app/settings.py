@@ -27,8 +27,8 @@ from shared.app.setting_checks import (
     who_may_call,
 )
 from shared.app.setting_names import AZURE_MARKERS, MAX_MODEL_TIMEOUT, SETTINGS, Setting
-from shared.core.retry import Backoff
 from shared.domain.invoice import Rules
+from shared.messaging.retry import Backoff
 from shared.workflow.model_client import ModelConfig
 
 __all__ = ["AZURE_MARKERS", "MAX_MODEL_TIMEOUT", "SETTINGS", "Setting", "Settings"]

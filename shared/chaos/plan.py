@@ -219,7 +219,7 @@ class _Builder:
         rng = self.rng
         kind = _pick(rng, _KINDS)
         # A few ids with a space and a colon, which the id rule allows and a URL path must carry
-        # percent-encoded. Not "/": the id rule refuses it (400 at the door, shared.core.ids), so an
+        # percent-encoded. Not "/": the id rule refuses it (400 at the door, casekeeper.core.ids), so an
         # event for such a case would be an invalid request, not a fact the case lost.
         case_id = f"CH {self.seed}:{n:04d}" if rng.random() < 0.05 else f"CH-{self.seed}-{n:04d}"
         variance = {

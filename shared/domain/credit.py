@@ -35,9 +35,9 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from shared.core.errors import InvalidProposal
 from shared.domain import money
 from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Rules, Status
+from shared.errors import InvalidProposal
 
 ZERO = Decimal("0")
 

@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.core.errors import InvalidEvent
-from shared.core.ids import id_problem
+from casekeeper.stores import id_problem
 from shared.domain.money import parse_amount
 from shared.domain.order import FactOrder, occurred_at_problem
+from shared.errors import InvalidEvent
 
 INVOICE_RECEIVED = "invoice.received"
 PO_UPDATED = "po.updated"
@@ -57,7 +57,7 @@ Check = Callable[[object], str | None]
 
 
 def _identifier(value: object) -> str | None:
-    # One rule for every id, on every backend (shared.core.ids): what is accepted here can be stored.
+    # One rule for every id, on every backend (casekeeper.core.ids): what is accepted here can be stored.
     return id_problem(value)
 
 

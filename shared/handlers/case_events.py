@@ -11,7 +11,7 @@ handled                        complete
 ``InvalidEvent``,              set aside with its reason (``shared.handlers.rejected``); complete
 ``InvalidDocumentId``
 an error with ``retryable``    a few short waits in place (unless its ``wait_in_place`` is off);
-                               then a copy scheduled with backoff (``shared.core.retry``), never
+                               then a copy scheduled with backoff (``shared.messaging.retry``), never
                                sooner than the error's ``retry_after``; the original completes; past
                                the retry window the error is raised, for the broker's redeliveries
                                and DLQ
@@ -21,7 +21,7 @@ an error with ``retryable``    a few short waits in place (unless its ``wait_in_
 anything else                  raised: redelivered, dead-lettered past ``maxDeliveryCount``
 =============================  =================================================================
 
-The decision reads the error's ``retryable`` attribute (``shared.core.errors``), never its text.
+The decision reads the error's ``retryable`` attribute (``casekeeper.core.errors``), never its text.
 
 ``effect.recheck`` messages (scheduled by the reconciler and the timer) run reconciliation rule R3
 inside the case's session, so they are serialised with the case's other events.
@@ -41,11 +41,11 @@ from typing import Any
 
 from casekeeper import CasekeeperError, Clock, DocumentStore, EffectInFlight, Guard, InvalidDocumentId
 from shared.app.telemetry import Telemetry
-from shared.core.errors import InvalidEvent, ModelUnavailable
-from shared.core.retry import Backoff
 from shared.domain import events as ev
+from shared.errors import InvalidEvent, ModelUnavailable
 from shared.handlers.rejected import set_aside
 from shared.messaging import Envelope, EventSender, decode, derived_message_id, sender_context
+from shared.messaging.retry import Backoff
 from shared.workflow.worker import CaseWorker, EventResult
 
 log = logging.getLogger("casekeeper.case_events")

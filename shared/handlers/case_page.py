@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
-from shared.core.errors import CasekeeperError, InvalidDocumentId
+from casekeeper.errors import CasekeeperError, InvalidDocumentId
 from shared.domain.invoice import Status
 from shared.views.case import CaseViewReads, case_document
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, Principal

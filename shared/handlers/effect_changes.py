@@ -1,5 +1,5 @@
 """The reconciler: reacts to changes of the cases (Cosmos DB change feed on ``cases``), where effects are
-claimed and closed (``shared.core.entries``).
+claimed and closed (``casekeeper.core.entries``).
 
 - a case with a ``started`` entry: a re-check is scheduled into the case's session for when its call
   timeout expires (its claim time by the store's clock, plus a margin); the re-check applies rule R3.

@@ -9,7 +9,7 @@ the duty carries on with the rest.
 1. **Started effects** older than the call timeout get a re-check (rule R3). The change feed shows a row
    only when it changes; a row that stops changing would otherwise wait forever.
 2. **Open gates.** A case whose version gate let an effect through, with neither its commit nor its
-   escalation since (``shared.core.cases.Gate``), gets a re-check of that effect, which finishes the
+   escalation since (``casekeeper.core.cases.Gate``), gets a re-check of that effect, which finishes the
    commit, hands the case to a person, or closes the gate. The query returns only such cases: the
    sweep's cost follows what is stuck, not what is done.
 3. **Open cases** left ``open`` for longer than the call timeout: a fact was recorded and the decision
@@ -122,7 +122,7 @@ class HealthChecksFailed(Exception):
 
 
 class _TickClock:
-    """The store's clock, read once per tick: on Cosmos DB a read of it is a write (``shared.stores.cosmos``),
+    """The store's clock, read once per tick: on Cosmos DB a read of it is a write (``casekeeper.stores.cosmos``),
     and five duties each asked for it. A duty that runs later in the tick sees an earlier time, which only
     makes its cutoffs earlier (what is just past one is found by the next tick). A failed read is not kept:
     the next duty that asks reads again."""
@@ -220,7 +220,7 @@ def _sweep_started_effects(deps: HealthDeps, report: HealthReport, bucket: str, 
 def _sweep_open_entries(deps: HealthDeps, report: HealthReport, bucket: str, clock: _TickClock) -> None:
     """The backstop of the change feed on ``cases``: every case with an open entry (indexed ``openEffects``),
     its ``started`` entries past the call timeout by their claim time. No ``_ts`` bound on the case: a later
-    note moves the case's ``_ts`` but not the entry's time (``shared.core.entries``)."""
+    note moves the case's ``_ts`` but not the entry's time (``casekeeper.core.entries``)."""
     now = deps.cases.now()
     cutoff = clock.now() - deps.call_timeout
 

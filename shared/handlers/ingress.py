@@ -46,8 +46,8 @@ from casekeeper import Clock, DocumentStore, StoreError
 from casekeeper import Record as Case
 from casekeeper.records import RecordRepository as CaseRepository
 from casekeeper.stores import id_problem
-from shared.core.errors import InvalidEvent, QueueUnavailable
 from shared.domain import events as ev
+from shared.errors import InvalidEvent, QueueUnavailable
 from shared.handlers import door
 from shared.messaging import Envelope, EventSender, derived_message_id
 

@@ -35,8 +35,8 @@ from urllib.parse import parse_qs, quote
 
 from casekeeper import Clock, approval_request_id
 from casekeeper import Record as Case
+from casekeeper.errors import CasekeeperError, InvalidDocumentId
 from shared.app.alerts import Alerter
-from shared.core.errors import CasekeeperError, InvalidDocumentId
 from shared.domain.invoice import Status
 from shared.handlers import case_page as one_case
 from shared.handlers.ingress import Ingress

@@ -1,7 +1,7 @@
 """The timer's walks over stuck work: a keyset page at a time, under a time budget, from a cursor kept in
 the store, so that a tick's cost is bounded whatever is stuck and the next tick resumes where it stopped.
 
-A walk reads a page (``shared.core.ports.next_page``), hands it to the duty, then records the page's last
+A walk reads a page (``casekeeper.core.ports.next_page``), hands it to the duty, then records the page's last
 key in its cursor document (``health``, kind ``cursor``): a page whose duty raised is not recorded, and the
 next tick handles it again (what the duties schedule is idempotent per hour, so that repeats nothing). The
 budget is checked before each page, so a tick does at least one page and at most the budget plus one page.

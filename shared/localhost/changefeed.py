@@ -14,7 +14,7 @@ appear at all.
 
 One consumer per feed name at a time (the Functions host ensures it with leases): two consumers of
 one name would each get every batch, and the second commit of a batch raises
-:class:`~shared.core.errors.ConcurrencyConflict`.
+:class:`~casekeeper.core.errors.ConcurrencyConflict`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from casekeeper import CONTAINERS, ConcurrencyConflict
-from shared.stores.sqlite import SqliteDocumentStore
-from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
+from casekeeper.stores.sqlite import SqliteDocumentStore
+from casekeeper.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
 
 if TYPE_CHECKING:
     from azure.functions import DocumentList
@@ -66,8 +66,8 @@ class LocalChangeFeed:
     """The change feed of one container of a :class:`SqliteDocumentStore`, under a persisted name.
 
     Raises ``ValueError`` when ``container`` is unknown or ``name`` is already used for another
-    container in this file; :class:`~shared.core.errors.StoreUnavailable` when the file stays locked
-    past ``busy_timeout``, :class:`~shared.core.errors.StoreError` for other SQLite failures.
+    container in this file; :class:`~casekeeper.core.errors.StoreUnavailable` when the file stays locked
+    past ``busy_timeout``, :class:`~casekeeper.core.errors.StoreError` for other SQLite failures.
     """
 
     def __init__(self, store: SqliteDocumentStore, container: str, name: str, *, busy_timeout: float = 30.0) -> None:
@@ -133,7 +133,7 @@ class LocalChangeFeed:
         """Record ``batch`` as handled: the next :meth:`poll` starts after it.
 
         Committing the batch that was committed last again is a no-op. Raises ``ValueError`` for a
-        batch of another feed, and :class:`~shared.core.errors.ConcurrencyConflict` when the
+        batch of another feed, and :class:`~casekeeper.core.errors.ConcurrencyConflict` when the
         continuation moved since the batch was polled (another consumer of the same name committed).
         """
         if batch.feed != self.name or batch.container != self.container:

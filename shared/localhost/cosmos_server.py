@@ -28,7 +28,7 @@ from typing import IO, Any, Final
 
 import httpx
 
-from shared.stores.cosmos import CosmosDocumentStore
+from casekeeper.stores.cosmos import CosmosDocumentStore
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 LAUNCHER: Final = Path(__file__).with_suffix(".js")

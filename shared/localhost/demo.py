@@ -42,12 +42,12 @@ from casekeeper import (
 )
 from casekeeper import Record as Case
 from casekeeper.records import EffectOutcome
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.bootstrap import build_operations
 from shared.app.settings import Settings
 from shared.domain.credit import decide, position
 from shared.domain.invoice import Action, InvoiceFacts
 from shared.localhost.supplier_stub import NOTES_PATH, Faults, SupplierStub
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall
 from shared.workflow.proposers import RulesProposer
 

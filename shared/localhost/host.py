@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from casekeeper import StoreError
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.retention import backend
@@ -58,7 +59,6 @@ from shared.localhost.http_server import SOCKET_TIMEOUT_SECONDS, HttpFrontend, R
 from shared.localhost.schedule import NcrontabSchedule, timer_request
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.web.identity import ROLE_ALIASES, encode_principal, role_name
 
 log = logging.getLogger("casekeeper.dev")

@@ -37,7 +37,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter, Setter
 
-from shared.core.ids import MAX_ID_LENGTH
+from casekeeper.stores import MAX_ID_LENGTH
 from shared.domain.events import CaseEvent
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from shared.core.errors import QueueError, QueueUnavailable, StoreError, StoreUnavailable
+from casekeeper.errors import StoreError, StoreUnavailable
 from shared.domain.events import CaseEvent
+from shared.errors import QueueError, QueueUnavailable
 from shared.messaging import DeadLetter, encode, message_properties, redrive_message_id
 from shared.messaging.sqlite_queue import LocalSessionQueue
 

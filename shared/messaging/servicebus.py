@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from shared.core.errors import QueueError, QueueUnavailable
 from shared.domain.events import CaseEvent
+from shared.errors import QueueError, QueueUnavailable
 from shared.messaging import DeadLetter, encode, message_properties, redrive_message_id
 
 if TYPE_CHECKING:

@@ -57,8 +57,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from shared.core.errors import QueueError
-from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
+from casekeeper.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
+from shared.errors import QueueError
 
 if TYPE_CHECKING:
     from azure.functions.servicebus import ServiceBusMessage
@@ -230,8 +230,8 @@ class DeadLetter(QueueMessage):
 class LocalSessionQueue:
     """Session queues with Service Bus semantics (see the module docstring) on one SQLite file.
 
-    Raises :class:`~shared.core.errors.StoreUnavailable` when the file stays locked past
-    ``busy_timeout`` and :class:`~shared.core.errors.StoreError` for any other SQLite failure.
+    Raises :class:`~casekeeper.core.errors.StoreUnavailable` when the file stays locked past
+    ``busy_timeout`` and :class:`~casekeeper.core.errors.StoreError` for any other SQLite failure.
     """
 
     def __init__(

@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from casekeeper.errors import ConfigurationError
 from shared.app import bootstrap
 from shared.app.operations import Operations
 from shared.app.settings import Settings
-from shared.core.errors import ConfigurationError
 from shared.views.text import age_text, compact, short, time_text
 from shared.workflow.proposers import RulesProposer
 

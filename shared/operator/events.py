@@ -1,6 +1,6 @@
 """``casekeeper events dead-lettered`` and ``casekeeper events redrive``: events the queue gave up on.
 
-An accepted event is retried with backoff through a transient outage (``shared.core.retry``); what still
+An accepted event is retried with backoff through a transient outage (``shared.messaging.retry``); what still
 reaches the queue's dead-letter queue is a bug or an outage of hours. These commands make it visible and
 recoverable, for the local host's queue (``--data``) and for Service Bus (``--from-settings``):
 

@@ -2,7 +2,7 @@
 
 For the Cosmos DB emulator (and any account you may write containers in with a key). In Azure, infra creates
 them (``infra/app/cosmos.bicep``), and the app's identity may not: its data-plane role cannot create
-containers. The containers are the store's (``shared.core.ports.CONTAINERS``, partition key ``/<field>``)
+containers. The containers are the store's (``casekeeper.core.ports.CONTAINERS``, partition key ``/<field>``)
 and the reconciler trigger's lease container (``leases``, partition key ``/id``), which the trigger does not
 create itself (``create_lease_container_if_not_exists=False``).
 
@@ -16,8 +16,8 @@ import argparse
 import sys
 
 from casekeeper import CONTAINERS
+from casekeeper.errors import CasekeeperError, StoreUnavailable
 from shared.app.settings import Settings
-from shared.core.errors import CasekeeperError, StoreUnavailable
 from shared.functions import CONTAINER_LEASES
 from shared.operator.context import app_settings_values, error
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings.store != "cosmos" or not settings.cosmos_endpoint:
         error(PROG, "the settings select no Cosmos DB store (CASEKEEPER_STORE=cosmos): nothing to create")
         return 2
-    from shared.stores.cosmos import cosmos_store_from_settings
+    from casekeeper.stores.cosmos import cosmos_store_from_settings
 
     store = cosmos_store_from_settings(settings.cosmos_endpoint, settings.cosmos_database, settings.cosmos_key)
     try:

@@ -21,8 +21,8 @@ import argparse
 import asyncio
 
 from shared.app.operations import Operations
-from shared.core.errors import InvalidEvent
 from shared.domain import events as ev
+from shared.errors import InvalidEvent
 from shared.operator.context import common_arguments, error, operator_identity, print_json, run_with_operations
 from shared.workflow.capture import install, installed, uninstall
 

@@ -3,9 +3,9 @@
 Every answer is translated into one of three outcomes the effect ledger understands:
 
 - a parsed credit note (a 2xx whose JSON body has ``creditNoteId``): it happened;
-- :class:`~shared.core.errors.DownstreamRejected`: the portal definitely refused (any 4xx except
+- :class:`~casekeeper.core.errors.DownstreamRejected`: the portal definitely refused (any 4xx except
   408 and 429); nothing was created, and asking again with the same body will not change that;
-- :class:`~shared.core.errors.OutcomeUnknown`: everything else (timeout, 5xx, 408, 429, connection
+- :class:`~casekeeper.core.errors.OutcomeUnknown`: everything else (timeout, 5xx, 408, 429, connection
   failure, a connection dropped mid-reply, a 2xx without ``creditNoteId``, a 1xx/3xx). The note may
   or may not exist: repeat the request with the **same** key, or look it up by key.
 
@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 from opentelemetry import propagate
 
+from casekeeper.errors import ConfigurationError, DownstreamRejected, OutcomeUnknown
 from shared import __version__
-from shared.core.errors import ConfigurationError, DownstreamRejected, OutcomeUnknown
 from shared.domain.money import amount_text
 
 CREDIT_NOTES_PATH = "/credit-notes"
@@ -48,7 +48,7 @@ class SupplierPortal:
     The underlying ``httpx.Client`` is created on first use and reused (connection pooling);
     :meth:`close` releases it, and a later call opens a new one. ``transport`` is for tests only.
 
-    Raises :class:`~shared.core.errors.ConfigurationError` for an unusable ``base_url`` or timeout.
+    Raises :class:`~casekeeper.core.errors.ConfigurationError` for an unusable ``base_url`` or timeout.
     """
 
     def __init__(

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.core.cases import CASES
-from shared.core.ports import DocumentStore, Query, next_page
+from casekeeper.stores import CASES, DocumentStore, Query, next_page
 from shared.domain.invoice import Status
 
 SHOWN_PER_STATUS = 20

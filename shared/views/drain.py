@@ -20,9 +20,9 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from shared.core.cases import CASES, Case
-from shared.core.errors import ConcurrencyConflict
-from shared.core.ports import Document, DocumentStore, Query, walk
+from casekeeper import Record as Case
+from casekeeper.errors import ConcurrencyConflict
+from casekeeper.stores import CASES, Document, DocumentStore, Query, walk
 from shared.domain.invoice import Status
 from shared.views.runs import CheckpointView, inspect_checkpoint
 from shared.workflow import run_marker

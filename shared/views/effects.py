@@ -6,8 +6,8 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
-from shared.core.ledger import EFFECTS, OPEN_STATUSES, Effect, EffectStatus, Ledger
-from shared.core.ports import DocumentStore, Query, walk
+from casekeeper.records import OPEN_STATUSES, Effect, EffectStatus, Ledger
+from casekeeper.stores import EFFECTS, DocumentStore, Query, walk
 from shared.views.text import age_text, short
 
 
@@ -21,7 +21,7 @@ def pending_view(store: DocumentStore, ledger: Ledger, *, limit: int | None = No
         found = [Effect.from_document(d) for d in (islice(docs, limit) if limit is not None else docs)]
         effects.extend(found)
         counts[status.value] = store.count(EFFECTS, Query(equals={"status": status.value})) if limit else len(found)
-    # The open entries on cases (where effects are claimed now: shared.core.entries), as many as are open.
+    # The open entries on cases (where effects are claimed now: casekeeper.core.entries), as many as are open.
     on_cases = [e for e in ledger.open_entries() if e.status in OPEN_STATUSES]
     for status in OPEN_STATUSES:
         of_status = [e for e in on_cases if e.status is status]

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from casekeeper import OPEN_STATUSES, Clock, Effect, EffectStatus
+from casekeeper.errors import OutcomeAlreadyRecorded
 from casekeeper.records import Ledger, Reconciler
 from casekeeper.records import RecordRepository as CaseRepository
-from shared.core.errors import OutcomeAlreadyRecorded
 from shared.views.text import age_text, short
 
 SOURCE = "operator"

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from agent_framework import Workflow
 
-from shared.core.ports import DocumentStore
+from casekeeper.stores import DocumentStore
 from shared.workflow.checkpoints import (
     CHECKPOINTS,
     CaseCheckpointStorage,

@@ -2,7 +2,7 @@
 
 The event bodies come from :data:`shared.domain.events.SCHEMAS` (each field's check mapped to a JSON
 Schema), the statuses from :class:`~shared.domain.invoice.Status` and
-:class:`~shared.core.ledger.EffectStatus`, the limits from the ingress and the id rule. The generated
+:class:`~casekeeper.core.ledger.EffectStatus`, the limits from the ingress and the id rule. The generated
 document is kept in the repository as ``shared/web/openapi.json`` (deployed with the app, which serves it
 at ``GET /api/openapi.json``); a test checks that the file is what this module generates, validates it
 with ``openapi-spec-validator``, and sends every example in it to a real local host. Regenerate it with::

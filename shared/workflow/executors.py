@@ -34,9 +34,9 @@ from casekeeper import (
     effect_key,
 )
 from casekeeper import Record as Case
-from shared.core.errors import InvalidProposal
 from shared.domain.credit import CreditRequest, needs_approval, position, status_for, validate
 from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Status
+from shared.errors import InvalidProposal
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall, credit_requests
 from shared.workflow.approval import pending_request
 from shared.workflow.deps import WorkflowDeps

@@ -16,13 +16,13 @@ from typing import Any, Protocol
 from casekeeper import ConcurrencyConflict
 from casekeeper import Record as Case
 from casekeeper.checkpoints import CaseCheckpointStorage
-from shared.core.errors import InvalidEvent
 from shared.domain import events as ev
 from shared.domain import transitions
 from shared.domain.credit import CreditRequest
 from shared.domain.invoice import INVESTIGABLE, InvoiceFacts, parse_amount
 from shared.domain.order import FactOrder
 from shared.domain.transitions import FactPlan
+from shared.errors import InvalidEvent
 from shared.workflow.actions import credit_requests
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import PENDING_APPROVAL, RunOutcome

@@ -5,7 +5,7 @@ built here, so that the budget is Casekeeper's own (:class:`ModelConfig`):
 
 - **no retries in the SDK** (``max_retries=0``): the SDK would sleep in place for the service's
   ``Retry-After`` (up to two minutes per retry) holding the case's session. A retryable failure becomes
-  :class:`~shared.core.errors.ModelUnavailable`, carrying ``retry_after``, and the case worker defers the
+  :class:`~shared.errors.ModelUnavailable`, carrying ``retry_after``, and the case worker defers the
   event by a delayed copy (``shared.handlers.case_events``);
 - **one timeout** for the whole call, token fetch included (``timeout``, seconds; the SDK's default is
   600 s, the whole function timeout);
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from shared.core.errors import InvalidProposal, ModelUnavailable
+from shared.errors import InvalidProposal, ModelUnavailable
 
 if TYPE_CHECKING:
     from agent_framework.openai import OpenAIChatCompletionClient

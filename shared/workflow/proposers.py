@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from opentelemetry import trace
 from pydantic import BaseModel, Field, ValidationError
 
-from shared.core.errors import InvalidProposal, ModelUnavailable
 from shared.domain.credit import Position, decide
 from shared.domain.invoice import Action, InvoiceFacts, Proposal, Rules, parse_amount
+from shared.errors import InvalidProposal, ModelUnavailable
 from shared.workflow.model_client import ModelConfig, chat_client, classify
 
 if TYPE_CHECKING:

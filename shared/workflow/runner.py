@@ -9,7 +9,7 @@ A checkpoint that passed every check can still fail to resume: a state type chan
 foresaw, the framework refuses it, a restored object breaks the new code. Whatever a resume raises is
 answered the same way, by a rebuild from the case document, with a note on the case and an alert
 (:meth:`WorkflowRunner.resume`), never by failing the event until its message is dead-lettered. Only
-Casekeeper's own errors keep their meaning (``shared.core.errors``): a store outage is retried, an effect
+Casekeeper's own errors keep their meaning (``casekeeper.core.errors``): a store outage is retried, an effect
 in flight waits, exactly as they would in a rebuilt run.
 """
 

@@ -14,7 +14,7 @@ What it does with an event:
 4. An investigation that lost a race (``superseded``) re-reads and decides again, a bounded number
    of times.
 
-Errors are the settlement signal (see ``shared.core.errors``): ``EffectInFlight`` (schedule a
+Errors are the settlement signal (see ``casekeeper.core.errors``): ``EffectInFlight`` (schedule a
 re-check), ``InvalidEvent`` (set aside), any error whose ``retryable`` is set (retried with backoff).
 """
 
@@ -31,9 +31,9 @@ from casekeeper import Record as Case
 from casekeeper import RecordNotFound as CaseNotFound
 from casekeeper.capture import capturing
 from casekeeper.checkpoints import CaseCheckpointStorage
-from shared.core.errors import InvalidEvent, ModelUnavailable
 from shared.domain import events as ev
 from shared.domain.invoice import INVESTIGABLE
+from shared.errors import InvalidEvent, ModelUnavailable
 from shared.workflow.build import WORKFLOW_NAME
 from shared.workflow.fact_events import FACT_EVENTS, FactEvents
 from shared.workflow.messages import (

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from casekeeper.errors import OutcomeUnknown
 from shared.app import bootstrap
 from shared.app.settings import Settings
-from shared.core.errors import OutcomeUnknown
 from shared.domain.events import CaseEvent
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import encode

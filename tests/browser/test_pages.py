@@ -15,7 +15,7 @@ try:
 except ImportError:  # the browser fixture skips, or fails under CI, with the reason
     expect = None
 
-from shared.core.keys import effect_key
+from casekeeper.core.keys import effect_key
 from shared.localhost.supplier_stub import SupplierStub
 from shared.web.identity import APPROVER_ROLE, PRINCIPAL_HEADER, encode_principal
 from tests.browser.conftest import APPROVER, DEAD_CASE, DOCS, OPERATOR

@@ -12,7 +12,7 @@ import casekeeper.agent
 import casekeeper.errors
 import casekeeper.records
 import casekeeper.stores
-from shared.core import errors as core_errors
+from casekeeper.core import errors as core_errors
 
 MODULES = [casekeeper, casekeeper.agent, casekeeper.errors, casekeeper.records, casekeeper.stores]
 
@@ -51,10 +51,8 @@ def test_the_whole_error_tree_is_importable_from_the_package() -> None:
         for name, obj in vars(core_errors).items()
         if inspect.isclass(obj) and issubclass(obj, core_errors.CasekeeperError)
     }
-    # The queue's errors and the invoice app's event, proposal and model errors are the app's, not the guard's.
-    app_only = {"QueueError", "QueueUnavailable", "InvalidEvent", "InvalidProposal", "ModelUnavailable"}
     exported = set(casekeeper.__all__) | {"CaseNotFound"}  # exported as RecordNotFound
-    assert tree - app_only <= exported
+    assert tree <= exported
     assert casekeeper.RecordNotFound is core_errors.CaseNotFound
     for name in ("MissingCommitIntent", "ApprovalNotPending", "StaleApproval"):
         assert issubclass(getattr(casekeeper, name), casekeeper.CasekeeperError)
@@ -64,7 +62,11 @@ def test_the_package_is_named_so_it_cannot_collide_and_is_packaged() -> None:
     import tomllib
     from pathlib import Path
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    assert "casekeeper*" in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    root = Path(__file__).resolve().parents[2]
+    guard = tomllib.loads((root / "casekeeper" / "pyproject.toml").read_text())
+    assert guard["project"]["name"] == "casekeeper"
+    assert set(guard["tool"]["setuptools"]["packages"]) == {"casekeeper", "casekeeper.core", "casekeeper.stores"}
+    app = tomllib.loads((root / "pyproject.toml").read_text())
+    assert app["tool"]["setuptools"]["packages"]["find"]["include"] == ["shared*"]  # the app ships no guard copy
     assert casekeeper.Guard.__module__ == "casekeeper.guard"
     assert casekeeper.SystemClock().now() > 1_600_000_000

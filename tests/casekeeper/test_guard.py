@@ -26,8 +26,8 @@ from casekeeper import (
     StaleApproval,
     StaleDecision,
 )
-from shared.core.keys import effect_key
-from shared.stores.sqlite import SqliteDocumentStore
+from casekeeper.core.keys import effect_key
+from casekeeper.stores.sqlite import SqliteDocumentStore
 
 
 class Crash(BaseException):

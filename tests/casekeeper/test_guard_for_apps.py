@@ -27,7 +27,7 @@ from casekeeper import (
     asked_on,
     effect_key,
 )
-from shared.stores.sqlite import SqliteDocumentStore
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from tests.casekeeper.test_guard import Crash, Downstream, crash_at
 
 

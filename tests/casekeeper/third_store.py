@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.core.ports import DocumentStore
-from shared.stores.sqlite import SqliteDocumentStore
+from casekeeper.core.ports import DocumentStore
+from casekeeper.stores.sqlite import SqliteDocumentStore
 
 OPENED: list[str] = []
 

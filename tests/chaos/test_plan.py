@@ -6,10 +6,10 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
 
+from casekeeper.core.ids import id_problem
 from shared.chaos.journal import Journal
 from shared.chaos.order import occurred_at
 from shared.chaos.plan import KEEP, FaultWindow, Plan, Step, make_plan
-from shared.core.ids import id_problem
 
 
 def plan(seed: int = 7, **kw: int) -> Plan:

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import Document, DocumentStore
+from casekeeper.errors import StoreUnavailable
 from shared.app.alerts import MAX_WEBHOOK_ATTEMPTS, NOTIFY_GRACE_SECONDS, Alerter
-from shared.core.clock import ManualClock
-from shared.core.errors import StoreUnavailable
-from shared.core.ports import Document, DocumentStore
 
 
 class Receiver:

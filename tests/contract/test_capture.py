@@ -32,9 +32,9 @@ from casekeeper.capture import (
     uninstall,
 )
 from casekeeper.checkpoints import CaseCheckpointStorage, type_key
+from casekeeper.core.ports import Document, DocumentStore
+from casekeeper.errors import StoreUnavailable
 from casekeeper.stores import HEALTH
-from shared.core.errors import StoreUnavailable
-from shared.core.ports import Document, DocumentStore
 from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 from tests.support.tiny_workflow import ALL_TYPES, WORKFLOW_NAME, CaseNote, CaseStarted, build_workflow
 

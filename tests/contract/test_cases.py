@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared.core.cases import CASE_SCHEMA_VERSION, CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.errors import AlreadyExists, CaseNotFound
-from shared.core.ports import DocumentStore
+from casekeeper.core.cases import CASE_SCHEMA_VERSION, CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import DocumentStore
+from casekeeper.errors import AlreadyExists, CaseNotFound
 
 
 @pytest.fixture

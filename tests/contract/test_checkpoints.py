@@ -21,7 +21,7 @@ from casekeeper.checkpoints import (
     CheckpointUnusable,
     type_key,
 )
-from shared.core.ports import DocumentStore, Query
+from casekeeper.core.ports import DocumentStore, Query
 from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 from tests.support.tiny_workflow import (
     ALL_TYPES,

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.core.errors import AlreadyExists, ConcurrencyConflict, InvalidDocumentId
-from shared.core.ports import DocumentStore, Query
+from casekeeper.core.ports import DocumentStore, Query
+from casekeeper.errors import AlreadyExists, ConcurrencyConflict, InvalidDocumentId
+from casekeeper.stores.cosmos import CosmosDocumentStore
 from shared.localhost.cosmos_server import (
     INSECURE_REQUEST_WARNING_FILTER,
     CosmosServer,
@@ -21,7 +22,6 @@ from shared.localhost.cosmos_server import (
     make_cosmos_store,
     start_cosmos_server,
 )
-from shared.stores.cosmos import CosmosDocumentStore
 
 pytestmark = [pytest.mark.cosmos, pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)]
 

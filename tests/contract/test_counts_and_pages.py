@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.core.ports import DocumentStore, Query, next_page, walk
+from casekeeper.core.ports import DocumentStore, Query, next_page, walk
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
-from shared.stores.sqlite import SqliteDocumentStore
 
 pytestmark = pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)
 

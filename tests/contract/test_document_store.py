@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from shared.core.errors import AlreadyExists, ConcurrencyConflict, InvalidDocumentId
-from shared.core.ports import DocumentStore, Query
+from casekeeper.core.ports import DocumentStore, Query
+from casekeeper.errors import AlreadyExists, ConcurrencyConflict, InvalidDocumentId
 
 
 def effect(case_id: str, doc_id: str, **fields: object) -> dict[str, object]:

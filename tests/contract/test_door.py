@@ -8,7 +8,7 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.core.ports import DocumentStore
+from casekeeper.core.ports import DocumentStore
 from shared.handlers.door import body_digest, check_delivery, claim_answer, record_delivery
 
 BODIES = st.sampled_from(

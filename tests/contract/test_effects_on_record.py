@@ -1,4 +1,4 @@
-"""Effects claimed and closed on their case (shared.core.entries, issue 25), on every backend.
+"""Effects claimed and closed on their case (casekeeper.core.entries, issue 25), on every backend.
 
 Two conditional writes of one document per guarded effect: the claim is the version gate, the outcome and
 the commit are one write. These tests count the store's operations through a thin wrapper (a fake only in
@@ -17,11 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.core import entries
-from shared.core.cases import CASES, CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.entries import CLOSED_KEPT, CommitPlan
-from shared.core.errors import (
+from casekeeper.core import entries
+from casekeeper.core.cases import CASES, CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.entries import CLOSED_KEPT, CommitPlan
+from casekeeper.core.keys import effect_key
+from casekeeper.core.ledger import EFFECTS, EffectStatus, Ledger
+from casekeeper.core.ports import DocumentStore, Query
+from casekeeper.errors import (
     DownstreamRejected,
     EffectFailed,
     EffectInFlight,
@@ -29,9 +32,6 @@ from shared.core.errors import (
     OutcomeUnknown,
     StaleDecision,
 )
-from shared.core.keys import effect_key
-from shared.core.ledger import EFFECTS, EffectStatus, Ledger
-from shared.core.ports import DocumentStore, Query
 from tests.support.downstream import CountingDownstream
 
 ACTION = "request_credit_note"

@@ -6,13 +6,13 @@ that no longer hold) raises an alert naming the amount; so do re-checks that sto
 
 from __future__ import annotations
 
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.commits import CommitFinisher
+from casekeeper.core.ledger import Ledger
+from casekeeper.core.ports import DocumentStore
+from casekeeper.core.reconcile import RecheckResult, Reconciler
 from shared.app.alerts import Alerter
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.commits import CommitFinisher
-from shared.core.ledger import Ledger
-from shared.core.ports import DocumentStore
-from shared.core.reconcile import RecheckResult, Reconciler
 from tests.support.downstream import CountingDownstream
 
 ACTION = "request_credit_note"

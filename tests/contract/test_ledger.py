@@ -10,9 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.errors import (
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.keys import effect_key
+from casekeeper.core.ledger import EffectStatus, Ledger
+from casekeeper.core.ports import DocumentStore
+from casekeeper.errors import (
     DownstreamRejected,
     EffectFailed,
     EffectInFlight,
@@ -22,9 +25,6 @@ from shared.core.errors import (
     SendDeadlinePassed,
     StaleDecision,
 )
-from shared.core.keys import effect_key
-from shared.core.ledger import EffectStatus, Ledger
-from shared.core.ports import DocumentStore
 from tests.support.downstream import CountingDownstream
 
 ACTION = "request_credit_note"

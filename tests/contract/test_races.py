@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.errors import EffectInFlight
-from shared.core.ledger import Ledger
-from shared.core.ports import DocumentStore
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ledger import Ledger
+from casekeeper.core.ports import DocumentStore
+from casekeeper.errors import EffectInFlight
 from shared.localhost.supplier_stub import SupplierStub
 from shared.supplier.portal import SupplierPortal
 from tests.conftest import StoreSpec

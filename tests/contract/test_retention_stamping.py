@@ -7,10 +7,10 @@ when it reopens: all through the real SDK here. That the documents then expire i
 
 from __future__ import annotations
 
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import DocumentStore
 from shared.app.retention import DAY, RetainingStore, Retention
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.ports import DocumentStore
 
 
 def effect(case_id: str, doc_id: str, **fields: object) -> dict[str, object]:

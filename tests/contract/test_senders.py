@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.core.errors import QueueError
 from shared.domain.events import CaseEvent
+from shared.errors import QueueError
 from shared.messaging import DeadLetterQueue, EventSender, decode
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.servicebus import ServiceBusDeadLetters, ServiceBusEventSender, client_factories

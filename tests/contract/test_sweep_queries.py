@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.ports import Document, DocumentStore
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import Document, DocumentStore
 
 OLDER_THAN = 2.0
 

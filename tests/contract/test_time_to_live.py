@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.core.errors import ConcurrencyConflict
-from shared.core.ports import DocumentStore, Query
-from shared.stores import sqlite as sqlite_store
-from shared.stores.sqlite import SqliteDocumentStore
+from casekeeper.core.ports import DocumentStore, Query
+from casekeeper.errors import ConcurrencyConflict
+from casekeeper.stores import sqlite as sqlite_store
+from casekeeper.stores.sqlite import SqliteDocumentStore
 
 
 class Clock:

@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks import store_paths
 from benchmarks.e2e import PATH_EVENTS
-from shared.core.ports import CONTAINERS
+from casekeeper.core.ports import CONTAINERS
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from shared.core.ports import Query
+from casekeeper.core.ports import Query
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.localhost.supplier_stub import Faults, SupplierStub
-from shared.stores.sqlite import SqliteDocumentStore
 from tests.support.dev_host import DevHost
 from tests.support.invoices import invoice
 from tests.support.supplier import posts

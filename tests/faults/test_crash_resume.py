@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.keys import effect_key
-from shared.core.ledger import EffectStatus, Ledger
-from shared.core.reconcile import Reconciler
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.keys import effect_key
+from casekeeper.core.ledger import EffectStatus, Ledger
+from casekeeper.core.reconcile import Reconciler
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import credit_note_policy

@@ -78,6 +78,10 @@ from hypothesis.stateful import (
 )
 
 import function_app
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import Document, DocumentStore, Query
+from casekeeper.errors import StoreUnavailable
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.settings import Settings
@@ -91,9 +95,6 @@ from shared.chaos.checks import (
 )
 from shared.chaos.evidence import Evidence, Sent
 from shared.chaos.order import set_aside_delivery, set_aside_unapplied
-from shared.core.clock import ManualClock
-from shared.core.errors import StoreUnavailable
-from shared.core.ports import Document, DocumentStore, Query
 from shared.domain import events as ev
 from shared.domain.order import instant
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
@@ -102,7 +103,6 @@ from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.capture import failures_since, uninstall
 from tests.support.money import money_violations
 

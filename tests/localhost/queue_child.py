@@ -44,6 +44,12 @@ def _hold(path: str, queue: str, lock_duration: str) -> None:
 
 def _work(path: str, queue: str, markers: str, log_path: str) -> None:
     q = LocalSessionQueue(path)
+    # Start together: say ready, then wait for the test's go, so that a process slow to start (a loaded
+    # machine) does not find the work already done by the first one up.
+    (Path(markers) / f"ready-{os.getpid()}").touch()
+    deadline = time.monotonic() + 30
+    while not (Path(markers) / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
     with Path(log_path).open("a", encoding="utf-8") as log:
         while True:
             msg = q.receive(queue, timeout=0.2)

@@ -10,9 +10,9 @@ from pathlib import Path
 import azure.functions as func
 import pytest
 
-from shared.core.errors import ConcurrencyConflict
+from casekeeper.errors import ConcurrencyConflict
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.localhost.changefeed import ChangeBatch, LocalChangeFeed, to_document_list
-from shared.stores.sqlite import SqliteDocumentStore
 
 FEED = "reconciler:effects"
 

@@ -1,4 +1,4 @@
-"""Group commit of the SQLite writes (``shared.stores.sqlite_connections``): writes that queue up behind a
+"""Group commit of the SQLite writes (``casekeeper.stores.sqlite_connections``): writes that queue up behind a
 commit share the next one, and each is still atomic, isolated and durable once acknowledged."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.core.errors import StoreError
-from shared.stores.sqlite_connections import SqliteConnections
+from casekeeper.errors import StoreError
+from casekeeper.stores.sqlite_connections import SqliteConnections
 
 
 def tracked(path: Path, statements: list[str]) -> SqliteConnections:

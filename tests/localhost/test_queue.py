@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.core.errors import CasekeeperError
+from casekeeper.errors import CasekeeperError
 from shared.messaging.sqlite_queue import (
     MAX_DELIVERY_COUNT_EXCEEDED,
     LocalSessionQueue,
@@ -393,6 +393,10 @@ def test_four_processes_on_two_sessions(path: Path, tmp_path: Path) -> None:
     logs = [tmp_path / f"worker{n}.log" for n in range(4)]
     children = [spawn("work", str(path), Q, str(markers), str(log)) for log in logs]
     try:
+        deadline = time.monotonic() + 30
+        while len(list(markers.glob("ready-*"))) < len(children) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (markers / "go").touch()  # all four receive from the same moment on
         for child in children:
             child.wait(timeout=60)
     finally:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.core.errors import StoreUnavailable
+from casekeeper.errors import StoreUnavailable
 from shared.messaging.sqlite_queue import LocalSessionQueue, ReceivedMessage
 from tests.localhost.queue_child import spawn
 

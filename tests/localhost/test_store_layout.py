@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.core.errors import ConcurrencyConflict, StoreError
+from casekeeper.errors import ConcurrencyConflict, StoreError
+from casekeeper.stores.sqlite import SCHEMA_VERSION, SqliteDocumentStore
 from shared.localhost.changefeed import LocalChangeFeed
-from shared.stores.sqlite import SCHEMA_VERSION, SqliteDocumentStore
 
 # What layout 0 created, and how it wrote (from the build before layout 1).
 LAYOUT_0 = """

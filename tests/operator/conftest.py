@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.localhost.supplier_stub import SupplierStub
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.capture import uninstall
 from tests.support.app import Harness, make_harness
 

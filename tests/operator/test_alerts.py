@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import httpx
 
+from casekeeper.core.clock import ManualClock
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.alerts import Alerter
-from shared.core.clock import ManualClock
 from shared.operator.alerts import main
-from shared.stores.sqlite import SqliteDocumentStore
 from tests.operator.conftest import Ran
 
 Run = Callable[..., Ran]

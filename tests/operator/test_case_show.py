@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shared.core.keys import effect_key
+from casekeeper.core.keys import effect_key
 from shared.domain import events as ev
 from shared.handlers.rejected import set_aside
 from shared.operator.cases import main

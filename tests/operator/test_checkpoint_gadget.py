@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from agent_framework import FileCheckpointStorage
 
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import Query
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.alerts import Alerter
-from shared.core.clock import ManualClock
-from shared.core.ports import Query
 from shared.domain import events as ev
 from shared.operator.drain import main
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.checkpoint_decoding import FRAMEWORK_CHECKPOINT_TYPES, decode_checkpoint_value
 from shared.workflow.checkpoints import CHECKPOINTS, KIND_CHECKPOINT
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES

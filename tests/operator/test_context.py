@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.operations import Operations
 from shared.operator import alerts
 from shared.operator.context import open_operations
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow import capture
 
 

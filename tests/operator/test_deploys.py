@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from shared.core.errors import StoreUnavailable
-from shared.core.ports import Document, DocumentStore, Query
+from casekeeper.core.ports import Document, DocumentStore, Query
+from casekeeper.errors import StoreUnavailable
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
 from shared.operator.drain import main as drain
 from shared.operator.runs import Build
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.build import build_workflow
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 from tests.operator.conftest import Ran

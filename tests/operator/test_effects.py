@@ -9,14 +9,14 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.core.errors import OutcomeUnknown
-from shared.core.keys import effect_key
-from shared.core.ledger import Ledger
-from shared.core.reconcile import RECONCILED_SUFFIX, Reconciler
+from casekeeper.core.keys import effect_key
+from casekeeper.core.ledger import Ledger
+from casekeeper.core.reconcile import RECONCILED_SUFFIX, Reconciler
+from casekeeper.errors import OutcomeUnknown
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.operator.effects import main
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import credit_note_policy
 from tests.operator.conftest import Ran

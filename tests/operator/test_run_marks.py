@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from casekeeper import Query
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.domain import events as ev
 from shared.operator.drain import main
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.workflow.checkpoints import CHECKPOINTS
 from shared.workflow.run_marker import KIND_RUN_MARKER, MARKER_ID
 from tests.operator.conftest import Ran

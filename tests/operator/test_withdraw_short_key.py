@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.core.ledger import EffectStatus
+from casekeeper.core.ledger import EffectStatus
 from shared.domain import events as ev
 from shared.operator.cases import main as case_main
 from shared.operator.requests import main as requests_main

@@ -9,11 +9,11 @@ from typing import Any
 
 from agent_framework import Workflow
 
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ledger import Ledger
+from casekeeper.core.ports import DocumentStore
 from shared.app.alerts import Alerter
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.ledger import Ledger
-from shared.core.ports import DocumentStore
 from shared.domain.events import CaseEvent
 from shared.domain.invoice import Rules
 from shared.supplier.portal import SupplierPortal

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any
 
-from shared.core.errors import CasekeeperError
+from casekeeper.errors import CasekeeperError
 from shared.domain.events import CaseEvent
 from tests.conftest import StoreSpec
 from tests.support.app import make_harness

@@ -44,7 +44,7 @@ def leave_started(ledger: Any, case_id: str, *, request: Mapping[str, Any] | Non
 
     Returns that effect. (What a worker leaves when the supplier times out, or the process dies mid-call.)
     """
-    from shared.core.errors import OutcomeUnknown
+    from casekeeper.errors import OutcomeUnknown
 
     def unknown(key: str) -> Mapping[str, Any]:
         raise OutcomeUnknown("reset by the test")

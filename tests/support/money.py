@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from shared.core.cases import Case
-from shared.core.ledger import Effect
+from casekeeper.core.cases import Case
+from casekeeper.core.ledger import Effect
 
 
 def facts_by_version(initial: Mapping[str, Any], case: Case) -> dict[int, dict[str, Any]]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from shared.core.errors import StoreUnavailable
-from shared.core.ports import CONTAINERS, DocumentStore
+from casekeeper.core.ports import CONTAINERS, DocumentStore
+from casekeeper.errors import StoreUnavailable
 
 ALL = frozenset(CONTAINERS)
 """Every container: the whole store is down."""

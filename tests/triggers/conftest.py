@@ -14,11 +14,11 @@ import azure.functions as func
 import pytest
 
 import function_app
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import DocumentStore
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.settings import Settings
-from shared.core.clock import ManualClock
-from shared.core.ports import DocumentStore
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from casekeeper.core.clock import ManualClock
 from shared.app.bootstrap import Services
-from shared.core.clock import ManualClock
 from shared.handlers.health import CURSOR_ID, run_health_checks
 from tests.triggers.conftest import INVOICE
 from tests.triggers.test_timer import PAUSED, ReadCounter, clock, timed

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from casekeeper.core.keys import effect_key
 from shared.app.bootstrap import Services
-from shared.core.keys import effect_key
 from shared.handlers.pages import approval_path
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.triggers.conftest import INVOICE, deliver, signed_request, user_function

@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from casekeeper import Guard
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ledger import Ledger
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.alerts import Alerter
 from shared.app.telemetry import Telemetry
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.ledger import Ledger
 from shared.handlers import http, pages
 from shared.handlers.ingress import Ingress
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.views.case import CaseRecords
 from shared.views.resolution import Settler
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, PRINCIPAL_HEADER, encode_principal

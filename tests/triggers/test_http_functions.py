@@ -310,7 +310,7 @@ BAD_IDS = ["INV/2026/0042", "back\\slash", "what?", "frag#1", " leading", "trail
 def test_an_id_no_backend_can_store_is_refused_at_the_door_naming_the_field(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue, bad_id: str
 ) -> None:
-    """Case ids, delivery ids and approval ids follow one rule (shared.core.ids), on every backend: an
+    """Case ids, delivery ids and approval ids follow one rule (casekeeper.core.ids), on every backend: an
     id that would be accepted and then fail forever in the store gets a 400 instead."""
     status, body = call(functions, "events", signed_request(event(caseId=bad_id, data={}, type="case.investigate")))
     assert (status, list(body["fields"])) == (400, ["caseId"])

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
+from casekeeper.core.clock import ManualClock
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.bootstrap import Services
-from shared.core.clock import ManualClock
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
-from shared.stores.sqlite import SqliteDocumentStore
 from tests.support.outage import ALL, OutageStore
 from tests.support.supplier import posts
 from tests.triggers.conftest import QUEUE, deliver_next, on_the_local_queue, settings_for, signed_request, user_function

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from casekeeper.core.clock import ManualClock
 from shared.app.bootstrap import Services
-from shared.core.clock import ManualClock
 from shared.domain.events import CaseEvent
 from shared.localhost.model_stub import ModelStub
 from shared.localhost.supplier_stub import SupplierStub

@@ -13,9 +13,9 @@ from urllib.parse import urlencode
 import azure.functions as func
 import pytest
 
+from casekeeper.core.keys import approval_request_id
+from casekeeper.errors import OutcomeUnknown
 from shared.app.bootstrap import Services
-from shared.core.errors import OutcomeUnknown
-from shared.core.keys import approval_request_id
 from shared.handlers.pages import approval_path, redrive_purpose
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.web import csrf

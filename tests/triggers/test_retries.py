@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from casekeeper.core.clock import ManualClock
+from casekeeper.errors import StoreUnavailable
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.bootstrap import Services
-from shared.core.clock import ManualClock
-from shared.core.errors import StoreUnavailable
 from shared.domain.events import CaseEvent
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
-from shared.stores.sqlite import SqliteDocumentStore
 from tests.support.outage import ALL, OutageStore
 from tests.triggers.conftest import INVOICE, QUEUE, deliver_next, on_the_local_queue, settings_for
 

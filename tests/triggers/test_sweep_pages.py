@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.core.ports import Document, Query
+from casekeeper.core.ports import Document, Query
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.handlers.sweep_pages import Budget, read_cursor, walk_pages
-from shared.stores.sqlite import SqliteDocumentStore
 
 STUCK = Query(equals={"status": "started"})
 

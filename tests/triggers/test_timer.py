@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import Document, DocumentStore, Query
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.bootstrap import Services
-from shared.core.clock import ManualClock
-from shared.core.ports import Document, DocumentStore, Query
 from shared.handlers.health import HealthChecksFailed, run_health_checks
 from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
-from shared.stores.sqlite import SqliteDocumentStore
 from tests.support.supplier import posts
 from tests.triggers.conftest import INVOICE, QUEUE, on_the_local_queue, settings_for, user_function
 
@@ -289,12 +289,12 @@ def test_a_case_handed_to_a_person_outside_a_run_is_not_a_lagging_run(
 def test_an_unknown_outcome_on_the_case_is_swept_by_its_claim_time_however_many_notes_follow(
     functions: dict[str, Any], timed: tuple[Services, ReadCounter], clock: ManualClock, supplier: SupplierStub
 ) -> None:
-    """The effect's entry lives on the case (shared.core.entries). Notes keep moving the case's ``_ts``, but
+    """The effect's entry lives on the case (casekeeper.core.entries). Notes keep moving the case's ``_ts``, but
     the first write after the claim froze the entry's time, so the timer's sweep of ``openEffects`` still
     finds it past the call timeout, and the re-check settles it by key: one request, committed."""
-    from shared.core.entries import CommitPlan
-    from shared.core.errors import OutcomeUnknown
-    from shared.core.keys import effect_key
+    from casekeeper.core.entries import CommitPlan
+    from casekeeper.core.keys import effect_key
+    from casekeeper.errors import OutcomeUnknown
 
     svc, counter = timed
     svc.cases.create("E-1", INVOICE)

@@ -1,6 +1,6 @@
 """Ids a store refuses, as the case worker meets them on the queue, on SQLite and on the Cosmos test server.
 
-The door refuses such ids with a 400 (``shared.core.ids``), so on the queue they come only from
+The door refuses such ids with a 400 (``casekeeper.core.ids``), so on the queue they come only from
 outside that rule: a message sent before it, or a delivery id, which is the message's id and is not
 stored as it is. Whatever the cause, the event is set aside with its reason and the message completed:
 an id the store cannot hold is never redelivered until it is dead-lettered.
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from casekeeper.core.ids import id_problem
+from casekeeper.core.ports import Query
 from shared.app.bootstrap import Services
-from shared.core.ids import id_problem
-from shared.core.ports import Query
 from shared.domain import events as ev
 from shared.domain.events import CaseEvent
 from shared.handlers.rejected import rejected_events

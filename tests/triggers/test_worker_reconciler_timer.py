@@ -10,9 +10,9 @@ from typing import Any
 import azure.functions as func
 import pytest
 
+from casekeeper.core.keys import effect_key
+from casekeeper.core.ports import Query
 from shared.app.bootstrap import Services
-from shared.core.keys import effect_key
-from shared.core.ports import Query
 from shared.domain.events import CaseEvent
 from shared.handlers.case_events import MAX_RECHECKS
 from shared.handlers.rejected import rejected_events
@@ -119,8 +119,8 @@ def test_the_reconciler_schedules_a_recheck_for_a_started_entry_on_a_changed_cas
 ) -> None:
     """The trigger follows the cases container: a case whose entry is ``started`` gets its re-check for the
     claim time plus the call timeout; a case with only closed entries schedules nothing."""
-    from shared.core.entries import CommitPlan
-    from shared.core.errors import OutcomeUnknown
+    from casekeeper.core.entries import CommitPlan
+    from casekeeper.errors import OutcomeUnknown
 
     commit = {"status": "credit_requested", "reason": "over-billed", "clearPendingApproval": False}
     request = {"amount": "100.00", "currency": "EUR", "invoiceId": "INV-1", "supplierId": "S-1", "commit": commit}

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.core.ledger import Effect, EffectStatus
+from casekeeper.core.ledger import Effect, EffectStatus
 from shared.domain.credit import CreditRequest, position
 from shared.domain.invoice import Credit, InvoiceFacts
 from shared.domain.money import amount_text, parse_amount

@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 
-from shared.core.errors import InvalidEvent
-from shared.core.reconcile import RECONCILED_SUFFIX
+from casekeeper.core.reconcile import RECONCILED_SUFFIX
 from shared.domain import events as ev
+from shared.errors import InvalidEvent
 from shared.operator.cases import DECISION_REASON
 from shared.workflow.messages import ApprovalAnswer
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import guarded_effect
-from shared.core.ports import Query
-from shared.stores.sqlite import SqliteDocumentStore
+from casekeeper.core.ports import Query
+from casekeeper.stores.sqlite import SqliteDocumentStore
 
 
 def test_measured_round_trips_per_effect_on_sqlite(tmp_path: Path) -> None:

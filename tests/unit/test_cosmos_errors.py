@@ -20,14 +20,9 @@ from azure.cosmos.exceptions import (
     CosmosResourceNotFoundError,
 )
 
-from shared.core.errors import (
-    AlreadyExists,
-    ConcurrencyConflict,
-    StoreError,
-    StoreUnavailable,
-)
-from shared.core.ports import Query
-from shared.stores.cosmos import (
+from casekeeper.core.ports import Query
+from casekeeper.errors import AlreadyExists, ConcurrencyConflict, StoreError, StoreUnavailable
+from casekeeper.stores.cosmos import (
     STATUS_ERRORS,
     TRANSIENT_ERRORS,
     CosmosDocumentStore,

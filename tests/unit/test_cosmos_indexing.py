@@ -2,7 +2,7 @@
 
 The queries are not listed by hand: every ``Query(...)`` the product code constructs (``shared/``,
 ``casekeeper/``, ``function_app.py``) is found in its syntax tree, with the container of the store call it is
-passed to, and turned into the Cosmos SQL the Cosmos store sends (``shared.stores.cosmos.build_query``).
+passed to, and turned into the Cosmos SQL the Cosmos store sends (``casekeeper.stores.cosmos.build_query``).
 Each path that SQL filters, orders or groups on must be included by the container's policy, an ``ORDER BY``
 on two or more paths needs its composite index, and a query that filters on equality and orders needs a
 composite index of the filtered paths followed by the ordered ones (what keeps the sweep queries from
@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import tree_sitter
 
-from shared.core.ports import CONTAINERS, Query
-from shared.stores.cosmos import build_query
+from casekeeper.core.ports import CONTAINERS, Query
+from casekeeper.stores.cosmos import build_query
 from tests.unit.test_infra import APP, _body, _path, _string, _text, declared, resources_of_type
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,7 +208,7 @@ def _container_expressions(call: ast.Call, parents: dict[ast.AST, ast.AST], scop
 
 
 PAGERS = {"next_page", "walk", "walk_pages", "_walk"}
-"""Functions that page a query (``shared.core.ports.next_page`` and what calls it): they send it with
+"""Functions that page a query (``casekeeper.core.ports.next_page`` and what calls it): they send it with
 ``paged=True``, ordered by ``(_ts, id)``."""
 
 

@@ -9,8 +9,8 @@ from typing import Any, cast
 
 import pytest
 
-from shared.core.keys import effect_key
-from shared.core.ledger import Effect, EffectOutcome
+from casekeeper.core.keys import effect_key
+from casekeeper.core.ledger import Effect, EffectOutcome
 from shared.localhost import demo
 
 # A scenario's first table line: | n | title | N POST [+ M lookup] | outcome...

@@ -1,11 +1,12 @@
-"""The tree drawn in ``shared/core/errors.py`` is the tree of classes that exist.
+"""The trees drawn in ``casekeeper/core/errors.py`` (the guard's) and ``shared/errors.py`` (the invoice
+app's, under the guard's) are the trees of classes that exist.
 
-Every module of ``shared`` and ``casekeeper`` is imported, and every ``CasekeeperError`` subclass defined
-there must appear in the drawing exactly once, under its real base class, with its real ``retryable``; the
-drawing may name no class that does not exist. A class defined outside ``shared.core.errors`` must be named
-in the module docstring together with the module that defines it. A new error anywhere in ``shared`` or
-``casekeeper`` fails this test
-until the drawing shows it.
+Every module of ``casekeeper`` and ``shared`` is imported. Every ``CasekeeperError`` subclass the guard
+defines must appear in the guard's drawing exactly once, under its real base class, with its real
+``retryable``; every one the app defines, in the app's drawing the same way. The app's drawing may name a
+guard class only as the parent its own classes hang under. No drawing may name a class that does not
+exist. A class defined outside its tree's errors module must be named in that module's docstring
+together with the module that defines it. A new error anywhere fails this test until a drawing shows it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ import pkgutil
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
+
+import pytest
 
 import casekeeper
 import shared
-from shared.core import errors
-from shared.core.errors import CasekeeperError
+from casekeeper.core import errors as guard_errors
+from casekeeper.core.errors import CasekeeperError
+from shared import errors as app_errors
 
 ROW = re.compile(r"^    (?P<branch>(?:[│ ]   )*(?:[├└]── )?)(?P<name>[A-Z]\w+)\s+(?P<retryable>yes|no)\s+\S")
+
+TREES = {"guard": (guard_errors, "casekeeper."), "app": (app_errors, "shared.")}
 
 
 @dataclass(frozen=True)
@@ -31,8 +38,8 @@ class Row:
     retryable: bool
 
 
-def drawn() -> list[Row]:
-    doc = errors.__doc__ or ""
+def drawn(module: ModuleType) -> list[Row]:
+    doc = module.__doc__ or ""
     block = doc.split("::", 1)[1].split("\n\n")[1]  # the literal block after "::"
     lines = block.splitlines()
     assert lines[0].split() == ["CasekeeperError", "retryable", "meaning"], lines[0]
@@ -50,9 +57,8 @@ def drawn() -> list[Row]:
 
 
 def every_module() -> Iterator[str]:
-    yield from (m.name for m in pkgutil.walk_packages(shared.__path__, "shared."))
-    # The guard's public package defines errors of its own too (the Agent Framework pieces).
     yield from (m.name for m in pkgutil.walk_packages(casekeeper.__path__, "casekeeper."))
+    yield from (m.name for m in pkgutil.walk_packages(shared.__path__, "shared."))
 
 
 def real_classes() -> dict[str, type[CasekeeperError]]:
@@ -69,13 +75,25 @@ def real_classes() -> dict[str, type[CasekeeperError]]:
     return found
 
 
-def test_every_error_class_is_drawn_once_under_its_base_with_its_retryable() -> None:
-    rows = drawn()
+def defined_in(prefix: str) -> set[str]:
+    return {name for name, cls in real_classes().items() if cls.__module__.startswith(prefix)}
+
+
+@pytest.mark.parametrize("tree", sorted(TREES))
+def test_every_error_class_is_drawn_once_under_its_base_with_its_retryable(tree: str) -> None:
+    module, prefix = TREES[tree]
+    rows = drawn(module)
     names = [row.name for row in rows]
     assert len(names) == len(set(names)), f"drawn twice: {sorted({n for n in names if names.count(n) > 1})}"
     classes = real_classes()
-    assert sorted(set(classes) - set(names)) == [], "error classes missing from the drawing in shared/core/errors.py"
+    own = defined_in(prefix)
+    assert sorted(own - set(names)) == [], f"error classes missing from the drawing in {module.__name__}"
     assert sorted(set(names) - set(classes)) == [], "the drawing names classes that do not exist"
+    if tree == "app":
+        parents = {row.parent for row in rows if row.name in own}
+        borrowed = {name for name in names if name not in own}
+        assert borrowed <= parents | {"CasekeeperError"}, "the app's drawing names guard classes it adds nothing under"
+        assert not own & {row.name for row in drawn(guard_errors)}, "the guard's drawing names the app's errors"
     for row in rows:
         cls = classes[row.name]
         if row.parent is not None:
@@ -83,11 +101,13 @@ def test_every_error_class_is_drawn_once_under_its_base_with_its_retryable() -> 
         assert cls.retryable is row.retryable, f"{row.name}: drawn retryable={row.retryable}, is {cls.retryable}"
 
 
-def test_a_class_defined_elsewhere_is_named_with_its_module() -> None:
-    doc = " ".join((errors.__doc__ or "").split())
+@pytest.mark.parametrize("tree", sorted(TREES))
+def test_a_class_defined_elsewhere_is_named_with_its_module(tree: str) -> None:
+    module, prefix = TREES[tree]
+    doc = " ".join((module.__doc__ or "").split())
     for name, cls in real_classes().items():
-        if cls.__module__ != errors.__name__:
-            assert f"``{name}`` in ``{cls.__module__}``" in doc, f"errors.py does not say where {name} lives"
+        if cls.__module__.startswith(prefix) and cls.__module__ != module.__name__:
+            assert f"``{name}`` in ``{cls.__module__}``" in doc, f"{module.__name__} does not say where {name} lives"
 
 
 def test_every_class_says_what_it_means_in_its_own_docstring() -> None:

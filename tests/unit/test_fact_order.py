@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.core.errors import InvalidEvent
 from shared.domain import events as ev
 from shared.domain import transitions
 from shared.domain.invoice import Credit, InvoiceFacts, Rules, Status
 from shared.domain.order import FactOrder, instant, occurred_at_problem
+from shared.errors import InvalidEvent
 
 moments = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2090, 1, 1), timezones=st.just(UTC))
 offsets = st.integers(-14 * 60, 14 * 60).map(lambda m: timezone(timedelta(minutes=m)))

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from shared.core.errors import InvalidEvent
-from shared.core.ids import id_problem
+from casekeeper.core.ids import id_problem
 from shared.domain import events as ev
 from shared.domain.credit import CreditRequest, position
 from shared.domain.invoice import Credit, InvoiceFacts, parse_amount
 from shared.domain.money import MAX_INTEGER_DIGITS
+from shared.errors import InvalidEvent
 
 BASE = "https://casekeeper.example/api/cases/"
 

@@ -23,8 +23,8 @@ import tree_sitter
 import tree_sitter_bicep
 import yaml
 
+from casekeeper.core.ports import CONTAINERS
 from shared.app.settings import SETTINGS
-from shared.core.ports import CONTAINERS
 from tests.support.index_with_worker import WORKER_PYTHON
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -471,7 +471,9 @@ def test_cosmos_containers_and_partition_keys() -> None:
     containers = _cosmos_containers()
     assert containers == EXPECTED_CONTAINERS
     from_code = {name: f"/{field}" for name, field in CONTAINERS.items()}
-    assert {k: v for k, v in containers.items() if k != "leases"} == from_code, "infra and shared/core/ports.py differ"
+    assert {k: v for k, v in containers.items() if k != "leases"} == from_code, (
+        "infra and casekeeper/core/ports.py differ"
+    )
     path = APP / "cosmos.bicep"
     (container_resource,) = resources_of_type(path, "Microsoft.DocumentDB/databaseAccounts/sqlDatabases/containers@")
     assert container_resource.value is not None and container_resource.value.type == "for_statement"

@@ -9,7 +9,7 @@ import hashlib
 
 import pytest
 
-from shared.core.keys import approval_request_id, canonical_json, effect_key
+from casekeeper.core.keys import approval_request_id, canonical_json, effect_key
 
 GOLDEN_EFFECT_KEYS = [
     (("INV-1001", "request_credit_note", 1), "d3e49e9aaab1e237ced95e30dbf76ef6715d283609eb995e54270d3856427fc2"),

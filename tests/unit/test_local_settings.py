@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from casekeeper.errors import ConfigurationError
 from shared.app.connections import COSMOS_DB, COSMOS_DB_ENDPOINT, SERVICE_BUS, SERVICE_BUS_NAMESPACE
 from shared.app.local_settings import AZD_OUTPUTS, STORAGE_OUTPUT, azd_values, main
 from shared.app.settings import Settings
-from shared.core.errors import ConfigurationError
 from tests.unit.test_infra import (
     APP,
     AZD_PARAMETERS,

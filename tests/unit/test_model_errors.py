@@ -12,7 +12,7 @@ from agent_framework.exceptions import ChatClientException
 from azure.core.exceptions import ClientAuthenticationError
 from openai import APIConnectionError, APIStatusError, APITimeoutError
 
-from shared.core.errors import InvalidProposal, ModelUnavailable
+from shared.errors import InvalidProposal, ModelUnavailable
 from shared.workflow.model_client import classify, retry_after
 
 REQUEST = httpx2.Request("POST", "https://x.openai.azure.com/openai/deployments/d/chat/completions")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from casekeeper.errors import ConfigurationError
 from shared.app.settings import MAX_MODEL_TIMEOUT, Settings
-from shared.core.errors import ConfigurationError
 from shared.workflow.model_client import DEFAULT_API_VERSION
 
 BASE = {"WEBHOOK_SECRET": "s", "CASEKEEPER_QUEUE": "local"}

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import tree_sitter
 
+from casekeeper.core.clock import ManualClock
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.alerts import Alerter
-from shared.core.clock import ManualClock
-from shared.stores.sqlite import SqliteDocumentStore
 from tests.unit.test_infra import (
     APP,
     MAIN,

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate
 
-from shared.core.errors import InvalidEvent
 from shared.domain import events as ev
+from shared.errors import InvalidEvent
 from shared.web import openapi
 
 SPEC: dict[str, Any] = json.loads(openapi.SPEC_FILE.read_text())

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from shared.core.clock import ManualClock
-from shared.core.errors import QueueError, QueueUnavailable, StoreError, StoreUnavailable
+from casekeeper.core.clock import ManualClock
+from casekeeper.errors import StoreError, StoreUnavailable
 from shared.domain.events import CaseEvent
+from shared.errors import QueueError, QueueUnavailable
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, Ingress, sign
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 

@@ -81,7 +81,7 @@ def mermaid_states(block_marker: str) -> set[str]:
 
 
 def test_the_state_diagrams_show_every_status() -> None:
-    from shared.core.ledger import EffectStatus
+    from casekeeper.core.ledger import EffectStatus
     from shared.domain.invoice import Status
 
     assert {str(s) for s in Status} <= mermaid_states("invoice.received")

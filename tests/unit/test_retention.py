@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import Query
+from casekeeper.errors import ConfigurationError, StoreUnavailable
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.alerts import Alerter
 from shared.app.bootstrap import open_store
 from shared.app.retention import DAY, RetainingStore, Retention, backend
 from shared.app.settings import Settings
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.errors import ConfigurationError, StoreUnavailable
-from shared.core.ports import Query
-from shared.stores.sqlite import SqliteDocumentStore
 
 POLICY = Retention(
     closed_case_days=90, settled_effect_days=60, finished_checkpoint_days=7, alert_days=30, failure_days=20

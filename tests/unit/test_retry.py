@@ -1,4 +1,4 @@
-"""The retry policy for transient errors (shared.core.retry)."""
+"""The retry policy for transient errors (shared.messaging.retry)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.core.retry import Backoff
+from shared.messaging.retry import Backoff
 
 
 def test_delays_double_up_to_the_cap_with_a_stable_jitter() -> None:

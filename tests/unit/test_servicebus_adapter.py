@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from shared.core.errors import QueueUnavailable
 from shared.domain.events import CaseEvent
+from shared.errors import QueueUnavailable
 from shared.messaging import TRACE_PROPERTY
 from shared.messaging.servicebus import ServiceBusEventSender
 from tests.support.fake_servicebus import Broker, FakeClient, FakeSender

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from casekeeper.errors import ConfigurationError, StoreUnavailable
 from shared.app.bootstrap import open_store
 from shared.app.settings import Settings
-from shared.core.errors import ConfigurationError, StoreUnavailable
 
 BASE = {"WEBHOOK_SECRET": "s", "CASEKEEPER_QUEUE": "local"}
 

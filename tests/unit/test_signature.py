@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.core.clock import ManualClock
+from casekeeper.core.clock import ManualClock
 from shared.domain.events import CaseEvent
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, Ingress, SignatureError, sign, verify
 

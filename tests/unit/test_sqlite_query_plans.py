@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.stores.sqlite import SqliteDocumentStore, _where_fields
+from casekeeper.stores.sqlite import SqliteDocumentStore, _where_fields
 
 
 @pytest.fixture

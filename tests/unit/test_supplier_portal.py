@@ -18,7 +18,7 @@ import httpx
 import pytest
 from opentelemetry import trace
 
-from shared.core.errors import ConfigurationError, DownstreamRejected, OutcomeUnknown
+from casekeeper.errors import ConfigurationError, DownstreamRejected, OutcomeUnknown
 from shared.localhost.ports import free_port
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.supplier import SupplierPortal

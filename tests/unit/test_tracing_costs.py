@@ -20,12 +20,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
+from casekeeper.core.clock import ManualClock
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app import telemetry
 from shared.app.alerts import Alerter
 from shared.app.settings import Settings
 from shared.app.telemetry import Telemetry, sampler
-from shared.core.clock import ManualClock
-from shared.stores.sqlite import SqliteDocumentStore
 
 BASE = {"WEBHOOK_SECRET": "s", "CASEKEEPER_QUEUE": "local"}
 CONNECTION = "InstrumentationKey=00000000-0000-0000-0000-000000000000;IngestionEndpoint=https://127.0.0.1:9/"

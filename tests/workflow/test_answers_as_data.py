@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from casekeeper import Answer, approval_request_id, effect_key
-from shared.core.ports import DocumentStore
+from casekeeper.core.ports import DocumentStore
 from shared.domain import events as ev
 from shared.operator.cases import case_document
 from shared.workflow.approval import LEGACY_ANSWER, answer_of, pending_request

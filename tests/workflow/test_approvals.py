@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.core.errors import EffectInFlight, OutcomeUnknown
-from shared.core.keys import approval_request_id, effect_key
+from casekeeper.core.keys import approval_request_id, effect_key
+from casekeeper.errors import EffectInFlight, OutcomeUnknown
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from tests.support.app import Harness
@@ -85,7 +85,7 @@ def test_an_answer_on_an_older_version_commits_nothing(app: Harness, supplier: S
 def test_an_answer_with_no_checkpoint_is_rebuilt_from_the_case_document(app: Harness, supplier: SupplierStub) -> None:
     pending = ask(app)
     for doc in app.store.query(
-        "checkpoints", __import__("shared.core.ports", fromlist=["Query"]).Query(partition="C-1")
+        "checkpoints", __import__("casekeeper.core.ports", fromlist=["Query"]).Query(partition="C-1")
     ):
         app.store.delete("checkpoints", "C-1", doc.id)
     result = answer(app, pending)

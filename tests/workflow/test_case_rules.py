@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.core.errors import InvalidEvent
-from shared.core.keys import effect_key
+from casekeeper.core.keys import effect_key
 from shared.domain import events as ev
+from shared.errors import InvalidEvent
 from shared.localhost.supplier_stub import SupplierStub
 from tests.support.app import Harness
 from tests.support.downstream import leave_started
@@ -168,7 +168,7 @@ def test_investigate_on_a_closed_case_does_nothing_and_says_so(app: Harness) -> 
 
 
 def test_no_new_decision_while_an_effect_of_the_case_is_unsettled(app: Harness, supplier: SupplierStub) -> None:
-    from shared.core.ledger import EffectStatus
+    from casekeeper.core.ledger import EffectStatus
 
     # A request whose outcome is unknown, escalated to a person: the case is in review.
     app.cases.create("C-2", {**invoice("1100.00")})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.guarded_effect import CountingStore
-from shared.core.ports import DocumentStore, Query
+from casekeeper.core.ports import DocumentStore, Query
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.run_marker import MARKER_ID

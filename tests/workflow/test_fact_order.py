@@ -22,11 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.core.clock import ManualClock
-from shared.core.errors import InvalidEvent
-from shared.core.ports import DocumentStore
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import DocumentStore
 from shared.domain import events as ev
 from shared.domain.events import CaseEvent
+from shared.errors import InvalidEvent
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, Ingress, sign
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import decode, encode

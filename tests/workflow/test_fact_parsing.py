@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.core.ports import DocumentStore
+from casekeeper.core.ports import DocumentStore
 from shared.domain import events as ev
 from shared.domain.invoice import InvoiceFacts
 from shared.localhost.supplier_stub import SupplierStub

@@ -3,10 +3,10 @@ automatically, and the supplier never gets a second request under a new key."""
 
 from __future__ import annotations
 
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.ports import DocumentStore
-from shared.core.reconcile import Reconciler
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ports import DocumentStore
+from casekeeper.core.reconcile import Reconciler
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.actions import credit_note_policy

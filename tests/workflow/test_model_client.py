@@ -22,13 +22,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from casekeeper.core.ports import DocumentStore
 from shared.app import bootstrap
 from shared.app.telemetry import Telemetry
-from shared.core.errors import ModelUnavailable
-from shared.core.ports import DocumentStore
 from shared.domain import events as ev
 from shared.domain.credit import position
 from shared.domain.invoice import InvoiceFacts, Rules
+from shared.errors import ModelUnavailable
 from shared.localhost.model_stub import ModelStub
 from shared.localhost.supplier_stub import SupplierStub
 from shared.operator.cases import _transition_line

@@ -8,11 +8,11 @@ from decimal import Decimal
 
 import pytest
 
-from shared.core.errors import InvalidProposal
-from shared.core.ports import DocumentStore, Query
+from casekeeper.core.ports import DocumentStore, Query
 from shared.domain import events as ev
 from shared.domain.credit import CreditRequest, position, validate
 from shared.domain.invoice import Action, InvoiceFacts, Proposal, Rules
+from shared.errors import InvalidProposal
 from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.proposers import AgentProposer
 from tests.support.app import make_harness

@@ -24,13 +24,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.core.clock import ManualClock
-from shared.core.errors import CasekeeperError
-from shared.core.ledger import EffectStatus
-from shared.core.reconcile import Reconciler
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ledger import EffectStatus
+from casekeeper.core.reconcile import Reconciler
+from casekeeper.errors import CasekeeperError
+from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import Faults, SupplierStub
-from shared.stores.sqlite import SqliteDocumentStore
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import uninstall

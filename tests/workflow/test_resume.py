@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from shared.core.errors import StoreUnavailable
-from shared.core.ports import DocumentStore, Query
+from casekeeper.core.ports import DocumentStore, Query
+from casekeeper.errors import StoreUnavailable
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, ApprovalRequest, type_key

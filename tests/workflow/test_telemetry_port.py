@@ -14,12 +14,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.clock import ManualClock
+from casekeeper.core.ledger import Ledger
+from casekeeper.core.ports import DocumentStore
 from shared.app.alerts import Alerter
 from shared.app.telemetry import Telemetry
-from shared.core.cases import CaseRepository
-from shared.core.clock import ManualClock
-from shared.core.ledger import Ledger
-from shared.core.ports import DocumentStore
 from shared.domain import events as ev
 from shared.domain.events import CaseEvent
 from shared.domain.invoice import Rules

@@ -1,8 +1,8 @@
 """An effect of the ledger: its statuses and its stored shape (rules R2-R4), apart from the policy that writes it.
 
-An effect is an entry of its case document (``shared.core.entries``) or, once closed and moved out, a
+An effect is an entry of its case document (``casekeeper.core.entries``) or, once closed and moved out, a
 document of the ``effects`` container (the archive; also the rows of the earlier two-container layout):
-the same body shape either way. :class:`~shared.core.ledger.Ledger` is the policy over both.
+the same body shape either way. :class:`~casekeeper.core.ledger.Ledger` is the policy over both.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from shared.core.cases import Case
-from shared.core.ports import Document
+from casekeeper.core.cases import Case
+from casekeeper.core.ports import Document
 
 EFFECTS = "effects"
 _HISTORY_LIMIT = 50
@@ -50,13 +50,13 @@ class Effect:
     etag: str = field(repr=False)
     ts: float
     in_record: bool = field(default=False, repr=False)
-    """An entry of its case document (``shared.core.entries``; ``etag`` is then the case's), not a row of
+    """An entry of its case document (``casekeeper.core.entries``; ``etag`` is then the case's), not a row of
     the ``effects`` container (the archive, or a row of the earlier layout)."""
 
     @classmethod
     def from_entry(cls, case: Case, entry: Mapping[str, Any]) -> Effect:
         """The effect an entry of ``case`` holds. Its ``ts`` is the entry's ``changedTs`` (for a ``started``
-        entry, when its current attempt was claimed, by the store's clock; see ``shared.core.entries``)."""
+        entry, when its current attempt was claimed, by the store's clock; see ``casekeeper.core.entries``)."""
         body = {k: v for k, v in entry.items() if k != "changedTs"}
         ts = entry.get("changedTs")
         doc = Document(EFFECTS, case.id, str(entry["id"]), body, case.etag, float(ts if ts is not None else case.ts))
@@ -83,6 +83,7 @@ class Effect:
         )
 
     def to_body(self) -> dict[str, Any]:
+        """The effect as stored: an entry of its record, or a row of the ``effects`` container."""
         return {
             "id": self.key,
             "kind": "effect",

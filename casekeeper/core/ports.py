@@ -80,7 +80,7 @@ class Query:
 class DocumentStore(Protocol):
     """Conditional-write primitives over JSON documents.
 
-    Every method raises :class:`~shared.core.errors.StoreUnavailable` for a transient backend failure.
+    Every method raises :class:`~casekeeper.core.errors.StoreUnavailable` for a transient backend failure.
     ``partition`` must equal the body's partition field (see :data:`CONTAINERS`); backends check it.
     """
 

@@ -23,7 +23,7 @@ is gone                                           ``gone``: nothing is written
 
 A ``done`` effect whose row names no commit intent raises ``MissingCommitIntent``: nobody can tell what
 the case should become, and answering with a quiet no-op would leave its gate open for ever. The
-reconciler hands such a case to a person (:meth:`shared.core.reconcile.Reconciler.finish_commit`).
+reconciler hands such a case to a person (:meth:`casekeeper.core.reconcile.Reconciler.finish_commit`).
 
 What else is written with the commit (the case ``data`` an action's result fills, or a field the
 decision clears) is the caller's business, passed as ``data``: this module knows no field of the
@@ -31,10 +31,10 @@ case's data.
 
 Nothing is written on the effect: the effect row stays ``done`` as the ledger left it. What is written
 is on the case: a transition that names the effect (the commit or the escalation), which also closes the
-case's version gate (``shared.core.cases.Gate``) when the gate is open on that effect.
+case's version gate (``casekeeper.core.cases.Gate``) when the gate is open on that effect.
 
 Whether the commit landed is read from the case's transitions that name the effect, which the history
-never trims (``shared.core.cases``). Until one lands, the case's version gate stays open: the sweep
+never trims (``casekeeper.core.cases``). Until one lands, the case's version gate stays open: the sweep
 that looks for unfinished commits asks only for cases with an open gate.
 """
 
@@ -45,10 +45,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.core.cases import Answer, Case, CaseRepository
-from shared.core.effect import left_version_alert
-from shared.core.errors import ConcurrencyConflict, MissingCommitIntent
-from shared.core.ledger import AlertSink, Effect, EffectStatus, Ledger
+from casekeeper.core.cases import Answer, Case, CaseRepository
+from casekeeper.core.effect import left_version_alert
+from casekeeper.core.errors import ConcurrencyConflict, MissingCommitIntent
+from casekeeper.core.ledger import AlertSink, Effect, EffectStatus, Ledger
 
 log = logging.getLogger("casekeeper.commits")
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared.core.cases import CASES
-from shared.core.ids import MAX_ID_LENGTH, id_problem, storable_id
-from shared.core.ledger import EFFECTS
-from shared.core.ports import (
+from casekeeper.core.cases import CASES
+from casekeeper.core.ids import MAX_ID_LENGTH, id_problem, storable_id
+from casekeeper.core.ledger import EFFECTS
+from casekeeper.core.ports import (
     CONTAINERS,
     HEALTH,
     Document,
@@ -29,10 +29,10 @@ from shared.core.ports import (
     next_page,
     walk,
 )
-from shared.stores.sqlite import SqliteDocumentStore
+from casekeeper.stores.sqlite import SqliteDocumentStore
 
 if TYPE_CHECKING:
-    from shared.stores.cosmos import CosmosDocumentStore
+    from casekeeper.stores.cosmos import CosmosDocumentStore
 
 
 def open_sqlite(path: str | Path) -> SqliteDocumentStore:
@@ -54,7 +54,7 @@ def open_cosmos(
     ``effects``, ``checkpoints`` and ``health`` to your containers' names (partition keys ``/id``,
     ``/caseId``, ``/caseId``, ``/kind``). ``create_containers`` creates any that are missing (local use;
     in Azure, create them with your infrastructure). No network I/O unless ``create_containers``."""
-    from shared.stores.cosmos import CosmosDocumentStore, cosmos_store_from_settings
+    from casekeeper.stores.cosmos import CosmosDocumentStore, cosmos_store_from_settings
 
     if credential is not None:
         store = CosmosDocumentStore(endpoint, database, credential=credential, container_names=container_names)

@@ -17,12 +17,12 @@ Sequence of one guarded effect on the happy path (two store round trips, both be
     replace case (+entry started, If-Match) -> call(key) -> replace case (entry done + commit, If-Match)
 
 A 412 on either write means someone wrote the case meanwhile (a note, a fact update, another run, the
-reconciler): the writer re-reads and re-applies (see :class:`~shared.core.ledger.Ledger.run_on_record`).
+reconciler): the writer re-reads and re-applies (see :class:`~casekeeper.core.ledger.Ledger.run_on_record`).
 
 **The store's clock for "in flight" (R3).** A ``started`` entry's age is measured from its ``changedTs``.
 The claim cannot know its own ``_ts``; the case's next reader fills it in with the ``_ts`` of the
 document it read (an upper bound on the claim time) and every later write persists it
-(``shared.core.cases._stamped``). So a later note moves the document's ``_ts`` but never the entry's time
+(``casekeeper.core.cases._stamped``). So a later note moves the document's ``_ts`` but never the entry's time
 once stamped: reconciliation may come later than the claim's true age says, never earlier. A re-claim
 (same-key retry) writes the entry without ``changedTs``, restarting its clock.
 
@@ -42,8 +42,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from shared.core.cases import Answer, Case, _advance
-from shared.core.effect import Effect
+from casekeeper.core.cases import Answer, Case, _advance
+from casekeeper.core.effect import Effect
 
 CLOSED_KEPT = 16
 """Closed entries kept on the case. A decision reads the earlier effects of its case (what was already
@@ -161,7 +161,7 @@ def over_bound(case: Case) -> list[dict[str, Any]]:
     """The closed entries beyond :data:`CLOSED_KEPT`, oldest first: what to archive before the next write.
 
     A ``failed`` entry closed as stale is kept: a call that was in flight may still report it happened,
-    and that late outcome is recorded over the entry (``shared.core.effect._superseded_by_ignorance``)."""
+    and that late outcome is recorded over the entry (``casekeeper.core.effect._superseded_by_ignorance``)."""
     closed = [e for e in case.entries if e.get("status") not in _OPEN and not e.get("stale")]
     excess = len(closed) - CLOSED_KEPT
     return closed[:excess] if excess > 0 else []

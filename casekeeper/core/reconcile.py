@@ -31,10 +31,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.core.cases import CaseRepository
-from shared.core.commits import CommitFinisher
-from shared.core.entries import CommitPlan
-from shared.core.errors import (
+from casekeeper.core.cases import CaseRepository
+from casekeeper.core.commits import CommitFinisher
+from casekeeper.core.entries import CommitPlan
+from casekeeper.core.errors import (
     EffectFailed,
     EffectInFlight,
     MissingCommitIntent,
@@ -43,8 +43,8 @@ from shared.core.errors import (
     OutcomeUnknown,
     StaleDecision,
 )
-from shared.core.ledger import AlertSink, Call, Effect, EffectStatus, Ledger
-from shared.core.ports import DocumentStore
+from casekeeper.core.ledger import AlertSink, Call, Effect, EffectStatus, Ledger
+from casekeeper.core.ports import DocumentStore
 
 log = logging.getLogger("casekeeper.reconcile")
 
@@ -84,13 +84,17 @@ class RecheckResult:
     committed: bool = False
 
 
+def _no_alert(message: str, fields: dict[str, Any]) -> None:
+    """The default escalation hook: none (the application passes its own)."""
+
+
 @dataclass
 class Reconciler:
     ledger: Ledger
     cases: CaseRepository
     store: DocumentStore
     policies: Mapping[str, ActionPolicy]
-    alert: Callable[[str, dict[str, Any]], object] = field(default=lambda message, fields: None)
+    alert: Callable[[str, dict[str, Any]], object] = field(default=_no_alert)
     review_status: str = "needs_review"
     max_lookup_failures: int = 3
     max_attempts: int = 3
@@ -102,6 +106,7 @@ class Reconciler:
 
     @property
     def finisher(self) -> CommitFinisher:
+        """The commit finisher of effects left in the two-container layout (``CommitFinisher``)."""
         return CommitFinisher(self.cases, self.ledger, self.review_status, alert=self.raise_alert)
 
     def finish_commit(self, effect: Effect) -> str:

@@ -22,7 +22,7 @@ State machine::
                           \\--reconciler/person--------> needs_reconciliation --person--> done | failed
 
 The guard runs effects with :meth:`Ledger.run_on_record`: the claim and the outcome are entries of the case
-(``shared.core.entries``), two conditional writes of one document, the second also committing the status.
+(``casekeeper.core.entries``), two conditional writes of one document, the second also committing the status.
 :meth:`Ledger.run` is the earlier two-container sequence (a row in ``effects``, a separate gate and commit),
 kept for the data that layout wrote and the tests of it; on its happy path (four round trips with the
 commit)::
@@ -43,9 +43,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.core import entries
-from shared.core.cases import CASES, Case, CaseRepository
-from shared.core.effect import (
+from casekeeper.core import entries
+from casekeeper.core.cases import CASES, Case, CaseRepository
+from casekeeper.core.effect import (
     EFFECTS,
     OPEN_STATUSES,
     Effect,
@@ -55,8 +55,8 @@ from shared.core.effect import (
     late_outcome_alert,
     left_version_alert,
 )
-from shared.core.entries import CommitPlan
-from shared.core.errors import (
+from casekeeper.core.entries import CommitPlan
+from casekeeper.core.errors import (
     AlreadyExists,
     ConcurrencyConflict,
     DownstreamRejected,
@@ -67,9 +67,9 @@ from shared.core.errors import (
     SendDeadlinePassed,
     StaleDecision,
 )
-from shared.core.keys import effect_key
-from shared.core.on_record import OnRecord, RecordOutcome
-from shared.core.ports import DocumentStore, OnMalformed, Query, decode_all, walk
+from casekeeper.core.keys import effect_key
+from casekeeper.core.on_record import OnRecord, RecordOutcome
+from casekeeper.core.ports import DocumentStore, OnMalformed, Query, decode_all, walk
 
 DEFAULT_CALL_TIMEOUT = 120.0
 DEFAULT_SEND_MARGIN_FRACTION = 0.25
@@ -77,7 +77,7 @@ DEFAULT_SEND_MARGIN_FRACTION = 0.25
 
 log = logging.getLogger("casekeeper.ledger")
 
-__all__ = [  # the effect's model lives in shared.core.effect; its readers import it from here too
+__all__ = [  # the effect's model lives in casekeeper.core.effect; its readers import it from here too
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_SEND_MARGIN_FRACTION",
     "EFFECTS",
@@ -124,6 +124,7 @@ class EffectOutcome:
 
     @property
     def result(self) -> dict[str, Any]:
+        """The downstream's answer recorded on the ``done`` effect."""
         assert self.effect.result is not None
         return self.effect.result
 
@@ -403,7 +404,7 @@ class Ledger:
         refusal_review: str | None = None,
     ) -> RecordOutcome:
         """Run ``call`` at most once for (case, action, version), with the claim and the outcome on the case
-        (``shared.core.entries``): two conditional writes of the case, the second recording the outcome and
+        (``casekeeper.core.entries``): two conditional writes of the case, the second recording the outcome and
         committing ``commit`` together.
 
         ``expected``: the case as the decision read it (saves the read before the claim). ``refusal_review``:
@@ -498,7 +499,7 @@ class Ledger:
     def open_entries(self, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
         """The open entries (``started``, ``needs_reconciliation``) on every case: one query of the indexed
         ``openEffects`` flag, as large as what is open. No ``_ts`` bound on the case: a later note moves the
-        case's ``_ts`` but not the entry's time (``shared.core.entries``), so the entries are filtered here."""
+        case's ``_ts`` but not the entry's time (``casekeeper.core.entries``), so the entries are filtered here."""
         docs = self._store.query(CASES, Query(equals={"openEffects": True}))
         found = decode_all(docs, Case.from_document, on_malformed)
         return [e for case in found for e in entries.effects_of(case) if e.status in OPEN_STATUSES]
@@ -617,7 +618,7 @@ class Ledger:
         """Record ``done`` on an open entry and, in the same write, its commit (``commit``, else the intent its
         request names; without either the case goes to a person). Returns the entry and what happened to the
         commit (``committed``, ``already``, ``needs_review``, ``with_person``, ``no_intent``); for a row of
-        the two-container layout, ``None`` (finish its commit with ``shared.core.commits``). Raises
+        the two-container layout, ``None`` (finish its commit with ``casekeeper.core.commits``). Raises
         ``OutcomeAlreadyRecorded``."""
         if not effect.in_record:
             done = self.record_outcome(effect, EffectStatus.DONE, result=result, source=source, resolution=resolution)

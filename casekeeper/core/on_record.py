@@ -1,6 +1,6 @@
-"""The two writes of a guarded effect on its case (``shared.core.entries``): claim, then outcome with commit.
+"""The two writes of a guarded effect on its case (``casekeeper.core.entries``): claim, then outcome with commit.
 
-Private to :class:`~shared.core.ledger.Ledger`: use :meth:`Ledger.run_on_record`.
+Private to :class:`~casekeeper.core.ledger.Ledger`: use :meth:`Ledger.run_on_record`.
 
 State machine of an entry::
 
@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from shared.core import entries
-from shared.core.cases import CASES, Case
-from shared.core.effect import (
+from casekeeper.core import entries
+from casekeeper.core.cases import CASES, Case
+from casekeeper.core.effect import (
     EFFECTS,
     OPEN_STATUSES,
     Effect,
@@ -31,8 +31,8 @@ from shared.core.effect import (
     _superseded_by_ignorance,
     late_outcome_alert,
 )
-from shared.core.entries import CommitPlan, Committed
-from shared.core.errors import (
+from casekeeper.core.entries import CommitPlan, Committed
+from casekeeper.core.errors import (
     AlreadyExists,
     ConcurrencyConflict,
     DownstreamRejected,
@@ -43,15 +43,15 @@ from shared.core.errors import (
     OutcomeAlreadyRecorded,
     StaleDecision,
 )
-from shared.core.keys import effect_key
+from casekeeper.core.keys import effect_key
 
 if TYPE_CHECKING:
-    from shared.core.cases import CaseRepository
-    from shared.core.ports import DocumentStore
+    from casekeeper.core.cases import CaseRepository
+    from casekeeper.core.ports import DocumentStore
 
 
 class _Ledger(Protocol):
-    """What of :class:`~shared.core.ledger.Ledger` these writes use (named here, not imported: the ledger
+    """What of :class:`~casekeeper.core.ledger.Ledger` these writes use (named here, not imported: the ledger
     imports this module)."""
 
     _store: DocumentStore

@@ -1,21 +1,16 @@
-"""Casekeeper's errors: one tree, so a trigger settles a message from the type alone.
+"""The guard's errors: one tree, so a caller settles its work from the type alone.
 
 ::
 
     CasekeeperError                      retryable  meaning
     ├── ConfigurationError               no         settings missing or invalid
-    ├── InvalidEvent                     no         malformed or impossible event: set it aside
     ├── StoreError                       no         a storage backend failed
     │   ├── StoreUnavailable             yes        transient: throttled, timed out, unreachable
     │   ├── AlreadyExists                no         create found the document already there
     │   ├── ConcurrencyConflict          yes        a conditional write lost (ETag / row version)
-    │   └── InvalidDocumentId            no         an id no backend may store (``shared.core.ids``)
-    ├── QueueError                       no         the message queue failed (Service Bus, the local queue)
-    │   ├── QueueUnavailable             yes        transient: unreachable, throttled, timed out, closed
-    │   └── LockLost                     no         a settlement whose message lock is no longer held
+    │   └── InvalidDocumentId            no         an id no backend may store (``casekeeper.core.ids``)
     ├── CaseError                        no         about one case
     │   ├── CaseNotFound                 no         no such case
-    │   ├── InvalidProposal              no         a proposal the facts do not allow
     │   ├── CheckpointUnusable           no         this build cannot resume a stored checkpoint: rebuild
     │   ├── ApprovalNotPending           no         the answered request is not pending: answered, withdrawn
     │   └── StaleApproval                no         answered on a version the record has left (rule R6)
@@ -26,36 +21,27 @@
     │   ├── StaleDecision                no         the case moved on since the decision: decide again
     │   ├── OutcomeAlreadyRecorded       no         a late outcome lost to one recorded meanwhile
     │   └── MissingCommitIntent          no         a ``done`` effect names no commit: a person settles it
-    ├── DownstreamError                  no         raised by a callee, read by the ledger
-    │   ├── DownstreamRejected           no         definite refusal (a 4xx): recorded as ``failed``
-    │   └── OutcomeUnknown               yes        timeout, 5xx, reset: the row stays ``started``
-    │       └── SendDeadlinePassed       yes        not sent: too long since the gate (rule R4's deadline)
-    └── ModelUnavailable                 yes        the model was throttled, failed, timed out, or no token
+    └── DownstreamError                  no         raised by a callee, read by the ledger
+        ├── DownstreamRejected           no         definite refusal (a 4xx): recorded as ``failed``
+        └── OutcomeUnknown               yes        timeout, 5xx, reset: the row stays ``started``
+            └── SendDeadlinePassed       yes        not sent: too long since the gate (rule R4's deadline)
 
 ``retryable`` says whether trying the same thing again later can help. ``wait_in_place`` says whether
-the case worker may first retry a retryable error a few times in place, holding the message; a model
-call is not retried in place (``shared.handlers.case_events``): it is slow, and its service asks for a
-wait (``retry_after``) that only a delayed copy of the event honours without holding the case's session.
-Context travels as attributes (case id, key, versions), never only in the message text.
+a caller may first retry a retryable error a few times in place (the invoice app's case worker does,
+holding its message) rather than only later. Context travels as attributes (case id, key, versions),
+never only in the message text.
 
-Four classes of the tree are defined next to the only code that raises them, not in this module:
+Three classes of the tree are defined next to the only code that raises them, not in this module:
 ``CheckpointUnusable`` in ``casekeeper.checkpoints`` (its ``kind`` names the checkpoint storage's
 reasons), ``ApprovalNotPending`` in ``casekeeper.errors`` and ``StaleApproval`` in ``casekeeper.errors``
-(the public guard's approvals) and ``LockLost`` in ``shared.messaging.sqlite_queue`` (only the local
-session queue raises it; in Azure the Functions host settles messages and meets Service Bus's own
-``MessageLockLostError``).
-``tests/unit/test_errors_tree.py`` checks this drawing against every ``CasekeeperError`` subclass in
-``shared`` and ``casekeeper``.
-
-The messaging ports (``shared.messaging``) raise ``QueueError``; ``StoreError`` is for the document store.
-The local session queue itself (``LocalSessionQueue``) reports its SQLite file's failures as
-``StoreError``, as every SQLite user in this code does; its port adapters (``shared.messaging.local``)
-translate them, so a caller of a port sees ``QueueError`` on every backend.
+(the public guard's approvals). An application adds its own errors under ``CasekeeperError`` (the invoice
+app's are in ``shared.errors``, drawn there). ``tests/unit/test_errors_tree.py`` checks this drawing
+against every ``CasekeeperError`` subclass in ``casekeeper``.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 
 class CasekeeperError(Exception):
@@ -71,16 +57,6 @@ class ConfigurationError(CasekeeperError):
     def __init__(self, message: str, *, missing: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.missing = missing
-
-
-class InvalidEvent(CasekeeperError):
-    """An event that is malformed, or impossible for its case: it is set aside, never retried."""
-
-    def __init__(self, reason: str, *, case_id: str | None = None, fields: dict[str, str] | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.case_id = case_id
-        self.fields = dict(fields or {})
 
 
 # --- storage -----------------------------------------------------------------------------------
@@ -112,24 +88,7 @@ class ConcurrencyConflict(StoreError):
 
 
 class InvalidDocumentId(StoreError):
-    """An id that breaks the identifier rule (``shared.core.ids``); nothing was sent to the backend."""
-
-
-# --- queue -------------------------------------------------------------------------------------
-
-
-class QueueError(CasekeeperError):
-    """The message queue failed (sending, scheduling, reading dead letters, settling); subclasses say how."""
-
-    def __init__(self, message: str, *, queue: str | None = None) -> None:
-        super().__init__(message)
-        self.queue = queue
-
-
-class QueueUnavailable(QueueError):
-    """The broker cannot be reached, is throttling, timed out, or the sender is closed; trying later can help."""
-
-    retryable = True
+    """An id that breaks the identifier rule (``casekeeper.core.ids``); nothing was sent to the backend."""
 
 
 # --- cases -------------------------------------------------------------------------------------
@@ -148,15 +107,6 @@ class CaseNotFound(CaseError):
 
     def __init__(self, case_id: str) -> None:
         super().__init__(f"case {case_id!r} not found", case_id=case_id)
-
-
-class InvalidProposal(CaseError):
-    """A proposal that the case's facts or status do not allow; it is never executed."""
-
-    def __init__(self, reason: str, *, case_id: str, proposal: dict[str, Any] | None = None) -> None:
-        super().__init__(f"invalid proposal for case {case_id!r}: {reason}", case_id=case_id)
-        self.reason = reason
-        self.proposal = dict(proposal or {})
 
 
 # --- effects -----------------------------------------------------------------------------------
@@ -296,50 +246,3 @@ class SendDeadlinePassed(OutcomeUnknown):
     """The call was not sent: too long had passed since its version gate (a pause, a slow host), and a
     reconciler may already have taken its row for an unknown outcome. Nothing was asked; the row stays as
     it was, for reconciliation to settle by key like any unknown outcome."""
-
-
-# --- the model ---------------------------------------------------------------------------------
-
-
-class ModelUnavailable(CasekeeperError):
-    """The model could not answer now: throttled (429), a server error (5xx), a timeout, a dropped
-    connection, or no token for it. Trying later can help; nothing was proposed.
-
-    ``kind``: ``throttled``, ``server_error``, ``timeout``, ``unreachable`` or ``token``. ``retry_after``:
-    the seconds the service asked to wait (its ``Retry-After``), or ``None``. ``facts_recorded``: as for
-    ``EffectInFlight``, the event's facts were written before the model was asked."""
-
-    retryable = True
-    wait_in_place = False
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        kind: str,
-        case_id: str | None = None,
-        status: int | None = None,
-        retry_after: float | None = None,
-        deployment: str | None = None,
-        facts_recorded: bool = False,
-    ) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.kind = kind
-        self.case_id = case_id
-        self.status = status
-        self.retry_after = retry_after
-        self.deployment = deployment
-        self.facts_recorded = facts_recorded
-
-    def after_facts(self) -> ModelUnavailable:
-        """The same failure, known to come after the event's facts were recorded."""
-        return ModelUnavailable(
-            self.reason,
-            kind=self.kind,
-            case_id=self.case_id,
-            status=self.status,
-            retry_after=self.retry_after,
-            deployment=self.deployment,
-            facts_recorded=True,
-        )

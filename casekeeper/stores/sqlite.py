@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from shared.core.errors import AlreadyExists, ConcurrencyConflict, StoreError
-from shared.core.ids import check_document_id
-from shared.core.ports import CONTAINERS, Document, Query, Scalar, partition_of
-from shared.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
+from casekeeper.core.errors import AlreadyExists, ConcurrencyConflict, StoreError
+from casekeeper.core.ids import check_document_id
+from casekeeper.core.ports import CONTAINERS, Document, Query, Scalar, partition_of
+from casekeeper.stores.sqlite_connections import SqliteConnections, translate_sqlite_errors
 
 _NOW = "casekeeper_now()"
 """The store's clock in SQL: the wall clock of the machine (every process sharing the file shares it), or
@@ -95,7 +95,7 @@ _NEXT_SEQ = (
 
 
 class SqliteDocumentStore:
-    """:class:`~shared.core.ports.DocumentStore` on one SQLite file."""
+    """:class:`~casekeeper.core.ports.DocumentStore` on one SQLite file."""
 
     def __init__(
         self, path: str | Path, *, busy_timeout: float = 30.0, clock: Callable[[], float] | None = None
@@ -118,7 +118,7 @@ class SqliteDocumentStore:
     def _open_schema(self) -> None:
         """Create the layout, or migrate a layout-0 file; refuse a file of a newer layout.
 
-        Raises :class:`~shared.core.errors.StoreError` naming both layouts for a newer file.
+        Raises :class:`~casekeeper.core.errors.StoreError` naming both layouts for a newer file.
         """
         with translate_sqlite_errors():
             (version,) = self._db.get().execute("PRAGMA user_version").fetchone()
@@ -182,6 +182,7 @@ class SqliteDocumentStore:
     # --- the port -------------------------------------------------------------------------------
 
     def create(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
+        """Insert if absent, in one transaction; ``AlreadyExists`` when the id is taken (``DocumentStore.create``)."""
         data = _checked(container, partition, doc_id, body)
         with self._db.write() as conn:
             self._purge_now_and_then(conn)
@@ -198,6 +199,7 @@ class SqliteDocumentStore:
             return self._read_in(conn, container, partition, doc_id)
 
     def read(self, container: str, partition: str, doc_id: str) -> Document | None:
+        """Point read by primary key; ``None`` when absent (``DocumentStore.read``)."""
         check_document_id(container, doc_id)
         with translate_sqlite_errors():
             row = (
@@ -212,6 +214,7 @@ class SqliteDocumentStore:
         return _document(row) if row is not None else None
 
     def replace(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any], *, etag: str) -> Document:
+        """Replace if the stored ETag is ``etag``, else ``ConcurrencyConflict`` (``DocumentStore.replace``)."""
         data = _checked(container, partition, doc_id, body)
         with self._db.write() as conn:
             seq = self._next_seq(conn, container)
@@ -237,6 +240,7 @@ class SqliteDocumentStore:
         where: Mapping[str, Scalar],
         set_fields: Mapping[str, Any],
     ) -> Document:
+        """One ``UPDATE ... WHERE`` on the fields of ``where`` (``DocumentStore.update_if``)."""
         check_document_id(container, doc_id)
         if not set_fields:
             raise ValueError("update_if needs at least one field to set")
@@ -263,6 +267,7 @@ class SqliteDocumentStore:
             return self._read_in(conn, container, partition, doc_id)
 
     def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
+        """Create or overwrite unconditionally (``DocumentStore.upsert``)."""
         data = _checked(container, partition, doc_id, body)
         with self._db.write() as conn:
             self._purge_now_and_then(conn)
@@ -277,6 +282,7 @@ class SqliteDocumentStore:
             return self._read_in(conn, container, partition, doc_id)
 
     def delete(self, container: str, partition: str, doc_id: str, *, etag: str | None = None) -> bool:
+        """Delete, conditionally on ``etag`` if given; ``False`` when absent (``DocumentStore.delete``)."""
         check_document_id(container, doc_id)
         with self._db.write() as conn:
             self._purge(conn, "AND container = ? AND partition = ? AND id = ?", (container, partition, doc_id))
@@ -303,6 +309,7 @@ class SqliteDocumentStore:
             return True
 
     def query(self, container: str, query: Query) -> list[Document]:
+        """The documents matching ``query``, one ``SELECT`` on the indexed fields (``DocumentStore.query``)."""
         sql = [f"SELECT container, partition, id, body, etag, ts FROM documents WHERE container = ? AND {_LIVE}"]
         args: list[Any] = [container]
         self._conditions(query, sql, args)
@@ -322,6 +329,7 @@ class SqliteDocumentStore:
         return [_document(r) for r in rows]
 
     def count(self, container: str, query: Query) -> int:
+        """How many documents match ``query``: one ``count(*)`` (``DocumentStore.count``)."""
         sql = [f"SELECT count(*) FROM documents WHERE container = ? AND {_LIVE}"]
         args: list[Any] = [container]
         self._conditions(query, sql, args)
@@ -350,10 +358,12 @@ class SqliteDocumentStore:
             args.append(query.ts_after)
 
     def now(self) -> float:
+        """The store's clock: this machine's wall clock, the one ``Document.ts`` is stamped with."""
         with translate_sqlite_errors():
             return float(self._db.get().execute(f"SELECT {_NOW}").fetchone()[0])
 
     def close(self) -> None:
+        """Close this process's connections; the store is unusable afterwards."""
         self._db.close()
 
     # --- the change feed (what the local host replays) --------------------------------------------

@@ -17,16 +17,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared.core.clock import Clock
-from shared.core.errors import AlreadyExists, CaseNotFound, ConcurrencyConflict
-from shared.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
+from casekeeper.core.clock import Clock
+from casekeeper.core.errors import AlreadyExists, CaseNotFound, ConcurrencyConflict
+from casekeeper.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
 
 CASES = "cases"
 CASE_SCHEMA_VERSION = 2
 """Bumped when the case document's shape changes; readers migrate older documents (rule R8). 2: the effects
-are claimed and closed on the case (``effects``, ``openEffects``, ``effectsArchived``: ``shared.core.entries``).
+are claimed and closed on the case (``effects``, ``openEffects``, ``effectsArchived``: ``casekeeper.core.entries``).
 A case of version 1 is read as it is: its effects are rows of the ``effects`` container, and an open ``gate``
-names a done effect whose commit a crash left unfinished (finished by ``shared.core.commits``)."""
+names a done effect whose commit a crash left unfinished (finished by ``casekeeper.core.commits``)."""
 
 _HISTORY_LIMIT = 100
 _MAX_CONFLICT_RETRIES = 8
@@ -119,6 +119,7 @@ class Gate:
     version: int
 
     def to_json(self) -> dict[str, Any]:
+        """The gate as it is stored on the record."""
         return {"effectKey": self.effect_key, "version": self.version}
 
     @classmethod
@@ -142,9 +143,9 @@ class Case:
     ts: float = field(repr=False)
     gate: Gate | None = None
     """The effect let through the version gate whose status commit (or escalation) has not landed yet
-    (a case written before the effects lived on the case: see ``shared.core.entries``)."""
+    (a case written before the effects lived on the case: see ``casekeeper.core.entries``)."""
     entries: tuple[dict[str, Any], ...] = field(default=(), repr=False)
-    """The effects claimed on this case (``shared.core.entries``): one entry per key, the open ones and the
+    """The effects claimed on this case (``casekeeper.core.entries``): one entry per key, the open ones and the
     latest closed ones. Each entry's ``changedTs`` is filled in at read time when the write that last
     changed it left it out (see :func:`_stamped`)."""
     effects_archived: int = 0
@@ -207,6 +208,7 @@ class Case:
         return tuple(t for t in self.history if t.effect_key == effect_key)
 
     def to_body(self) -> dict[str, Any]:
+        """The record as its stored document body (what ``from_document`` reads back)."""
         return {
             "id": self.id,
             "kind": "case",
@@ -279,6 +281,7 @@ class CaseRepository:
             return self.require(case_id), False
 
     def get(self, case_id: str) -> Case | None:
+        """The record with this id, or ``None``: one point read."""
         doc = self._store.read(CASES, case_id, case_id)
         return Case.from_document(doc) if doc is not None else None
 

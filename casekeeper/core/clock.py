@@ -2,7 +2,7 @@
 
 The clock stamps human-facing history ("when was this committed"). Decisions about time that
 matter for safety (is a started effect still in flight?) use the **store's** clock instead,
-:meth:`shared.core.ports.DocumentStore.now`, so that two machines with skewed clocks agree.
+:meth:`casekeeper.core.ports.DocumentStore.now`, so that two machines with skewed clocks agree.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from typing import Protocol
 class Clock(Protocol):
     """Seconds since the epoch."""
 
-    def now(self) -> float: ...
+    def now(self) -> float:
+        """Seconds since the epoch, as this clock reads them."""
+        ...
 
 
 class ManualClock:
@@ -23,7 +25,9 @@ class ManualClock:
         self._now = start
 
     def now(self) -> float:
+        """The time set by hand (and moved by :meth:`advance`)."""
         return self._now
 
     def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds``."""
         self._now += seconds

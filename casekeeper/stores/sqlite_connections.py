@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from shared.core.errors import StoreError, StoreUnavailable
+from casekeeper.core.errors import StoreError, StoreUnavailable
 
 
 class _Batch:
@@ -103,7 +103,7 @@ class SqliteConnections:
         """A write (``BEGIN IMMEDIATE``, group-committed): durable when the block ends without an
         exception, undone entirely when it raises. Use only the connection it yields inside the block.
 
-        Raises :class:`~shared.core.errors.StoreUnavailable` when the file (or this instance's other
+        Raises :class:`~casekeeper.core.errors.StoreUnavailable` when the file (or this instance's other
         writers) stay busy past the busy timeout, and ``StoreError`` when the commit fails.
         """
         conn, batch = self._take_turn()

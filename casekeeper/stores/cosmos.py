@@ -1,4 +1,4 @@
-"""Cosmos DB backend of the storage port (:class:`shared.core.ports.DocumentStore`), azure-cosmos sync client.
+"""Cosmos DB backend of the storage port (:class:`casekeeper.core.ports.DocumentStore`), azure-cosmos sync client.
 
 What this module promises, beyond the port:
 
@@ -11,7 +11,7 @@ What this module promises, beyond the port:
 - ``Document.body`` never holds Cosmos system fields; ``etag`` is ``_etag`` and ``ts`` is ``_ts`` (whole
   seconds, the server's clock). :meth:`CosmosDocumentStore.now` reads that same clock.
 - Arguments the port forbids (partition not matching the body, id not matching ``doc_id``, unsafe query
-  field names) raise ``ValueError``, and ids outside the project's id rule (``shared.core.ids``, which
+  field names) raise ``ValueError``, and ids outside the project's id rule (``casekeeper.core.ids``, which
   covers what Cosmos cannot address) raise ``InvalidDocumentId``, before any request is sent.
 """
 
@@ -32,15 +32,9 @@ from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestE
 from azure.cosmos import ContainerProxy, CosmosClient, PartitionKey
 from azure.cosmos.exceptions import CosmosClientTimeoutError
 
-from shared.core.errors import (
-    AlreadyExists,
-    ConcurrencyConflict,
-    ConfigurationError,
-    StoreError,
-    StoreUnavailable,
-)
-from shared.core.ids import check_document_id
-from shared.core.ports import CONTAINERS, HEALTH, Document, Query, partition_of
+from casekeeper.core.errors import AlreadyExists, ConcurrencyConflict, ConfigurationError, StoreError, StoreUnavailable
+from casekeeper.core.ids import check_document_id
+from casekeeper.core.ports import CONTAINERS, HEALTH, Document, Query, partition_of
 
 __all__ = [
     "CLOCK_CONTAINER",
@@ -382,7 +376,7 @@ def build_conditional_patch(
 
 
 class CosmosDocumentStore:
-    """:class:`~shared.core.ports.DocumentStore` on Cosmos DB (NoSQL API), one database.
+    """:class:`~casekeeper.core.ports.DocumentStore` on Cosmos DB (NoSQL API), one database.
 
     ``client`` is either a ready ``CosmosClient`` (left open by :meth:`close`: its owner closes it) or an
     account endpoint; with an endpoint, ``credential`` is required (a key string for a local server, an
@@ -480,7 +474,7 @@ class CosmosDocumentStore:
     # -- setup (local and test use; in Azure, infra creates the containers) --
 
     def ensure_containers(self, *, lease_containers: tuple[str, ...] = ()) -> None:
-        """Create the database and every container of :data:`~shared.core.ports.CONTAINERS` (partition key
+        """Create the database and every container of :data:`~casekeeper.core.ports.CONTAINERS` (partition key
         ``/<field>``) when missing, and each of ``lease_containers`` (partition key ``/id``, as the Functions
         Cosmos DB trigger requires of its leases; the store itself never reads them). Raises
         ``ConfigurationError`` when a container exists with another partition key path."""

@@ -13,7 +13,7 @@ queued and addressed everywhere, on SQLite as on Cosmos DB:
   before a request is routed, so the case's API URL and the approval page's links could not reach them.
 
 :func:`id_problem` says what is wrong with a value, for a 400 that names the field; stores call
-:func:`check_document_id`, which raises :class:`~shared.core.errors.InvalidDocumentId`.
+:func:`check_document_id`, which raises :class:`~casekeeper.core.errors.InvalidDocumentId`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import unicodedata
 
-from shared.core.errors import InvalidDocumentId
+from casekeeper.core.errors import InvalidDocumentId
 
 MAX_ID_LENGTH = 128
 MAX_DOCUMENT_ID_LENGTH = 255

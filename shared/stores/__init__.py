@@ -1,1 +1,0 @@
-"""Storage backends: one module per vendor, each implementing ``shared.core.ports.DocumentStore``."""
