@@ -11,7 +11,7 @@ from typing import Any
 from agent_framework import WorkflowCheckpoint
 
 from benchmarks.guarded_effect import CountingStore
-from shared.core.ports import DocumentStore
+from casekeeper.core.ports import DocumentStore
 from shared.domain import events as ev
 from shared.domain.events import CaseEvent
 from shared.domain.invoice import InvoiceFacts
