@@ -52,8 +52,11 @@ from casekeeper.core.effect import (
     EffectStatus,
     _evolve,
     _superseded_by_ignorance,
+    escalated,
+    late_done,
     late_outcome_alert,
     left_version_alert,
+    with_outcome,
 )
 from casekeeper.core.entries import CommitPlan
 from casekeeper.core.errors import (
@@ -338,36 +341,39 @@ class Ledger:
                 if late is not None:
                     return late, True
                 current = self.get(effect.case_id, effect.key) or current
-            log.warning(
-                "late outcome discarded: effect %s is already %s",
-                effect.key,
-                current.status.value,
-                extra={"caseId": effect.case_id, "effectKey": effect.key, "discarded": status.value},
-            )
+            self._outcome_discarded(effect, current, status)
             return current, False
 
     def _record_late_done(self, current: Effect, result: dict[str, Any], *, source: str) -> Effect | None:
-        updated = _evolve(
-            current,
-            status=EffectStatus.DONE,
-            result=result,
-            reason=f"late outcome: the call succeeded after the row was {current.status.value}",
-            stale=False,
-            history_entry={"status": "done", "source": f"{source}-late", "replaced": current.status.value},
-        )
+        updated = late_done(current, result, source=source)
         try:
             doc = self._store.replace(EFFECTS, current.case_id, current.key, updated.to_body(), etag=current.etag)
         except ConcurrencyConflict:
             return None
+        self._late_outcome_recorded(current)
+        return Effect.from_document(doc)
+
+    def _outcome_discarded(self, claimed: Effect, current: Effect, status: EffectStatus) -> None:
+        """Our outcome ``status`` for the attempt ``claimed`` is not recorded: someone closed it meanwhile
+        (``current``), knowing as much as we do, and theirs stands."""
+        log.warning(
+            "late outcome discarded: effect %s is already %s",
+            claimed.key,
+            current.status.value,
+            extra={"caseId": claimed.case_id, "effectKey": claimed.key, "discarded": status.value},
+        )
+
+    def _late_outcome_recorded(self, closed: Effect) -> None:
+        """A late ``done`` was recorded over ``closed`` (:func:`~casekeeper.core.effect.late_done`): the log
+        and the ``late_outcome`` alert (deduplicated by the key)."""
         log.warning(
             "effect %s: late outcome recorded over %s",
-            current.key,
-            current.status.value,
-            extra={"caseId": current.case_id, "effectKey": current.key},
+            closed.key,
+            closed.status.value,
+            extra={"caseId": closed.case_id, "effectKey": closed.key},
         )
         if self._alert is not None:
-            self._alert("late_outcome", *late_outcome_alert(current), dedupe_key=current.key)
-        return Effect.from_document(doc)
+            self._alert("late_outcome", *late_outcome_alert(closed), dedupe_key=closed.key)
 
     def _replay(self, existing: Effect) -> EffectOutcome:
         ctx = {"key": existing.key, "case_id": existing.case_id, "action": existing.action}
@@ -595,14 +601,14 @@ class Ledger:
                 resolution=dict(resolution) if resolution is not None else None,
                 plan=commit,
             )[0]
-        updated = _evolve(
+        updated = with_outcome(
             effect,
-            status=status,
+            status,
             result=dict(result) if result is not None else None,
             reason=reason,
             stale=stale,
-            resolution=dict(resolution) if resolution is not None else effect.resolution,
-            history_entry={"status": status.value, "source": source, **({"reason": reason} if reason else {})},
+            source=source,
+            resolution=dict(resolution) if resolution is not None else None,
         )
         return self._conditional_replace(effect, updated)
 
@@ -642,13 +648,7 @@ class Ledger:
             )
         if effect.in_record:
             return self._on_record.mark(effect, reason, source=source)
-        updated = _evolve(
-            effect,
-            status=EffectStatus.NEEDS_RECONCILIATION,
-            reason=reason,
-            history_entry={"status": EffectStatus.NEEDS_RECONCILIATION.value, "source": source, "reason": reason},
-        )
-        return self._conditional_replace(effect, updated)
+        return self._conditional_replace(effect, escalated(effect, reason, source=source))
 
     def _conditional_replace(self, effect: Effect, updated: Effect) -> Effect:
         try:

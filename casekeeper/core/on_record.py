@@ -15,7 +15,6 @@ State machine of an entry::
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -29,7 +28,9 @@ from casekeeper.core.effect import (
     EffectStatus,
     _evolve,
     _superseded_by_ignorance,
-    late_outcome_alert,
+    escalated,
+    late_done,
+    with_outcome,
 )
 from casekeeper.core.entries import CommitPlan, Committed
 from casekeeper.core.errors import (
@@ -60,9 +61,12 @@ class _Ledger(Protocol):
     _probe: Callable[[str], None]
     _observe: Callable[[str, Effect], None]
     _monotonic: Callable[[], float]
-    _alert: Any
 
     def _check_send_deadline(self, effect: Effect, claimed_at: float) -> None: ...
+
+    def _outcome_discarded(self, claimed: Effect, current: Effect, status: EffectStatus) -> None: ...
+
+    def _late_outcome_recorded(self, closed: Effect) -> None: ...
 
     def _alert_left_version(self, effect: Effect, case_version: int, reason: str) -> None: ...
 
@@ -70,8 +74,6 @@ class _Ledger(Protocol):
 
 
 Call = Callable[[str], Mapping[str, Any]]
-
-log = logging.getLogger("casekeeper.ledger")
 
 _MAX_WRITES = 8
 """Re-reads after a 412 before giving up: each one means another writer landed first (a note, a fact)."""
@@ -230,31 +232,20 @@ class OnRecord:
             ours = current.status is EffectStatus.STARTED and current.attempts == claimed.attempts
             late = not ours and status is EffectStatus.DONE and result is not None and _superseded_by_ignorance(current)
             if not ours and not late:
-                log.warning(
-                    "late outcome discarded: effect %s is already %s",
-                    claimed.key,
-                    current.status.value,
-                    extra={"caseId": claimed.case_id, "effectKey": claimed.key, "discarded": status.value},
-                )
+                ledger._outcome_discarded(claimed, current, status)
                 return current, False, None, case
             if late:
-                updated = _evolve(
-                    current,
-                    status=EffectStatus.DONE,
-                    result=result,
-                    reason=f"late outcome: the call succeeded after the entry was {current.status.value}",
-                    stale=False,
-                    history_entry={"status": "done", "source": f"{source}-late", "replaced": current.status.value},
-                )
+                assert result is not None
+                updated = late_done(current, result, source=source)
             else:
-                updated = _evolve(
+                updated = with_outcome(
                     current,
-                    status=status,
+                    status,
                     result=result,
                     reason=reason,
                     stale=stale,
-                    resolution=resolution if resolution is not None else current.resolution,
-                    history_entry={"status": status.value, "source": source, **({"reason": reason} if reason else {})},
+                    source=source,
+                    resolution=resolution,
                 )
             commit: Committed | None = None
             now = ledger._cases.now()
@@ -277,9 +268,7 @@ class OnRecord:
             written = entries.entry_of(after, claimed.key)
             assert written is not None
             if late:
-                log.warning("effect %s: late outcome recorded over %s", current.key, current.status.value)
-                if ledger._alert is not None:
-                    ledger._alert("late_outcome", *late_outcome_alert(current), dedupe_key=current.key)
+                ledger._late_outcome_recorded(current)
             return written, True, commit, after
         raise ConcurrencyConflict(f"case {case.id!r} kept changing during an outcome", container=CASES, doc_id=case.id)
 
@@ -301,19 +290,11 @@ class OnRecord:
         case = self._current(effect)
         review = plan.review_status if plan is not None else "needs_review"
         if status is EffectStatus.DONE and plan is None:
-            intent = effect.request.get("commit")
-            if isinstance(intent, dict) and intent.get("status"):
-                plan = CommitPlan.from_intent(intent)
+            plan = _intent_plan(effect)
         for _ in range(_MAX_WRITES):
             current = self._unchanged(case, effect)
-            updated = _evolve(
-                current,
-                status=status,
-                result=result,
-                reason=reason,
-                stale=stale,
-                resolution=resolution if resolution is not None else current.resolution,
-                history_entry={"status": status.value, "source": source, **({"reason": reason} if reason else {})},
+            updated = with_outcome(
+                current, status, result=result, reason=reason, stale=stale, source=source, resolution=resolution
             )
             now = self._ledger._cases.now()
             commit: Committed | Literal["no_intent"] | None = None
@@ -353,12 +334,14 @@ class OnRecord:
             claimed_at = ledger._monotonic()
             if case.version != effect.case_version:
                 reason = f"stale: decided on v{effect.case_version}, case is at v{case.version}"
-                closed = _evolve(
+                closed = with_outcome(
                     current,
-                    status=EffectStatus.FAILED,
+                    EffectStatus.FAILED,
+                    result=None,
                     reason=reason,
                     stale=True,
-                    history_entry={"status": "failed", "source": "version-gate", "reason": reason},
+                    source="version-gate",
+                    resolution=None,
                 )
                 try:
                     self.write(case, entries.put(case, closed))
@@ -384,9 +367,7 @@ class OnRecord:
                 continue
             claimed = entries.entry_of(case, effect.key)
             assert claimed is not None
-            if plan is None:
-                intent = effect.request.get("commit")
-                plan = CommitPlan.from_intent(intent) if isinstance(intent, dict) and intent.get("status") else None
+            plan = plan if plan is not None else _intent_plan(effect)
             if plan is None:
                 raise MissingCommitIntent(key=effect.key, case_id=effect.case_id, action=effect.action)
             return self.call_claimed(claimed, case, call, claimed_at, plan=plan, refusal_review=None)
@@ -402,12 +383,7 @@ class OnRecord:
                 raise OutcomeAlreadyRecorded(
                     key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=current.status.value
                 )
-            updated = _evolve(
-                current,
-                status=EffectStatus.NEEDS_RECONCILIATION,
-                reason=reason,
-                history_entry={"status": EffectStatus.NEEDS_RECONCILIATION.value, "source": source, "reason": reason},
-            )
+            updated = escalated(current, reason, source=source)
             try:
                 after = self.write(case, entries.put(case, updated))
             except ConcurrencyConflict:
@@ -512,3 +488,9 @@ class OnRecord:
         if archived:
             updated = entries.without(updated, {str(e["id"]) for e in archived})
         return Case.from_document(store.replace(CASES, read.id, read.id, updated.to_body(), etag=read.etag))
+
+
+def _intent_plan(effect: Effect) -> CommitPlan | None:
+    """The commit the effect's request names (its ``commit`` intent), if it names one."""
+    intent = effect.request.get("commit")
+    return CommitPlan.from_intent(intent) if isinstance(intent, dict) and intent.get("status") else None
