@@ -60,7 +60,15 @@ from casekeeper.core.effect import (
 )
 from casekeeper.core.effect_reads import EffectReads
 from casekeeper.core.entries import CommitPlan
-from casekeeper.core.errors import EffectInFlight, OutcomeAlreadyRecorded, SendDeadlinePassed
+from casekeeper.core.errors import (
+    EffectError,
+    EffectFailed,
+    EffectInFlight,
+    NeedsReconciliation,
+    OutcomeAlreadyRecorded,
+    SendDeadlinePassed,
+    StaleDecision,
+)
 from casekeeper.core.ledger_parts import AlertSink, Call
 from casekeeper.core.on_record import OnRecord, RecordOutcome
 from casekeeper.core.on_record_later import OnRecordLater
@@ -258,6 +266,30 @@ class Ledger(EffectReads):
         )
         if self._alert is not None:
             self._alert("late_outcome", *late_outcome_alert(closed), dedupe_key=closed.key)
+
+    def _not_done(self, existing: Effect, *, current_version: int | None) -> EffectError:
+        """What a later attempt that finds ``existing`` without a ``done`` outcome raises: the refusal or the
+        staleness recorded (``current_version``: the case's version, when it was read), the escalation, or,
+        for a ``started`` one by its age on the store's clock, ``EffectInFlight`` (another attempt is mid-call)
+        or ``NeedsReconciliation`` (the outcome is unknown)."""
+        ctx = {"key": existing.key, "case_id": existing.case_id, "action": existing.action}
+        if existing.status is EffectStatus.FAILED:
+            if existing.stale:
+                return StaleDecision(**ctx, decided_on_version=existing.case_version, current_version=current_version)
+            return EffectFailed(**ctx, reason=existing.reason or "failed")
+        if existing.status is EffectStatus.NEEDS_RECONCILIATION:
+            return NeedsReconciliation(**ctx, age=None, reason=existing.reason or "marked for reconciliation")
+        age = self.age(existing)
+        if age < self._call_timeout:
+            return EffectInFlight(
+                key=existing.key,
+                case_id=existing.case_id,
+                action=existing.action,
+                retry_after=max(self._call_timeout - age, 0.0),
+            )
+        return NeedsReconciliation(
+            **ctx, age=age, reason=f"started {age:.0f}s ago (call timeout {self._call_timeout:.0f}s), outcome unknown"
+        )
 
     def _alert_left_version(self, effect: Effect, case_version: int, reason: str) -> None:
         """The ``effect_on_left_version`` alert: the effect happened on facts the case has since left."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from casekeeper.core.cases import CaseRepository
     from casekeeper.core.effect import Effect, EffectStatus
+    from casekeeper.core.errors import EffectError
     from casekeeper.core.ports import DocumentStore
 
 Call = Callable[[str], Mapping[str, Any]]
@@ -46,6 +47,8 @@ class LedgerParts(Protocol):
     def _late_outcome_recorded(self, closed: Effect) -> None: ...
 
     def _alert_left_version(self, effect: Effect, case_version: int, reason: str) -> None: ...
+
+    def _not_done(self, existing: Effect, *, current_version: int | None) -> EffectError: ...
 
     def get(self, case_id: str, key: str) -> Effect | None: ...
 

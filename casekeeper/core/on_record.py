@@ -29,8 +29,6 @@ from casekeeper.core.errors import (
     ConcurrencyConflict,
     DownstreamRejected,
     EffectFailed,
-    EffectInFlight,
-    NeedsReconciliation,
     StaleDecision,
 )
 from casekeeper.core.keys import effect_key
@@ -237,8 +235,6 @@ class OnRecord:
         """An entry found by a later attempt: ``done`` is replayed (its commit finished if an adopted row of
         the earlier layout left it unfinished), the others raise as :meth:`Ledger.run` does."""
 
-        ledger = self._ledger
-        ctx = {"key": existing.key, "case_id": existing.case_id, "action": existing.action}
         if existing.status is EffectStatus.DONE:
             named = case.transitions_of(existing.key)
             if named or plan is None:
@@ -251,25 +247,7 @@ class OnRecord:
                 )
                 return RecordOutcome(existing, True, commit, case)
             return self.finish(existing, case, plan)
-        if existing.status is EffectStatus.FAILED:
-            if existing.stale:
-                raise StaleDecision(**ctx, decided_on_version=existing.case_version, current_version=case.version)
-            raise EffectFailed(**ctx, reason=existing.reason or "failed")
-        if existing.status is EffectStatus.NEEDS_RECONCILIATION:
-            raise NeedsReconciliation(**ctx, age=None, reason=existing.reason or "marked for reconciliation")
-        age = ledger.age(existing)
-        if age < ledger._call_timeout:
-            raise EffectInFlight(
-                key=existing.key,
-                case_id=existing.case_id,
-                action=existing.action,
-                retry_after=max(ledger._call_timeout - age, 0.0),
-            )
-        raise NeedsReconciliation(
-            **ctx,
-            age=age,
-            reason=f"started {age:.0f}s ago (call timeout {ledger._call_timeout:.0f}s), outcome unknown",
-        )
+        raise self._ledger._not_done(existing, current_version=case.version)
 
     def finish(self, done: Effect, case: Case, plan: CommitPlan) -> RecordOutcome:
         """Commit a ``done`` entry whose commit is not on the case (only an entry adopted from the earlier

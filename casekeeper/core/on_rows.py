@@ -35,8 +35,6 @@ from casekeeper.core.errors import (
     ConcurrencyConflict,
     DownstreamRejected,
     EffectFailed,
-    EffectInFlight,
-    NeedsReconciliation,
     OutcomeAlreadyRecorded,
     StaleDecision,
 )
@@ -209,29 +207,9 @@ class OnRows:
 
     def replay(self, existing: Effect) -> EffectOutcome:
         """A row found by a later attempt: ``done`` is replayed, the others raise as :meth:`Ledger.run` does."""
-        ledger = self._ledger
-        ctx = {"key": existing.key, "case_id": existing.case_id, "action": existing.action}
         if existing.status is EffectStatus.DONE:
             return EffectOutcome(existing, replayed=True)
-        if existing.status is EffectStatus.FAILED:
-            if existing.stale:
-                raise StaleDecision(**ctx, decided_on_version=existing.case_version, current_version=None)
-            raise EffectFailed(**ctx, reason=existing.reason or "failed")
-        if existing.status is EffectStatus.NEEDS_RECONCILIATION:
-            raise NeedsReconciliation(**ctx, age=None, reason=existing.reason or "marked for reconciliation")
-        age = ledger.age(existing)
-        if age < ledger._call_timeout:
-            raise EffectInFlight(
-                key=ctx["key"],
-                case_id=ctx["case_id"],
-                action=ctx["action"],
-                retry_after=max(ledger._call_timeout - age, 0.0),
-            )
-        raise NeedsReconciliation(
-            **ctx,
-            age=age,
-            reason=f"started {age:.0f}s ago (call timeout {ledger._call_timeout:.0f}s), outcome unknown",
-        )
+        raise self._ledger._not_done(existing, current_version=None)
 
     def record(
         self,
