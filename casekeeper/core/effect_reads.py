@@ -58,10 +58,18 @@ class EffectReads:
         keys = {e.key for e in on_case}
         return [Effect.from_document(d) for d in docs if d.id not in keys] + on_case
 
-    def find(self, key: str) -> Effect | None:
-        """Find an effect by key alone (operator use): an open entry on a case (one query of the indexed
-        ``openEffects`` flag), else a row of ``effects`` (the archive, the two-container layout), else a closed
-        entry still on its case (a walk over every case: as slow as the store is large)."""
+    def find(self, key: str, *, case_id: str | None = None) -> Effect | None:
+        """Find an effect by its key (operator use).
+
+        With ``case_id`` (the case the effect belongs to, which the key alone cannot give): only there, as
+        :meth:`get` does (one point read of the case, then, if the key is not among its entries, one point read
+        of its row in ``effects``, the archive or the two-container layout); ``None`` if it is not that case's.
+
+        Without it: an open entry on a case (one query of the indexed ``openEffects`` flag), else a row of
+        ``effects`` (the archive, the two-container layout), else a closed entry still on its case (a walk over
+        every case: as slow as the store is large, and what a mistyped or unknown key always pays)."""
+        if case_id is not None:
+            return self.get(case_id, key)
         found = next((e for e in self.open_entries() if e.key == key), None)
         if found is not None:
             return found
