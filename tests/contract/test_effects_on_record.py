@@ -32,6 +32,7 @@ from casekeeper.errors import (
     OutcomeUnknown,
     StaleDecision,
 )
+from tests.support.counting import Counting
 from tests.support.downstream import CountingDownstream
 
 ACTION = "request_credit_note"
@@ -41,32 +42,6 @@ PLAN = CommitPlan(
     proposed_by="rules",
     data=lambda effect: {"creditNoteId": (effect.result or {}).get("creditNoteId")},
 )
-
-
-class Counting:
-    """Counts the operations that reach the real store, by (operation, container)."""
-
-    def __init__(self, inner: DocumentStore) -> None:
-        self.inner = inner
-        self.ops: Counter[tuple[str, str]] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name in {"create", "read", "replace", "update_if", "upsert", "delete", "query", "count"}:
-
-            def counted(container: str, *args: Any, **kwargs: Any) -> Any:
-                self.ops[(name, container)] += 1
-                return attr(container, *args, **kwargs)
-
-            return counted
-        return attr
-
-    def reset(self) -> None:
-        self.ops.clear()
-
-    @property
-    def total(self) -> int:
-        return sum(self.ops.values())
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import pytest
 from casekeeper.core.cases import CASES
 from casekeeper.core.keys import effect_key
 from casekeeper.core.ledger import EFFECTS, Ledger
-from casekeeper.core.ports import DocumentStore
 from casekeeper.core.reconcile import RECONCILED_SUFFIX, Reconciler
 from casekeeper.errors import OutcomeUnknown
 from casekeeper.stores.sqlite import SqliteDocumentStore
@@ -26,6 +25,7 @@ from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import credit_note_policy
 from tests.operator.conftest import Ran
 from tests.support.app import Harness
+from tests.support.counting import Counting
 from tests.support.invoices import invoice
 from tests.support.supplier import posts
 
@@ -222,33 +222,14 @@ def test_resolving_an_escalated_effect_done_leaves_the_case_with_its_person_and_
     assert (after.status, after.version) == ("needs_review", before.version)
 
 
-class CountedStore:
-    """The store an operator command opens, with its operations counted by (operation, container)."""
-
-    def __init__(self, inner: DocumentStore) -> None:
-        self.inner = inner
-        self.ops: Counter[tuple[str, str]] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name in {"create", "read", "replace", "update_if", "upsert", "delete", "query", "count"}:
-
-            def counted(container: str, *args: Any, **kwargs: Any) -> Any:
-                self.ops[(name, container)] += 1
-                return attr(container, *args, **kwargs)
-
-            return counted
-        return attr
-
-
 @pytest.fixture
-def counted(monkeypatch: pytest.MonkeyPatch) -> list[CountedStore]:
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[Counting]:
     """Every store the commands open from here on, counted (one per command run)."""
-    opened: list[CountedStore] = []
+    opened: list[Counting] = []
     real = bootstrap.open_store
 
     def open_counted(settings: Any) -> Any:
-        opened.append(CountedStore(real(settings)))
+        opened.append(Counting(real(settings)))
         return opened[-1]
 
     monkeypatch.setattr(bootstrap, "open_store", open_counted)
@@ -256,7 +237,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[CountedStore]:
 
 
 def test_resolve_with_case_looks_for_the_key_on_that_case_alone(
-    app: Harness, store: SqliteDocumentStore, supplier: SupplierStub, run: Run, counted: list[CountedStore]
+    app: Harness, store: SqliteDocumentStore, supplier: SupplierStub, run: Run, counted: list[Counting]
 ) -> None:
     """``--case``: the effect is found with one read of its case, never by walking every case, which is what a
     closed or mistyped key costs without it (and the command then says so)."""
