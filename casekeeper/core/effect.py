@@ -156,3 +156,52 @@ def _superseded_by_ignorance(current: Effect) -> bool:
 def _evolve(effect: Effect, *, history_entry: dict[str, Any], **changes: Any) -> Effect:
     history = ((*effect.history, history_entry))[-_HISTORY_LIMIT:]
     return replace(effect, history=history, **changes)
+
+
+def with_outcome(
+    effect: Effect,
+    status: EffectStatus,
+    *,
+    result: dict[str, Any] | None,
+    reason: str | None,
+    stale: bool,
+    source: str,
+    resolution: dict[str, Any] | None,
+) -> Effect:
+    """``effect`` with the outcome ``status`` (``result`` or ``reason``) recorded by ``source``, on an entry of
+    its case or a row alike. ``resolution`` (who established it, why, when) replaces the effect's only when
+    given."""
+    return _evolve(
+        effect,
+        status=status,
+        result=result,
+        reason=reason,
+        stale=stale,
+        resolution=resolution if resolution is not None else effect.resolution,
+        history_entry={"status": status.value, "source": source, **({"reason": reason} if reason else {})},
+    )
+
+
+def late_done(closed: Effect, result: dict[str, Any], *, source: str) -> Effect:
+    """``done`` with ``result`` over ``closed``, which someone closed without knowing that our call (by
+    ``source``) succeeded (:func:`_superseded_by_ignorance`): the effect happened, so the record must say so.
+    Its history names what it replaced; raise the ``late_outcome`` alert (:func:`late_outcome_alert`) with it."""
+    where = "entry" if closed.in_record else "row"
+    return _evolve(
+        closed,
+        status=EffectStatus.DONE,
+        result=result,
+        reason=f"late outcome: the call succeeded after the {where} was {closed.status.value}",
+        stale=False,
+        history_entry={"status": "done", "source": f"{source}-late", "replaced": closed.status.value},
+    )
+
+
+def escalated(effect: Effect, reason: str, *, source: str) -> Effect:
+    """``effect`` handed to a person (``needs_reconciliation``) by ``source``, with ``reason``."""
+    return _evolve(
+        effect,
+        status=EffectStatus.NEEDS_RECONCILIATION,
+        reason=reason,
+        history_entry={"status": EffectStatus.NEEDS_RECONCILIATION.value, "source": source, "reason": reason},
+    )

@@ -1,6 +1,8 @@
 """The two writes of a guarded effect on its case (``casekeeper.core.entries``): claim, then outcome with commit.
 
-Private to :class:`~casekeeper.core.ledger.Ledger`: use :meth:`Ledger.run_on_record`.
+Private to :class:`~casekeeper.core.ledger.Ledger`: use :meth:`Ledger.run_on_record`. What a reconciler or a
+person writes on an entry left open (an outcome, a same-key retry, an escalation) is
+``casekeeper.core.on_record_later``.
 
 State machine of an entry::
 
@@ -15,65 +17,24 @@ State machine of an entry::
 from __future__ import annotations
 
 import contextlib
-import logging
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any
 
 from casekeeper.core import entries
 from casekeeper.core.cases import CASES, Case
-from casekeeper.core.effect import (
-    EFFECTS,
-    OPEN_STATUSES,
-    Effect,
-    EffectStatus,
-    _evolve,
-    _superseded_by_ignorance,
-    late_outcome_alert,
-)
+from casekeeper.core.effect import EFFECTS, Effect, EffectStatus, _superseded_by_ignorance, late_done, with_outcome
 from casekeeper.core.entries import CommitPlan, Committed
 from casekeeper.core.errors import (
     AlreadyExists,
     ConcurrencyConflict,
     DownstreamRejected,
     EffectFailed,
-    EffectInFlight,
-    MissingCommitIntent,
-    NeedsReconciliation,
-    OutcomeAlreadyRecorded,
     StaleDecision,
 )
 from casekeeper.core.keys import effect_key
+from casekeeper.core.ledger_parts import Call, LedgerParts
 
-if TYPE_CHECKING:
-    from casekeeper.core.cases import CaseRepository
-    from casekeeper.core.ports import DocumentStore
-
-
-class _Ledger(Protocol):
-    """What of :class:`~casekeeper.core.ledger.Ledger` these writes use (named here, not imported: the ledger
-    imports this module)."""
-
-    _store: DocumentStore
-    _cases: CaseRepository
-    _call_timeout: float
-    _probe: Callable[[str], None]
-    _observe: Callable[[str, Effect], None]
-    _monotonic: Callable[[], float]
-    _alert: Any
-
-    def _check_send_deadline(self, effect: Effect, claimed_at: float) -> None: ...
-
-    def _alert_left_version(self, effect: Effect, case_version: int, reason: str) -> None: ...
-
-    def age(self, effect: Effect) -> float: ...
-
-
-Call = Callable[[str], Mapping[str, Any]]
-
-log = logging.getLogger("casekeeper.ledger")
-
-_MAX_WRITES = 8
+MAX_WRITES = 8
 """Re-reads after a 412 before giving up: each one means another writer landed first (a note, a fact)."""
 
 
@@ -96,7 +57,7 @@ class RecordOutcome:
 class OnRecord:
     """The writes of effects on their case, over the ledger's store and settings."""
 
-    def __init__(self, ledger: _Ledger) -> None:
+    def __init__(self, ledger: LedgerParts) -> None:
         self._ledger = ledger
 
     def run(
@@ -124,7 +85,7 @@ class OnRecord:
             legacy = ledger._store.read(EFFECTS, case_id, key)
             if legacy is not None and entries.entry_of(case, key) is None:
                 return self.replay(Effect.from_document(legacy), case, plan)
-        for _ in range(_MAX_WRITES):
+        for _ in range(MAX_WRITES):
             existing = entries.entry_of(case, key)
             if existing is not None:
                 return self.replay(existing, case, plan)
@@ -221,7 +182,7 @@ class OnRecord:
         over theirs), the commit, and the case after."""
 
         ledger = self._ledger
-        for _ in range(_MAX_WRITES):
+        for _ in range(MAX_WRITES):
             current = entries.entry_of(case, claimed.key)
             if current is None:
                 raise ConcurrencyConflict(
@@ -230,31 +191,20 @@ class OnRecord:
             ours = current.status is EffectStatus.STARTED and current.attempts == claimed.attempts
             late = not ours and status is EffectStatus.DONE and result is not None and _superseded_by_ignorance(current)
             if not ours and not late:
-                log.warning(
-                    "late outcome discarded: effect %s is already %s",
-                    claimed.key,
-                    current.status.value,
-                    extra={"caseId": claimed.case_id, "effectKey": claimed.key, "discarded": status.value},
-                )
+                ledger._outcome_discarded(claimed, current, status)
                 return current, False, None, case
             if late:
-                updated = _evolve(
-                    current,
-                    status=EffectStatus.DONE,
-                    result=result,
-                    reason=f"late outcome: the call succeeded after the entry was {current.status.value}",
-                    stale=False,
-                    history_entry={"status": "done", "source": f"{source}-late", "replaced": current.status.value},
-                )
+                assert result is not None
+                updated = late_done(current, result, source=source)
             else:
-                updated = _evolve(
+                updated = with_outcome(
                     current,
-                    status=status,
+                    status,
                     result=result,
                     reason=reason,
                     stale=stale,
-                    resolution=resolution if resolution is not None else current.resolution,
-                    history_entry={"status": status.value, "source": source, **({"reason": reason} if reason else {})},
+                    source=source,
+                    resolution=resolution,
                 )
             commit: Committed | None = None
             now = ledger._cases.now()
@@ -277,178 +227,14 @@ class OnRecord:
             written = entries.entry_of(after, claimed.key)
             assert written is not None
             if late:
-                log.warning("effect %s: late outcome recorded over %s", current.key, current.status.value)
-                if ledger._alert is not None:
-                    ledger._alert("late_outcome", *late_outcome_alert(current), dedupe_key=current.key)
+                ledger._late_outcome_recorded(current)
             return written, True, commit, after
         raise ConcurrencyConflict(f"case {case.id!r} kept changing during an outcome", container=CASES, doc_id=case.id)
-
-    def record(
-        self,
-        effect: Effect,
-        status: EffectStatus,
-        *,
-        result: dict[str, Any] | None,
-        reason: str | None,
-        stale: bool,
-        source: str,
-        resolution: dict[str, Any] | None,
-        plan: CommitPlan | None,
-    ) -> tuple[Effect, Committed | Literal["no_intent"] | None]:
-        """:meth:`Ledger.record_outcome` for an entry: an outcome on an open entry unchanged since ``effect``
-        was read (its status and attempt), with the commit for ``done``. Raises ``OutcomeAlreadyRecorded``."""
-
-        case = self._current(effect)
-        review = plan.review_status if plan is not None else "needs_review"
-        if status is EffectStatus.DONE and plan is None:
-            intent = effect.request.get("commit")
-            if isinstance(intent, dict) and intent.get("status"):
-                plan = CommitPlan.from_intent(intent)
-        for _ in range(_MAX_WRITES):
-            current = self._unchanged(case, effect)
-            updated = _evolve(
-                current,
-                status=status,
-                result=result,
-                reason=reason,
-                stale=stale,
-                resolution=resolution if resolution is not None else current.resolution,
-                history_entry={"status": status.value, "source": source, **({"reason": reason} if reason else {})},
-            )
-            now = self._ledger._cases.now()
-            commit: Committed | Literal["no_intent"] | None = None
-            if status is EffectStatus.DONE and plan is not None:
-                target, commit, left = entries.settle(case, updated, plan, now)
-                if left is not None:
-                    self._ledger._alert_left_version(updated, case.version, left)
-            elif status is EffectStatus.DONE:
-                why = f"effect {effect.action} ({effect.key[:12]}) is done but names no commit intent"
-                target, commit = entries.escalate(case, updated, review, why, now), "no_intent"
-            else:
-                target = entries.put(case, updated)
-            try:
-                after = self.write(case, target)
-            except ConcurrencyConflict:
-                case = self._current(effect)
-                continue
-            written = entries.entry_of(after, effect.key)
-            assert written is not None
-            return written, commit
-        raise ConcurrencyConflict(f"case {effect.case_id!r} kept changing", container=CASES, doc_id=effect.case_id)
-
-    def retry(self, effect: Effect, call: Call, plan: CommitPlan | None, *, source: str) -> RecordOutcome:
-        """:meth:`Ledger.retry_same_key` for an entry: re-claim it (``attempts + 1``, its clock restarted) in a
-        write conditional on the case still being at the effect's version, then call and close as
-        :meth:`run`. On a version the case has left the entry is closed as ``failed`` (stale) in that write
-        and ``StaleDecision`` raised: nothing is called. Raises ``OutcomeAlreadyRecorded`` when it moved."""
-
-        ledger = self._ledger
-        case = self._current(effect)
-        for _ in range(_MAX_WRITES):
-            current = self._unchanged(case, effect)
-            if current.status is not EffectStatus.STARTED:
-                raise OutcomeAlreadyRecorded(
-                    key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=current.status.value
-                )
-            claimed_at = ledger._monotonic()
-            if case.version != effect.case_version:
-                reason = f"stale: decided on v{effect.case_version}, case is at v{case.version}"
-                closed = _evolve(
-                    current,
-                    status=EffectStatus.FAILED,
-                    reason=reason,
-                    stale=True,
-                    history_entry={"status": "failed", "source": "version-gate", "reason": reason},
-                )
-                try:
-                    self.write(case, entries.put(case, closed))
-                except ConcurrencyConflict:
-                    case = self._current(effect)
-                    continue
-                ledger._observe("stale", closed)
-                raise StaleDecision(
-                    key=effect.key,
-                    case_id=effect.case_id,
-                    action=effect.action,
-                    decided_on_version=effect.case_version,
-                    current_version=case.version,
-                )
-            attempts = current.attempts + 1
-            reclaimed = _evolve(
-                current, attempts=attempts, history_entry={"status": "started", "attempt": attempts, "source": source}
-            )
-            try:
-                case = self.write(case, entries.put(case, reclaimed))
-            except ConcurrencyConflict:
-                case = self._current(effect)
-                continue
-            claimed = entries.entry_of(case, effect.key)
-            assert claimed is not None
-            if plan is None:
-                intent = effect.request.get("commit")
-                plan = CommitPlan.from_intent(intent) if isinstance(intent, dict) and intent.get("status") else None
-            if plan is None:
-                raise MissingCommitIntent(key=effect.key, case_id=effect.case_id, action=effect.action)
-            return self.call_claimed(claimed, case, call, claimed_at, plan=plan, refusal_review=None)
-        raise ConcurrencyConflict(f"case {effect.case_id!r} kept changing", container=CASES, doc_id=effect.case_id)
-
-    def mark(self, effect: Effect, reason: str, *, source: str) -> Effect:
-        """:meth:`Ledger.mark_needs_reconciliation` for an entry. Raises ``OutcomeAlreadyRecorded``."""
-
-        case = self._current(effect)
-        for _ in range(_MAX_WRITES):
-            current = self._unchanged(case, effect)
-            if current.status is not EffectStatus.STARTED:
-                raise OutcomeAlreadyRecorded(
-                    key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=current.status.value
-                )
-            updated = _evolve(
-                current,
-                status=EffectStatus.NEEDS_RECONCILIATION,
-                reason=reason,
-                history_entry={"status": EffectStatus.NEEDS_RECONCILIATION.value, "source": source, "reason": reason},
-            )
-            try:
-                after = self.write(case, entries.put(case, updated))
-            except ConcurrencyConflict:
-                case = self._current(effect)
-                continue
-            written = entries.entry_of(after, effect.key)
-            assert written is not None
-            return written
-        raise ConcurrencyConflict(f"case {effect.case_id!r} kept changing", container=CASES, doc_id=effect.case_id)
-
-    def _current(self, effect: Effect) -> Case:
-        case = self._ledger._cases.get(effect.case_id)
-        if case is None:
-            raise OutcomeAlreadyRecorded(
-                key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status="deleted"
-            )
-        return case
-
-    def _unchanged(self, case: Case, effect: Effect) -> Effect:
-        """The entry of ``effect`` on ``case`` if it is still open and on the same attempt as when read
-        (a note moves the case's ETag, not the entry); raises ``OutcomeAlreadyRecorded`` otherwise."""
-
-        current = entries.entry_of(case, effect.key)
-        if (
-            current is None
-            or current.status not in OPEN_STATUSES
-            or current.status is not effect.status
-            or current.attempts != effect.attempts
-        ):
-            recorded = current.status.value if current is not None else "deleted"
-            raise OutcomeAlreadyRecorded(
-                key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=recorded
-            )
-        return current
 
     def replay(self, existing: Effect, case: Case, plan: CommitPlan | None) -> RecordOutcome:
         """An entry found by a later attempt: ``done`` is replayed (its commit finished if an adopted row of
         the earlier layout left it unfinished), the others raise as :meth:`Ledger.run` does."""
 
-        ledger = self._ledger
-        ctx = {"key": existing.key, "case_id": existing.case_id, "action": existing.action}
         if existing.status is EffectStatus.DONE:
             named = case.transitions_of(existing.key)
             if named or plan is None:
@@ -461,30 +247,12 @@ class OnRecord:
                 )
                 return RecordOutcome(existing, True, commit, case)
             return self.finish(existing, case, plan)
-        if existing.status is EffectStatus.FAILED:
-            if existing.stale:
-                raise StaleDecision(**ctx, decided_on_version=existing.case_version, current_version=case.version)
-            raise EffectFailed(**ctx, reason=existing.reason or "failed")
-        if existing.status is EffectStatus.NEEDS_RECONCILIATION:
-            raise NeedsReconciliation(**ctx, age=None, reason=existing.reason or "marked for reconciliation")
-        age = ledger.age(existing)
-        if age < ledger._call_timeout:
-            raise EffectInFlight(
-                key=existing.key,
-                case_id=existing.case_id,
-                action=existing.action,
-                retry_after=max(ledger._call_timeout - age, 0.0),
-            )
-        raise NeedsReconciliation(
-            **ctx,
-            age=age,
-            reason=f"started {age:.0f}s ago (call timeout {ledger._call_timeout:.0f}s), outcome unknown",
-        )
+        raise self._ledger._not_done(existing, current_version=case.version)
 
     def finish(self, done: Effect, case: Case, plan: CommitPlan) -> RecordOutcome:
         """Commit a ``done`` entry whose commit is not on the case (only an entry adopted from the earlier
         layout's open gate can be such: in this layout the outcome and the commit are one write)."""
-        for _ in range(_MAX_WRITES):
+        for _ in range(MAX_WRITES):
             current = entries.entry_of(case, done.key) or done
             target, commit, left = entries.settle(case, current, plan, self._ledger._cases.now())
             if commit in ("already", "with_person"):

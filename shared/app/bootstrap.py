@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -170,10 +171,12 @@ def build_operations(
     proposer: Proposer | None = None,
     telemetry: Telemetry | None = None,
     probe: Callable[[str], None] | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> Operations:
     """The store-side half: the case repository, the ledger, the reconciler, alerts, the case worker.
     What the operator commands use; it needs no webhook secret and no sender. Opens nothing and
-    installs nothing process-wide."""
+    installs nothing process-wide. ``monotonic``: the clock the ledger measures the time since a claim by
+    (its send deadline, rule R4): this process's own, unless a test puts the worker in its world's time."""
     telemetry = telemetry or Telemetry()
     store = store if store is not None else open_store(settings)
     clock = clock or SystemClock()
@@ -187,6 +190,7 @@ def build_operations(
         probe=probe,
         alert=alerts.raise_alert,
         send_margin=send_margin(settings),
+        monotonic=monotonic,
     )
     supplier = SupplierPortal(settings.supplier_portal_url, timeout=settings.supplier_timeout)
     if proposer is None:
@@ -265,10 +269,12 @@ def build(
     proposer: Proposer | None = None,
     telemetry: Telemetry | None = None,
     probe: Callable[[str], None] | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> Services:
     """Wire everything. Pass ``store``/``sender``/``clock``/``proposer``/``telemetry`` to replace the
     configured ones. ``probe`` is called at the failure points F1, F2, F4 (the ledger), F5 and F6 (the
     commit) by name: the fault tests raise there to stop a run as a crash would; production passes none.
+    ``monotonic`` is the ledger's clock for the send deadline (:func:`build_operations`).
 
     Nothing process-wide changes here: the host that runs workflows installs the checkpoint-failure
     capture itself (:func:`start`)."""
@@ -281,6 +287,7 @@ def build(
         proposer=proposer,
         telemetry=telemetry,
         probe=probe,
+        monotonic=monotonic,
     )
     sender = sender if sender is not None else open_sender(settings)
     records = CaseRecords(store=ops.store, cases=ops.cases, ledger=ops.ledger)

@@ -113,7 +113,7 @@ def next_actions(
                 "text": f"Effect {e['shortKey']} needs a person: ask the supplier about key {e['key']}, then record "
                 "the outcome on the operations page, or run:",
                 "command": f'casekeeper effects resolve {e["key"]} --done \'{{"creditNoteId": "CN-..."}}\' '
-                f"--by {shlex.quote(principal.name)} --why '...' {store_option}",
+                f"--by {shlex.quote(principal.name)} --why '...' {store_option} --case {quoted}",
                 "href": "/api/ops" if principal.has(OPERATOR_ROLE) else "",
             }
         )

@@ -482,14 +482,15 @@ def _shell_quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def resolve_commands(key: str, by: str, store: str) -> dict[str, str]:
-    """The exact ``casekeeper effects resolve`` commands for an escalated effect, to copy and fill in."""
-    who = _shell_quote(by)
+def resolve_commands(key: str, by: str, store: str, case_id: str) -> dict[str, str]:
+    """The exact ``casekeeper effects resolve`` commands for an escalated effect, to copy and fill in (with
+    its case, so that the command finds the effect with one read)."""
+    who, case = _shell_quote(by), _shell_quote(case_id)
     return {
         "done": f'casekeeper effects resolve {key} --done \'{{"creditNoteId": "CN-..."}}\' --by {who} '
-        f"--why 'confirmed with the supplier' {store}",
+        f"--why 'confirmed with the supplier' {store} --case {case}",
         "failed": f"casekeeper effects resolve {key} --failed 'the supplier has no such request' --by {who} "
-        f"--why 'confirmed with the supplier' {store}",
+        f"--why 'confirmed with the supplier' {store} --case {case}",
     }
 
 
@@ -506,7 +507,7 @@ def ops_page(deps: PageDeps, headers: Headers, *, notice: str | None = None, sta
                 escalations.append(
                     {
                         **row,
-                        "commands": resolve_commands(row["key"], who.recorded, store),
+                        "commands": resolve_commands(row["key"], who.recorded, store, row["caseId"]),
                         "csrf": _token(deps, who, resolve_purpose(row["key"])),
                     }
                 )
@@ -570,6 +571,9 @@ def ops_resolve(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page
     if form is None:
         return render("message.html", 400, title="Bad form", principal=who, message="the form could not be read")
     key = form.get("key") or ""
+    # The effect's case, from the page's row: the effect is then found with one read of it. A form without it
+    # (an older page) is still served, by the key alone.
+    case_id = form.get("caseId") or None
     refused = _post_guard(deps, who, headers, url, purpose=resolve_purpose(key), form=form)
     if refused is not None:
         return refused
@@ -594,6 +598,7 @@ def ops_resolve(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page
             reason=reason if outcome == "failed" else None,
             by=who.recorded,
             why=why,
+            case_id=case_id,
         )
     except Refused as exc:
         return ops_page(deps, headers, notice=f"Nothing recorded: {exc}.", status=409)

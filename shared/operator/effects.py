@@ -9,7 +9,7 @@ the **store's** clock (the clock the ledger judges by), and says per status what
 - ``needs_reconciliation``: a person establishes the outcome with the downstream system and records it
   with ``resolve``.
 
-``resolve KEY (--done RESULT | --failed REASON) --by WHO --why WHY`` records that outcome with the
+``resolve KEY [--case CASE_ID] (--done RESULT | --failed REASON) --by WHO --why WHY`` records that outcome with the
 ledger's conditional write (from ``started`` or ``needs_reconciliation`` only; ``resolution`` says who,
 why and when; :mod:`shared.views.resolution`, which the operations page's form uses too), then settles
 the case as a worker would have:
@@ -20,6 +20,10 @@ the case as a worker would have:
 
 ``resolve`` refuses, changing nothing, an unknown key, an effect that already has an outcome, and a
 ``started`` effect still within its call timeout (an attempt may be mid-call: its outcome is coming).
+
+``--case`` names the case the effect belongs to (``pending`` shows it): the key is then looked for on that
+case alone, one point read. The key cannot name its case, so without ``--case`` a key that is neither open
+nor archived (a closed effect, a mistyped key) is looked for on every case, as slow as the store is large.
 
 Exit codes: 0 done, 1 refused (the message says why), 2 usage or store selection error.
 """
@@ -42,12 +46,16 @@ from shared.operator.context import (
     short,
 )
 from shared.views.effects import pending_view
-from shared.views.resolution import SETTLED_TEXT, Refused, resolve
+from shared.views.resolution import SETTLED_TEXT, NoSuchEffect, Refused, resolve
 
 __all__ = ["PROG", "SETTLED_TEXT", "Refused", "build_parser", "main", "resolve"]
 
 PROG = "casekeeper effects"
 _RESULT_EXAMPLE = """--done '{"creditNoteId": "CN-123"}'"""
+_CASE_HINT = (
+    "the key was looked for on every case; with --case CASE_ID (the case column of 'casekeeper effects pending') "
+    "it is looked for on that case alone, with one read"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,9 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="record an outcome a person established, and settle the case",
         description="Record the outcome of an effect that a person established with the downstream system, "
-        "then finish the case's commit (--done) or send the case to review (--failed).",
+        "then finish the case's commit (--done) or send the case to review (--failed). With --case the effect "
+        "is found with one read of its case; without it, a key that is neither open nor archived is looked for "
+        "on every case.",
     )
     resolve.add_argument("key", metavar="KEY", help="the effect's full key (64 hex characters)")
+    resolve.add_argument(
+        "--case",
+        metavar="CASE_ID",
+        help="the case the effect belongs to (the case column of 'pending'): the key is looked for there alone, "
+        "one read, instead of on every case",
+    )
     outcome = resolve.add_mutually_exclusive_group(required=True)
     outcome.add_argument(
         "--done",
@@ -152,7 +168,8 @@ def _footer(rows: list[dict[str, Any]]) -> list[str]:
     if waiting:
         lines.append(
             f"needs_reconciliation: {waiting}. A person establishes the outcome with the downstream system, then runs "
-            "'casekeeper effects resolve KEY --done RESULT | --failed REASON --by WHO --why WHY'."
+            "'casekeeper effects resolve KEY --done RESULT | --failed REASON --by WHO --why WHY --case CASE' "
+            "(--case: the effect's case, so that finding it takes one read)."
         )
     return lines
 
@@ -164,11 +181,12 @@ def _resolve(ops: Operations, args: argparse.Namespace, result: dict[str, Any] |
     try:
         reason = args.failed.strip() if args.failed is not None else None
         by = operator_identity(args.by)
-        view = resolve(ops, args.key, result=result, reason=reason, by=by, why=args.why.strip())
+        view = resolve(ops, args.key, result=result, reason=reason, by=by, why=args.why.strip(), case_id=args.case)
     except Refused as exc:
         if args.json:
             print_json({"refused": str(exc)})
-        error(PROG, f"refused: {exc}")
+        searched_everywhere = isinstance(exc, NoSuchEffect) and exc.searched == "everywhere"
+        error(PROG, f"refused: {exc}" + (f"; {_CASE_HINT}" if searched_everywhere else ""))
         return 1
     if args.json:
         print_json(view)

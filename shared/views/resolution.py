@@ -12,6 +12,11 @@ a worker would have:
 
 It refuses (:class:`Refused`), changing nothing, an unknown key, an effect that already has an outcome, and a
 ``started`` effect still within its call timeout (an attempt may be mid-call: its outcome is coming).
+
+The effect is found by its key on the case it belongs to when that is known (the page's form carries it, the
+command takes ``--case``): one point read of the case (and one of its archive row, if the key is not among
+its entries). The key alone cannot name its case: without it, a key that is neither open nor archived (a
+closed entry, a mistyped key) is looked for on every case (``Ledger.find``).
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from casekeeper import OPEN_STATUSES, Clock, Effect, EffectStatus
-from casekeeper.errors import OutcomeAlreadyRecorded
+from casekeeper.errors import InvalidDocumentId, OutcomeAlreadyRecorded
 from casekeeper.records import Ledger, Reconciler
 from casekeeper.records import RecordRepository as CaseRepository
+from casekeeper.stores import id_problem
 from shared.views.text import age_text, short
 
 SOURCE = "operator"
@@ -73,20 +79,37 @@ class Refused(Exception):
     """``resolve`` will not record this outcome; nothing was changed."""
 
 
+class NoSuchEffect(Refused):
+    """There is no effect with the key given (on the case given, if one was); ``searched`` says where it was
+    looked for: ``case`` (that case alone) or ``everywhere`` (the open effects, the archive, every case)."""
+
+    def __init__(self, message: str, *, searched: str) -> None:
+        super().__init__(message)
+        self.searched = searched
+
+
 def resolve(
-    ops: Resolver, key: str, *, result: dict[str, Any] | None, reason: str | None, by: str, why: str
+    ops: Resolver,
+    key: str,
+    *,
+    result: dict[str, Any] | None,
+    reason: str | None,
+    by: str,
+    why: str,
+    case_id: str | None = None,
 ) -> dict[str, Any]:
     """Record ``done`` with ``result`` (or ``failed`` with ``reason``) and settle the case.
 
-    Raises :class:`Refused`, with nothing changed, when there is no effect ``key``, it already has an
-    outcome (now, or by the time the conditional write lands), or it is ``started`` and younger than the
-    call timeout.
+    ``case_id``: the case the effect belongs to, if known; the effect is then looked for there alone (one
+    point read, and one more for an archived effect) rather than, for a closed or unknown key, on every case.
+
+    Raises :class:`Refused`, with nothing changed, when there is no effect ``key`` (on ``case_id``, when
+    given), it already has an outcome (now, or by the time the conditional write lands), or it is
+    ``started`` and younger than the call timeout.
     """
     if (result is None) == (reason is None):
         raise ValueError("give exactly one of result and reason")
-    effect = ops.ledger.find(key)
-    if effect is None:
-        raise Refused(f"no effect with key {key!r} (give the full 64-character key; see 'casekeeper effects pending')")
+    effect = _find(ops, key, case_id)
     if effect.status not in OPEN_STATUSES:
         raise Refused(f"effect {short(key)} of case {effect.case_id} already has outcome {effect.status.value}")
     age = ops.ledger.age(effect)
@@ -132,6 +155,25 @@ def resolve(
         "settled": settled,
         "case": {"id": case.id, "status": case.status, "version": case.version} if case is not None else None,
     }
+
+
+def _find(ops: Resolver, key: str, case_id: str | None) -> Effect:
+    """The effect ``key`` (of ``case_id``, when given); :class:`Refused` when there is none."""
+    where, searched = "see 'casekeeper effects pending'", "everywhere"
+    if case_id is None:
+        effect = ops.ledger.find(key)
+    else:
+        problem = id_problem(case_id)
+        if problem is not None:
+            raise Refused(f"{case_id!r} is not a case id: {problem}")
+        try:
+            effect = ops.ledger.find(key, case_id=case_id)
+        except InvalidDocumentId:  # a key no store can hold is no effect's key
+            effect = None
+        where, searched = f"case {case_id} has no effect with it; {where}", "case"
+    if effect is None:
+        raise NoSuchEffect(f"no effect with key {key!r} (give the full 64-character key; {where})", searched=searched)
+    return effect
 
 
 def _send_to_review(ops: Resolver, effect: Effect, by: str) -> str:

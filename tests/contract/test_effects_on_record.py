@@ -32,6 +32,7 @@ from casekeeper.errors import (
     OutcomeUnknown,
     StaleDecision,
 )
+from tests.support.counting import Counting
 from tests.support.downstream import CountingDownstream
 
 ACTION = "request_credit_note"
@@ -41,32 +42,6 @@ PLAN = CommitPlan(
     proposed_by="rules",
     data=lambda effect: {"creditNoteId": (effect.result or {}).get("creditNoteId")},
 )
-
-
-class Counting:
-    """Counts the operations that reach the real store, by (operation, container)."""
-
-    def __init__(self, inner: DocumentStore) -> None:
-        self.inner = inner
-        self.ops: Counter[tuple[str, str]] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name in {"create", "read", "replace", "update_if", "upsert", "delete", "query", "count"}:
-
-            def counted(container: str, *args: Any, **kwargs: Any) -> Any:
-                self.ops[(name, container)] += 1
-                return attr(container, *args, **kwargs)
-
-            return counted
-        return attr
-
-    def reset(self) -> None:
-        self.ops.clear()
-
-    @property
-    def total(self) -> int:
-        return sum(self.ops.values())
 
 
 @pytest.fixture
@@ -420,6 +395,48 @@ def test_a_case_read_already_gives_its_effects_without_another_read(counting: Co
     counting.reset()
     assert [e.key for e in ledger.effects_for(legacy)] == [effect_key("c1", ACTION, 1)]
     assert counting.ops[("query", EFFECTS)] == 1
+
+
+def test_find_with_its_case_reads_that_case_alone_however_many_cases_there_are(
+    counting: Counting, cases: CaseRepository
+) -> None:
+    """``find(key, case_id=...)`` (the operator's ``--case``): a point read of the case, and one of its archive
+    row when the key is not among its entries; never a query, so never the walk over every case that a key
+    alone pays when it is neither open nor archived."""
+    ledger = make_ledger(counting, cases)
+    plan = CommitPlan("open")
+    for n in range(6):
+        cases.create(f"c{n}", {})
+        run(ledger, CountingDownstream(), case_id=f"c{n}", commit=plan)
+    closed = effect_key("c3", ACTION, 1)
+    for i in range(CLOSED_KEPT):  # one more than the case keeps: its first effect goes to the archive
+        run(ledger, CountingDownstream(), case_id="c5", action=f"a{i}", version=2 + i, commit=plan)
+    archived = effect_key("c5", ACTION, 1)
+    assert cases.require("c5").effects_archived == 1
+    mistyped = closed[:-1] + ("0" if closed[-1] != "0" else "1")
+
+    def ops_of(key: str, case_id: str | None) -> tuple[Any, Counter[tuple[str, str]]]:
+        counting.reset()
+        found = ledger.find(key, case_id=case_id)
+        return found, Counter(counting.ops)
+
+    found, ops = ops_of(closed, "c3")
+    assert found is not None and found.key == closed and found.status is EffectStatus.DONE and found.in_record
+    assert ops == Counter({("read", CASES): 1})
+    found, ops = ops_of(archived, "c5")
+    assert found is not None and found.key == archived and not found.in_record
+    assert ops == Counter({("read", CASES): 1, ("read", EFFECTS): 1})
+    for key, case_id in ((mistyped, "c3"), (closed, "c2"), (closed, "no-such-case")):
+        found, ops = ops_of(key, case_id)
+        assert found is None
+        assert ops == Counter({("read", CASES): 1, ("read", EFFECTS): 1})
+
+    # Without the case: the closed entry is found by walking the cases, and a mistyped key walks them all.
+    found, ops = ops_of(closed, None)
+    assert found is not None and found.key == closed
+    assert ops[("query", CASES)] >= 2  # the open entries, then the walk
+    found, ops = ops_of(mistyped, None)
+    assert found is None and ops[("query", CASES)] >= 2
 
 
 def test_a_claim_on_a_case_of_the_earlier_layout_obeys_its_row_and_never_calls_twice(store: DocumentStore) -> None:

@@ -318,11 +318,11 @@ class World:
             dead_letters=LocalDeadLetters(self.queue, QUEUE),
             clock=self.clock,
             probe=self._probe,
+            # The worker measures the time since its claim with its own monotonic clock (the gate's deadline,
+            # rule R4); here the world's manual clock is that clock, so a worker frozen in time is late by its
+            # own measure too.
+            monotonic=self.clock.now,
         )
-        # The worker measures the time since its claim with its own monotonic clock (the gate's deadline, rule
-        # R4); here the world's manual clock is that clock, so a worker frozen in time is late by its own
-        # measure too. bootstrap takes no monotonic clock, so it is set on the ledger it built.
-        services.ledger._monotonic = self.clock.now
         portal = services.supplier
         request = portal.request_credit_note
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 import getpass
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from casekeeper.core.cases import CASES
 from casekeeper.core.keys import effect_key
-from casekeeper.core.ledger import Ledger
+from casekeeper.core.ledger import EFFECTS, Ledger
 from casekeeper.core.reconcile import RECONCILED_SUFFIX, Reconciler
 from casekeeper.errors import OutcomeUnknown
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from shared.app import bootstrap
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.operator.effects import main
@@ -21,6 +25,7 @@ from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import credit_note_policy
 from tests.operator.conftest import Ran
 from tests.support.app import Harness
+from tests.support.counting import Counting
 from tests.support.invoices import invoice
 from tests.support.supplier import posts
 
@@ -215,3 +220,68 @@ def test_resolving_an_escalated_effect_done_leaves_the_case_with_its_person_and_
     assert "casekeeper send case.investigate ID" in resolved.out
     after = app.cases.require("C-1")
     assert (after.status, after.version) == ("needs_review", before.version)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[Counting]:
+    """Every store the commands open from here on, counted (one per command run)."""
+    opened: list[Counting] = []
+    real = bootstrap.open_store
+
+    def open_counted(settings: Any) -> Any:
+        opened.append(Counting(real(settings)))
+        return opened[-1]
+
+    monkeypatch.setattr(bootstrap, "open_store", open_counted)
+    return opened
+
+
+def test_resolve_with_case_looks_for_the_key_on_that_case_alone(
+    app: Harness, store: SqliteDocumentStore, supplier: SupplierStub, run: Run, counted: list[Counting]
+) -> None:
+    """``--case``: the effect is found with one read of its case, never by walking every case, which is what a
+    closed or mistyped key costs without it (and the command then says so)."""
+    stuck = escalated(app, store, supplier, "C-1")
+    for case_id in ("C-2", "C-3", "C-4"):
+        app.handle(ev.INVOICE_RECEIVED, case_id, **invoice("1100.00"))
+    closed = effect_key("C-3", ACTION, 1)
+    done = app.ledger.get("C-3", closed)
+    assert done is not None and done.status.value == "done"
+    mistyped = "0" * 64
+
+    def resolve(key: str, *case: str) -> tuple[Ran, Counter[tuple[str, str]]]:
+        ran = run(main, "resolve", key, *case, "--failed", "never arrived", "--by", "ana", "--why", "portal")
+        return ran, counted[-1].ops
+
+    ran, ops = resolve(closed, "--case", "C-3")
+    assert ran.code == 1 and "already has outcome done" in ran.err
+    assert ops == Counter({("read", CASES): 1})
+    ran, ops = resolve(mistyped, "--case", "C-3")
+    assert ran.code == 1 and "case C-3 has no effect with it" in ran.err and "every case" not in ran.err
+    assert ops == Counter({("read", CASES): 1, ("read", EFFECTS): 1})
+    ran, _ = resolve(closed, "--case", "C/3")
+    assert ran.code == 1 and "'C/3' is not a case id" in ran.err
+
+    # Without --case: the same answers, by walking the cases; for a key nobody has, the command says so.
+    ran, ops = resolve(closed)
+    assert ran.code == 1 and "already has outcome done" in ran.err
+    assert ops[("query", CASES)] >= 2  # the open entries, then the walk
+    ran, ops = resolve(mistyped)
+    assert ran.code == 1 and "no effect with key" in ran.err and ops[("query", CASES)] >= 2
+    assert "with --case CASE_ID" in ran.err and "on that case alone, with one read" in ran.err
+
+    # The escalated effect is settled as without --case, having read its case and nothing else to find it.
+    ran, ops = resolve(stuck, "--case", "C-1")
+    assert ran.code == 0, ran.err
+    assert f"recorded failed for effect {stuck[:12]} (request_credit_note, case C-1)" in ran.out
+    assert ops[("query", CASES)] == 0 and ops[("query", EFFECTS)] == 0
+    effect = app.ledger.get("C-1", stuck)
+    assert effect is not None and effect.status.value == "failed" and effect.reason == "never arrived"
+
+
+def test_resolve_help_says_what_case_saves(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["resolve", "--help"])
+    assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--case CASE_ID" in text and "one read" in text and "on every case" in text

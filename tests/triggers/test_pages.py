@@ -395,7 +395,7 @@ def test_the_ops_page_shows_cases_by_status_and_the_exact_resolve_command(
     # This store is not a local host's data folder, so the command reads the app's settings.
     assert (
         f"casekeeper effects resolve {key} --done '{{\"creditNoteId\": \"CN-...\"}}' --by '{OLGA_RECORDED}' "
-        "--why 'confirmed with the supplier' --from-settings"
+        "--why 'confirmed with the supplier' --from-settings --case INV-S"
     ) in page
     failed = f"casekeeper effects resolve {key} --failed 'the supplier has no such request' --by '{OLGA_RECORDED}'"
     assert failed in page
@@ -448,8 +448,14 @@ def test_an_escalation_is_settled_from_the_ops_page_as_the_signed_in_operator(
     assert post_ops(functions, "ops_resolve", "/api/ops/resolve", {**form, "why": "phone"}, ANA).status_code == 403
     [effect] = svc.ledger.for_case("INV-S")
     assert effect.status.value == "needs_reconciliation"
+    # The form names the effect's case, so the effect is looked for there alone.
+    assert re.search(r'name="key" value="' + key + r'">\s*<input type="hidden" name="caseId" value="INV-S">', page)
+    elsewhere = {**form, "why": "confirmed by phone", "caseId": "INV-A"}
+    wrong_case = post_ops(functions, "ops_resolve", "/api/ops/resolve", elsewhere, OLGA)
+    assert wrong_case.status_code == 409 and "case INV-A has no effect with it" in text(wrong_case)
 
-    done = post_ops(functions, "ops_resolve", "/api/ops/resolve", {**form, "why": "confirmed by phone"}, OLGA)
+    signed = {**form, "why": "confirmed by phone", "caseId": "INV-S"}
+    done = post_ops(functions, "ops_resolve", "/api/ops/resolve", signed, OLGA)
     assert done.status_code == 200 and f"Recorded done for effect {key[:12]} of case INV-S by {OLGA_RECORDED}" in (
         html.unescape(text(done))
     )
