@@ -31,7 +31,8 @@ $(RUN_STAMP): requirements.txt pyproject.toml casekeeper/pyproject.toml
 	@echo "==> setting up $(VENV) for the app (first time: about a minute; pip shows what it installs)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./casekeeper -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./casekeeper
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
 
 $(STAMP): $(RUN_STAMP) requirements-dev.txt
@@ -95,7 +96,8 @@ $(STAMP_TEST313): requirements.txt requirements-dev.txt pyproject.toml casekeepe
 	@echo "==> setting up $(VENV_TEST313) (Python 3.13, the whole test suite again)"
 	$(PYTHON313) -m venv $(VENV_TEST313)
 	$(VENV_TEST313)/bin/python -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt -r requirements-dev.txt
-	$(VENV_TEST313)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e ./casekeeper -e .
+	$(VENV_TEST313)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e ./casekeeper
+	$(VENV_TEST313)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
 
 test-313: setup $(STAMP_TEST313) ## the whole test suite again on Python 3.13, the deployed Python
