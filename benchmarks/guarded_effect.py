@@ -32,7 +32,7 @@ How it measures:
 - ``effects/s`` is one worker, serially: ``n / (sum of the effect times)``.
 
 The Cosmos backend is the local test server (``@vercel/cosmosdb-server``, started here through
-``shared/localhost/cosmos_server.py``; it needs ``node`` and ``npm ci``): its times say little about Azure, its
+``devhost/cosmos_server.py``; it needs ``node`` and ``npm ci``): its times say little about Azure, its
 round-trip counts are exact.
 
 Exit status: 0 when every requested backend ran and the guarded variant met the target on each; 1 otherwise.
@@ -425,7 +425,7 @@ def open_backend(name: str) -> Iterator[DocumentStore]:
         return
     if name == "cosmos":
         # Imported here: only this backend needs node and the test server's package.
-        from shared.localhost.cosmos_server import make_cosmos_store, start_cosmos_server
+        from devhost.cosmos_server import make_cosmos_store, start_cosmos_server
 
         # The SDK skips TLS verification for the loopback server and urllib3 warns on every request.
         warnings.filterwarnings("ignore", message="Unverified HTTPS request")

@@ -92,7 +92,7 @@ def measure_paths(
     """Count the store operations of ``events`` counted steps per path in ``paths`` on one fresh store of
     ``backend`` (after ``warmup`` uncounted ones per path)."""
     from casekeeper.stores.sqlite import SqliteDocumentStore
-    from shared.localhost.changefeed import LocalChangeFeed
+    from devhost.changefeed import LocalChangeFeed
 
     run = uuid.uuid4().hex[:6]
     results: dict[str, OpsResult] = {}
@@ -212,7 +212,7 @@ class _Driver:
             self.queue.complete(msg)
 
     def follow_feed(self) -> None:
-        from shared.localhost.changefeed import to_document_list
+        from devhost.changefeed import to_document_list
 
         if self.feed is not None and (batch := self.feed.poll()).documents:
             self.functions["reconciler"](to_document_list(batch))

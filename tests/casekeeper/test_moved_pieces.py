@@ -15,8 +15,8 @@ import pytest
 
 from casekeeper import DocumentStore, capture, checkpoint_decoding, checkpoints, state_schemas
 from casekeeper.agent import RecordCheckpoints
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow import capture as old_capture
 from shared.workflow import checkpoint_decoding as old_decoding
 from shared.workflow import checkpoints as old_checkpoints

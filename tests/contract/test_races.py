@@ -19,7 +19,7 @@ from casekeeper.core.clock import ManualClock
 from casekeeper.core.ledger import Ledger
 from casekeeper.core.ports import DocumentStore
 from casekeeper.errors import EffectInFlight
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 from shared.supplier.portal import SupplierPortal
 from tests.conftest import StoreSpec
 from tests.support.downstream import CountingDownstream

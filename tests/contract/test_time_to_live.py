@@ -124,7 +124,7 @@ def test_a_store_file_without_the_expiry_index_gets_it_when_opened(tmp_path: Pat
 
 @pytest.mark.cosmos
 def test_the_cosmos_test_server_keeps_documents_whatever_their_ttl(cosmos_server: object) -> None:
-    from shared.localhost.cosmos_server import make_cosmos_store
+    from devhost.cosmos_server import make_cosmos_store
 
     cosmos_store: DocumentStore = make_cosmos_store(cosmos_server, f"t{uuid.uuid4().hex[:12]}")
     cosmos_store.create("effects", "c1", "e1", effect("e1", status="done", ttl=1))

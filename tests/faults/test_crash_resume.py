@@ -19,7 +19,7 @@ from casekeeper.core.clock import ManualClock
 from casekeeper.core.keys import effect_key
 from casekeeper.core.ledger import EffectStatus, Ledger
 from casekeeper.core.reconcile import Reconciler
-from shared.localhost.supplier_stub import Faults, SupplierStub
+from devhost.supplier_stub import Faults, SupplierStub
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import credit_note_policy
 from tests.conftest import StoreSpec

@@ -16,7 +16,7 @@ import pytest
 
 from casekeeper.errors import ConcurrencyConflict, StoreError
 from casekeeper.stores.sqlite import SCHEMA_VERSION, SqliteDocumentStore
-from shared.localhost.changefeed import LocalChangeFeed
+from devhost.changefeed import LocalChangeFeed
 
 # What layout 0 created, and how it wrote (from the build before layout 1).
 LAYOUT_0 = """

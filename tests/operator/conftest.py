@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from casekeeper.stores.sqlite import SqliteDocumentStore
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 from shared.workflow.capture import uninstall
 from tests.support.app import Harness, make_harness
 

@@ -21,12 +21,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import function_app
+from devhost.supplier_stub import SupplierStub
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.telemetry import Telemetry, configure
 from shared.domain.events import CaseEvent
 from shared.handlers.case_events import handle_case_message
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import TRACE_PROPERTY, encode
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.workflow.capture import uninstall

@@ -15,10 +15,10 @@ import pytest
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ports import Document, DocumentStore, Query
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.schedule import timer_request
+from devhost.supplier_stub import SupplierStub
 from shared.app.bootstrap import Services
 from shared.handlers.health import HealthChecksFailed, run_health_checks
-from shared.localhost.schedule import timer_request
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from tests.support.supplier import posts
 from tests.triggers.conftest import INVOICE, QUEUE, on_the_local_queue, settings_for, user_function

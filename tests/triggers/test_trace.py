@@ -21,11 +21,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from devhost.supplier_stub import SupplierStub
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.telemetry import Telemetry
 from shared.domain.events import CaseEvent
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import TRACE_PROPERTY, encode, message_properties, sender_context
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from shared.workflow.capture import uninstall

@@ -11,7 +11,7 @@ import pytest
 
 from casekeeper.core.keys import effect_key
 from casekeeper.core.ledger import Effect, EffectOutcome
-from shared.localhost import demo
+from devhost import demo
 
 # A scenario's first table line: | n | title | N POST [+ M lookup] | outcome...
 ROW = re.compile(r"^\|\s*(\d+)\s*\|([^|]*)\|\s*(\d+) POST(?: \+ (\d+) lookup)?\s*\|(.*)\|$")

@@ -44,7 +44,7 @@ INJECTED = [
     ("core", "casekeeper/core/ids.py", "import casekeeper.stores"),
     ("domain", "shared/domain/money.py", "import shared.app.settings"),
     ("adapters", "shared/supplier/portal.py", "import shared.workflow.runner"),
-    ("no-local-host", "shared/handlers/health.py", "import shared.localhost.send"),
+    ("no-local-host", "shared/handlers/health.py", "import devhost.send"),
     ("no-commands", "shared/handlers/door.py", "from shared.operator import events"),
     ("views", "shared/views/cases.py", "from shared.handlers import http"),
     ("workflow-telemetry", "shared/workflow/deps.py", "from shared.app.telemetry import Telemetry"),
@@ -92,7 +92,7 @@ def test_a_package_added_later_is_covered_by_the_layers() -> None:
     packages |= {"shared.cli", "shared.errors", *CONFIG["root_packages"]} - {"shared"}
     app_errors = {"shared.errors"}
     assert set(CONTRACTS["domain"]["forbidden_modules"]) == packages - {"casekeeper", "shared.domain"} - app_errors
-    not_production = {"shared.localhost", "shared.cli", "shared.chaos"}
+    not_production = {"devhost", "shared.cli", "chaos"}
     assert set(CONTRACTS["no-local-host"]["source_modules"]) == packages - not_production
     guard_modules = {
         f"casekeeper.{p.stem}"
@@ -103,8 +103,8 @@ def test_a_package_added_later_is_covered_by_the_layers() -> None:
 
 
 def test_the_casekeeper_command_loads_the_local_host_only_for_its_local_subcommands() -> None:
-    """Why ``shared.cli`` may import ``shared.localhost``: only inside the subcommands that start it, so
+    """Why ``shared.cli`` may import ``devhost``: only inside the subcommands that start it, so
     an operator command run against production never loads the local host."""
-    probe = "import sys, shared.cli; print(sorted(m for m in sys.modules if m.startswith('shared.localhost')))"
+    probe = "import sys, shared.cli; print(sorted(m for m in sys.modules if m.startswith('devhost')))"
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

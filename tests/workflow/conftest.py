@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from casekeeper.core.ports import DocumentStore, Query
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 from shared.workflow.capture import uninstall
 from tests.support.app import Harness, make_harness
 

@@ -29,8 +29,8 @@ from casekeeper.core.ledger import EffectStatus
 from casekeeper.core.reconcile import Reconciler
 from casekeeper.errors import CasekeeperError
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.supplier_stub import Faults, SupplierStub
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
 from shared.workflow.capture import uninstall

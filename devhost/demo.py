@@ -4,7 +4,7 @@ What it does, in one process and in a few seconds:
 
 - opens a **fresh** SQLite store (in a temporary directory, or ``--data DIR``: the demo then owns
   ``DIR/demo.sqlite`` and ``DIR/supplier.jsonl`` and recreates both on every run);
-- starts a real :class:`~shared.localhost.supplier_stub.SupplierStub` on a free loopback port; every guarded
+- starts a real :class:`~devhost.supplier_stub.SupplierStub` on a free loopback port; every guarded
   call goes through :class:`~shared.supplier.portal.SupplierPortal` over that socket;
 - drives five scenarios, each on its own case, and prints one table row per scenario:
   ``scenario | requests the supplier received | outcome``.
@@ -43,11 +43,11 @@ from casekeeper import (
 from casekeeper import Record as Case
 from casekeeper.records import EffectOutcome
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.supplier_stub import NOTES_PATH, Faults, SupplierStub
 from shared.app.bootstrap import build_operations
 from shared.app.settings import Settings
 from shared.domain.credit import decide, position
 from shared.domain.invoice import Action, InvoiceFacts
-from shared.localhost.supplier_stub import NOTES_PATH, Faults, SupplierStub
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall
 from shared.workflow.proposers import RulesProposer
 
@@ -520,7 +520,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every scenario and print the table. Returns 0 when every invariant held, 1 otherwise."""
+    """Drive the failure modes against a local supplier and print what the supplier saw.
+
+    Runs every scenario and prints the table. Returns 0 when every invariant held, 1 otherwise."""
     args = build_parser().parse_args(argv)
     print(HEADER)
     print()

@@ -1,4 +1,4 @@
-"""What a chaos plan adds to put facts out of order and take the store down (:mod:`shared.chaos.plan`
+"""What a chaos plan adds to put facts out of order and take the store down (:mod:`chaos.plan`
 uses it): the store outages, kills kept clear of them, and ``occurredAt`` stamps for a case's facts.
 """
 
@@ -10,14 +10,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from shared.chaos.order import CREDIT, INVOICE, OCCURRED_AT, PO
+from chaos.order import CREDIT, INVOICE, OCCURRED_AT, PO
 
 if TYPE_CHECKING:
-    from shared.chaos.plan import KillSpec
+    from chaos.plan import KillSpec
 
 OUTAGE_SECONDS = (20.0, 24.0)
 """How long the store stays down: past the in-place retries (four attempts of ``STORE_TIMEOUT_SECONDS``
-each, :data:`shared.chaos.config.HOST_ENV`, plus their short waits), so events take the delayed copies."""
+each, :data:`chaos.config.HOST_ENV`, plus their short waits), so events take the delayed copies."""
 _OFFSETS = (0, 2, -5, 5.5, -3)  # hours; 5.5 for the half-hour zones
 
 
