@@ -25,39 +25,22 @@ Invariants 3 and 4 are in :mod:`chaos.consistency`.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from chaos.consistency import check_effects_and_status, check_reflected
 from chaos.evidence import Evidence
 from chaos.facts import Timeline, rebuild
 from chaos.journal import is_credit_post, is_lookup
 from chaos.order import set_aside_unapplied
+from chaos.violations import Violation
 
 KILL_MARGIN = 1.0
 """Seconds after a kill window in which a failed request is still the kill's (a request sent to the
 restarted host as it came up)."""
 
-INVARIANTS: dict[int, str] = {
-    1: "no request for a key whose note already existed (unless a lookup said not found)",
-    2: "money: requested + received never exceeds what the facts justified",
-    3: "every accepted event reflected or set aside; the last fact in source order stands",
-    4: "every effect settled or escalated (alerted once); status consistent; queue drained",
-    5: "no 5xx or dropped answer to a valid signed request outside a kill window",
-}
-
-
-@dataclass(frozen=True)
-class Violation:
-    invariant: int
-    case_id: str | None
-    summary: str
-    details: dict[str, Any] = field(default_factory=dict)
-
 
 def check_all(evidence: Evidence) -> list[Violation]:
-    from chaos.consistency import check_effects_and_status, check_reflected
-
     timelines = timelines_of(evidence)
     return [
         *check_no_request_for_existing_note(evidence),

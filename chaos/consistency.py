@@ -56,7 +56,6 @@ from collections import Counter
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from chaos.checks import Violation
 from chaos.evidence import Evidence, Sent
 from chaos.facts import Timeline, is_facts_transition
 from chaos.order import (
@@ -66,6 +65,7 @@ from chaos.order import (
     set_aside_unapplied,
     superseded_record,
 )
+from chaos.violations import Violation
 from shared.handlers.ingress import KEY_APPROVER_PREFIX
 
 APPROVAL = "approval.answered"

@@ -8,17 +8,29 @@ import random
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chaos.order import CREDIT, INVOICE, OCCURRED_AT, PO
-
-if TYPE_CHECKING:
-    from chaos.plan import KillSpec
 
 OUTAGE_SECONDS = (20.0, 24.0)
 """How long the store stays down: past the in-place retries (four attempts of ``STORE_TIMEOUT_SECONDS``
 each, :data:`chaos.config.HOST_ENV`, plus their short waits), so events take the delayed copies."""
 _OFFSETS = (0, 2, -5, 5.5, -3)  # hours; 5.5 for the half-hour zones
+
+
+@dataclass(frozen=True)
+class KillSpec:
+    """``kill -9`` of host ``host``'s process group at ``at`` (mode ``now``), or at the first credit-note
+    request the supplier receives from then on (``after_supplier_request``), or ``delay`` seconds after
+    the next ``po.updated``/``credit_note.issued`` a host accepts (``after_fact_event``: while the fact
+    change and the decision it owes are being made). Waits are bounded. Restarted after
+    ``restart_after`` seconds."""
+
+    at: float
+    host: int
+    mode: str
+    restart_after: float
+    delay: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from decimal import Decimal
 from typing import Any
 
 from chaos.config import HOLD_SECONDS
-from chaos.disorder import Outage, Stamps, clear_of_outages, default_outages, outages_in, stamped
+from chaos.disorder import KillSpec, Outage, Stamps, clear_of_outages, default_outages, outages_in, stamped
 from chaos.order import OCCURRED_AT
 
 INVOICE = "invoice.received"
@@ -104,21 +104,6 @@ class FaultWindow:
     fault: str
     value: float | int | bool
     label: str
-
-
-@dataclass(frozen=True)
-class KillSpec:
-    """``kill -9`` of host ``host``'s process group at ``at`` (mode ``now``), or at the first credit-note
-    request the supplier receives from then on (``after_supplier_request``), or ``delay`` seconds after
-    the next ``po.updated``/``credit_note.issued`` a host accepts (``after_fact_event``: while the fact
-    change and the decision it owes are being made). Waits are bounded. Restarted after
-    ``restart_after`` seconds."""
-
-    at: float
-    host: int
-    mode: str
-    restart_after: float
-    delay: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,6 @@ from casekeeper.errors import StoreUnavailable
 from casekeeper.stores.sqlite import SqliteDocumentStore
 from chaos.alert_sink import AlertSink
 from chaos.checks import (
-    Violation,
     check_all,
     check_money,
     check_no_request_for_existing_note,
@@ -92,6 +91,7 @@ from chaos.checks import (
 )
 from chaos.evidence import Evidence, Sent
 from chaos.order import set_aside_delivery, set_aside_unapplied
+from chaos.violations import Violation
 from devhost.changefeed import LocalChangeFeed, to_document_list
 from devhost.schedule import timer_request
 from devhost.supplier_stub import Faults, SupplierStub
