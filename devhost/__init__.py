@@ -1,5 +1,6 @@
-"""``casekeeper dev`` and the other local stand-ins for what only Azure has. Production code imports
-nothing from here.
+"""``casekeeper dev`` and the other local stand-ins for what only Azure has: a dev tool, not part of the
+deployed app, so the app, the guard and the examples import nothing from here (import-linter holds it).
+The ``casekeeper`` command reaches its commands through the entry points ``pyproject.toml`` declares.
 
 - :mod:`devhost.host`: the local host, serving the function app's functions as Azure would.
 - :mod:`devhost.changefeed`: Cosmos DB's change feed over the SQLite document store.
