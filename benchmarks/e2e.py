@@ -53,7 +53,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,7 @@ from benchmarks.processes import (
     running_supplier,
     wait_until_idle,
 )
+from benchmarks.tables import table
 from casekeeper.core.ports import CONTAINERS
 
 GOAL_RATIO = 1.5
@@ -475,19 +476,6 @@ def percentile(values: list[float], q: float) -> float:
 # --- output --------------------------------------------------------------------------------------------------------
 
 
-def table(
-    headers: tuple[str, ...], rows: Sequence[tuple[str, ...]], *, text: frozenset[int] = frozenset({0})
-) -> list[str]:
-    """A Markdown table; the columns in ``text`` left-aligned, the others (numbers) right-aligned."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-
-    def line(cells: tuple[str, ...]) -> str:
-        padded = (c.ljust(w) if i in text else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        return "| " + " | ".join(padded) + " |"
-
-    return [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in rows)]
-
-
 def _verdict(met: bool | None) -> str:
     return "n/a" if met is None else ("met" if met else "NOT met")
 
@@ -606,44 +594,6 @@ def render_ops(results: list[store_ops.OpsResult]) -> list[str]:
             f"{r.backend}: {r.per_event():g} store operations per case event over {r.events} events; "
             f"goal <= {GOAL_OPS_PER_EVENT}: {_verdict(met)}{note}"
         )
-    return lines
-
-
-def render_paths(paths: dict[str, dict[str, store_ops.OpsResult]]) -> list[str]:
-    rows = []
-    for spec in store_paths.PATHS:
-        for backend, by_path in paths.items():
-            if spec.name not in by_path:
-                continue
-            r = store_paths.path_row(spec.name, by_path[spec.name])
-            rows.append(
-                (
-                    spec.name,
-                    backend,
-                    f"{r.ops:g}",
-                    f"{r.writes:g} / {r.reads:g} / {r.queries:g} / {r.clock:g}",
-                    store_paths.by_container(by_path[spec.name]),
-                    f"{r.bytes_read:.0f}",
-                    f"{r.bytes_written:.0f}",
-                    f"{r.ru:.0f}",
-                )
-            )
-    lines = table(
-        (
-            "path",
-            "backend",
-            "ops",
-            "writes / reads / queries / now()",
-            "by container",
-            "bytes read",
-            "bytes written",
-            "RU",
-        ),
-        rows,
-        text=frozenset({0, 1, 3, 4}),
-    )
-    lines.append("")
-    lines += [f"{spec.name}: {spec.label}" for spec in store_paths.PATHS]
     return lines
 
 
@@ -792,7 +742,7 @@ def _print_results(args: argparse.Namespace, results: Results) -> None:
             f"3b. Store operations per path of the capacity model (docs/performance.md#capacity), per counted step, "
             f"{PATH_EVENTS} per path after 2 warm-up; RU from the published costs at the measured sizes."
         )
-        sections.append((title, render_paths(results.paths)))
+        sections.append((title, store_paths.render_paths(results.paths)))
         results.failures += [p for by_path in results.paths.values() for r in by_path.values() for p in r.problems]
     sections.append(("Goals (reported, not asserted):", render_goals(results.throughput, results.latency, results.ops)))
     for title, lines in sections:

@@ -8,7 +8,7 @@ One *effect* is the happy path of one external call and its status change, on a 
     Casekeeper: ``Ledger.run`` (casekeeper.core.entries): the claim is the version gate, one conditional
     replace of the case (If-Match on the case as the decision read it) adding the ``started`` entry; call;
     then one conditional replace of the case recording ``done`` and committing the status together. Target:
-    at most two round trips (the two-container layout took four: claim, gate, outcome, commit).
+    at most two round trips.
 ``unguarded``
     The call, then an unconditional status write (upsert). One round trip, and none of the guarantees:
     the floor the guard is measured against.
@@ -32,7 +32,7 @@ How it measures:
 - ``effects/s`` is one worker, serially: ``n / (sum of the effect times)``.
 
 The Cosmos backend is the local test server (``@vercel/cosmosdb-server``, started here through
-``shared/localhost/cosmos_server.py``; it needs ``node`` and ``npm ci``): its times say little about Azure, its
+``devhost/cosmos_server.py``; it needs ``node`` and ``npm ci``): its times say little about Azure, its
 round-trip counts are exact.
 
 Exit status: 0 when every requested backend ran and the guarded variant met the target on each; 1 otherwise.
@@ -425,7 +425,7 @@ def open_backend(name: str) -> Iterator[DocumentStore]:
         return
     if name == "cosmos":
         # Imported here: only this backend needs node and the test server's package.
-        from shared.localhost.cosmos_server import make_cosmos_store, start_cosmos_server
+        from devhost.cosmos_server import make_cosmos_store, start_cosmos_server
 
         # The SDK skips TLS verification for the loopback server and urllib3 warns on every request.
         warnings.filterwarnings("ignore", message="Unverified HTTPS request")

@@ -29,7 +29,7 @@ from typing import IO, Any
 
 import httpx
 
-from shared.localhost.ports import free_port
+from devhost.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "casekeeper-bench-secret"  # noqa: S105 - the benchmark's own webhook secret, for a throwaway host

@@ -17,7 +17,7 @@ Then, through :class:`~benchmarks.guarded_effect.CountingStore`, each of these i
   that every seeded ``started`` effect and ``open`` case is overdue.
 
 SQLite gets 1k and 100k cases (inserted in one transaction per container); the Cosmos DB test server gets
-1k and 10k, seeded through its bulk route (:meth:`~shared.localhost.cosmos_server.CosmosServer.seed`: 100k
+1k and 10k, seeded through its bulk route (:meth:`~devhost.cosmos_server.CosmosServer.seed`: 100k
 documents in about 6 s). Not 100k: the test server answers every query by scanning every document of the
 container in JavaScript, about 0.9 ms a document, so one query over 100k cases takes about 90 s (measured:
 a ``COUNT`` of one status, and a ``TOP 50`` of it, 85-104 s each) and the drain check alone would run for
@@ -49,13 +49,13 @@ from casekeeper.core.clock import ManualClock
 from casekeeper.core.ledger import Ledger
 from casekeeper.core.ports import CONTAINERS, Document, DocumentStore, Query, partition_of
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.supplier_stub import SupplierStub
 from shared.app import bootstrap
 from shared.app.alerts import Alerter
 from shared.app.settings import Settings
 from shared.domain import events as ev
 from shared.domain.invoice import Rules
 from shared.handlers.health import run_health_checks
-from shared.localhost.supplier_stub import SupplierStub
 from shared.supplier.portal import SupplierPortal
 from shared.views.cases import cases_by_status
 from shared.views.drain import check
@@ -69,7 +69,7 @@ from shared.workflow.runner import WorkflowRunner
 from shared.workflow.worker import CaseWorker
 
 if TYPE_CHECKING:
-    from shared.localhost.cosmos_server import CosmosServer
+    from devhost.cosmos_server import CosmosServer
 
 STUCK_FRACTION = 0.01
 """Of the seeded cases: 40 % of these paused for an approval, 40 % with a started effect, 20 % left open."""
@@ -221,7 +221,7 @@ def backend(name: str, tmp: Path) -> Iterator[tuple[DocumentStore, Seeder]]:
             store.close()
         return
     from casekeeper.stores.cosmos import CosmosDocumentStore
-    from shared.localhost.cosmos_server import start_cosmos_server
+    from devhost.cosmos_server import start_cosmos_server
 
     warnings.filterwarnings("ignore", message="Unverified HTTPS request")
     with start_cosmos_server() as server:

@@ -164,8 +164,8 @@ def measure(backend: str, supplier: Supplier, *, events: int, warmup: int = 2) -
     import azure.functions as func
 
     from casekeeper.stores.sqlite import SqliteDocumentStore
+    from devhost.changefeed import LocalChangeFeed, to_document_list
     from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
-    from shared.localhost.changefeed import LocalChangeFeed, to_document_list
     from shared.messaging.sqlite_queue import to_service_bus_message
 
     functions = _functions()

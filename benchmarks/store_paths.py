@@ -34,6 +34,7 @@ from typing import Any
 from benchmarks.guarded_effect import Tally
 from benchmarks.processes import SECRET, Supplier
 from benchmarks.store_ops import CLOCK, METHODS, OpsResult, _functions, _world, invoice_event
+from benchmarks.tables import table
 
 PATH_PHASES = ("http", "case_worker", "reconciler", "timer")
 
@@ -92,7 +93,7 @@ def measure_paths(
     """Count the store operations of ``events`` counted steps per path in ``paths`` on one fresh store of
     ``backend`` (after ``warmup`` uncounted ones per path)."""
     from casekeeper.stores.sqlite import SqliteDocumentStore
-    from shared.localhost.changefeed import LocalChangeFeed
+    from devhost.changefeed import LocalChangeFeed
 
     run = uuid.uuid4().hex[:6]
     results: dict[str, OpsResult] = {}
@@ -212,7 +213,7 @@ class _Driver:
             self.queue.complete(msg)
 
     def follow_feed(self) -> None:
-        from shared.localhost.changefeed import to_document_list
+        from devhost.changefeed import to_document_list
 
         if self.feed is not None and (batch := self.feed.poll()).documents:
             self.functions["reconciler"](to_document_list(batch))
@@ -315,6 +316,44 @@ def by_container(result: OpsResult) -> str:
     return "; ".join(parts) or "-"
 
 
+def render_paths(paths: dict[str, dict[str, OpsResult]]) -> list[str]:
+    rows = []
+    for spec in PATHS:
+        for backend, by_path in paths.items():
+            if spec.name not in by_path:
+                continue
+            r = path_row(spec.name, by_path[spec.name])
+            rows.append(
+                (
+                    spec.name,
+                    backend,
+                    f"{r.ops:g}",
+                    f"{r.writes:g} / {r.reads:g} / {r.queries:g} / {r.clock:g}",
+                    by_container(by_path[spec.name]),
+                    f"{r.bytes_read:.0f}",
+                    f"{r.bytes_written:.0f}",
+                    f"{r.ru:.0f}",
+                )
+            )
+    lines = table(
+        (
+            "path",
+            "backend",
+            "ops",
+            "writes / reads / queries / now()",
+            "by container",
+            "bytes read",
+            "bytes written",
+            "RU",
+        ),
+        rows,
+        text=frozenset({0, 1, 3, 4}),
+    )
+    lines.append("")
+    lines += [f"{spec.name}: {spec.label}" for spec in PATHS]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m benchmarks.store_paths [--events N] [--backends sqlite,cosmos]``: the per-path table alone
     (``make bench`` prints it as section 3b). Exit status 1 if a counted step did not end as it must."""
@@ -322,7 +361,6 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
 
-    from benchmarks.e2e import render_paths
     from benchmarks.guarded_effect import BACKENDS, backends_argument, positive_int
     from benchmarks.processes import running_supplier
 

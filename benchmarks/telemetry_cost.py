@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         parser.error(f"unknown variant(s): {', '.join(unknown)}")
-    from shared.localhost.supplier_stub import SupplierStub
+    from devhost.supplier_stub import SupplierStub
 
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     with SupplierStub(port=0) as stub:

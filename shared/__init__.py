@@ -8,7 +8,7 @@ Layers, by path (the import-linter contracts in pyproject.toml hold them):
 - ``shared.app``: the composition root (settings -> stores, clients, the guard), telemetry, alerts.
 - ``shared.messaging``, ``shared.supplier``: the queue's and the supplier portal's adapters.
 - ``shared.views``, ``shared.web``, ``shared.operator``: the read model, the pages, the operator commands.
-- ``shared.localhost``, ``shared.chaos``: the local host and the chaos run, never loaded in production.
+- ``devhost``, ``chaos``: the local host and the chaos run, never loaded in production.
 
 The guard itself is ``casekeeper`` (its policy in ``casekeeper.core``, its stores in
 ``casekeeper.stores``); the app reaches it only through its public modules.

@@ -1,22 +1,33 @@
 """The ``casekeeper`` command.
 
 Each subcommand is a thin wrapper over a module with its own ``main(argv) -> int``, so that each can
-be run and tested on its own (``python -m shared.localhost.demo``,
-``python -m shared.localhost.supplier_stub``).
+be run and tested on its own (``python -m shared.operator.init_store``, ``python -m devhost.supplier_stub``).
+
+Two kinds of subcommand. The app's own (the operator commands, ``local-settings``) are listed in
+:data:`COMMANDS`. The dev tools (``dev``, ``demo``, ``chaos``, the stubs, ``send``) live in packages that
+are not part of the deployed app (``devhost``, ``chaos``) and that this module never imports: they are
+entry points of the group :data:`DEV_COMMANDS_GROUP`, declared by the distribution that ships them
+(pyproject.toml, ``[project.entry-points."casekeeper.commands"]``). An entry point is loaded only when its
+command runs; its one-line help, for the usage, is the first line of its target's docstring, read from the
+source without importing it. Where no distribution declares them (the deployed app) or the package they
+name is missing, the command says so in one line.
 
 No traceback reaches a person: :func:`main` turns whatever a command raises into one line on stderr.
 Exit status 2 is bad input (an id no store accepts, an unknown case, invalid settings, a wrong option),
-1 a failure of something else (a store, the network), 130 Ctrl-C. Output cut short by a closed pipe
-(``casekeeper case show X | head -2``) ends the command quietly. ``CASEKEEPER_DEBUG=1`` shows the
-traceback of an unexpected error, for a bug report.
+1 a failure of something else (a store, the network, a dev tool that is not installed), 130 Ctrl-C. Output
+cut short by a closed pipe (``casekeeper case show X | head -2``) ends the command quietly.
+``CASEKEEPER_DEBUG=1`` shows the traceback of an unexpected error, for a bug report.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
+from importlib.machinery import ModuleSpec, PathFinder
+from importlib.util import find_spec
 
 from casekeeper.errors import CasekeeperError, ConfigurationError, InvalidDocumentId
 from casekeeper.errors import RecordNotFound as CaseNotFound
@@ -24,41 +35,10 @@ from shared.errors import InvalidEvent
 
 Command = tuple[str, Callable[[list[str]], int]]
 
+DEV_COMMANDS_GROUP = "casekeeper.commands"
+"""The entry-point group of the dev tools' commands: name -> ``package.module:main``."""
 
-def _demo(argv: list[str]) -> int:
-    from shared.localhost.demo import main
-
-    return main(argv)
-
-
-def _supplier_stub(argv: list[str]) -> int:
-    from shared.localhost.supplier_stub import main
-
-    return main(argv)
-
-
-def _model_stub(argv: list[str]) -> int:
-    from shared.localhost.model_stub import main
-
-    return main(argv)
-
-
-def _dev(argv: list[str]) -> int:
-    from shared.localhost.host import main
-
-    return main(argv)
-
-
-def _send(argv: list[str]) -> int:
-    from shared.localhost.send import main
-
-    return main(argv)
-
-
-def _chaos(argv: list[str]) -> int:
-    from shared.chaos.run import main
-
-    return main(argv)
+NOT_INSTALLED = "the dev tools (devhost, chaos) are not installed here: they come with a checkout (make setup)"
 
 
 def _local_settings(argv: list[str]) -> int:
@@ -78,8 +58,6 @@ def _operator(module: str) -> Callable[[list[str]], int]:
 
 
 COMMANDS: dict[str, Command] = {
-    "dev": ("serve the function app locally on SQLite (HTTP, session queue, change feed, timers)", _dev),
-    "send": ("sign and post an event to the ingress", _send),
     "case": ("case show ID: the case, its versions, effects, approvals and checkpoints", _operator("cases")),
     "effects": ("effects pending | effects resolve KEY: what is stuck, and settling it", _operator("effects")),
     "requests": (
@@ -97,18 +75,74 @@ COMMANDS: dict[str, Command] = {
         "local-settings emulators | azd: write local.settings.json for func start",
         _local_settings,
     ),
-    "demo": ("drive the failure modes against a local supplier and print what the supplier saw", _demo),
-    "supplier-stub": ("serve the supplier portal API locally, logging every request", _supplier_stub),
-    "model-stub": ("serve a scriptable stand-in for an Azure OpenAI chat deployment locally", _model_stub),
-    "chaos": ("drive events through faults and kill -9, then check the invariants from outside", _chaos),
 }
+"""The app's own commands: name -> (one-line help, run)."""
+
+
+def dev_commands() -> dict[str, metadata.EntryPoint]:
+    """The installed dev tools' commands (entry points of :data:`DEV_COMMANDS_GROUP`), by name, not loaded.
+    A name the app's own :data:`COMMANDS` already has stays the app's."""
+    found = metadata.entry_points(group=DEV_COMMANDS_GROUP)
+    return {ep.name: ep for ep in sorted(found, key=lambda ep: ep.name) if ep.name not in COMMANDS}
+
+
+def summary(entry: metadata.EntryPoint) -> str:
+    """The first line of the entry point's target's docstring, as a usage line ("Serve ..." -> "serve ..."),
+    read from its source file without importing the module or its packages; empty when there is none."""
+    spec = _spec_unimported(entry.module)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return ""
+    try:
+        with open(spec.origin, encoding="utf-8") as source:
+            tree = ast.parse(source.read(), filename=spec.origin)
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    name = entry.attr.split(".", maxsplit=1)[0]
+    node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    doc = ast.get_docstring(node) if node is not None else None
+    line = doc.strip().splitlines()[0].rstrip(".") if doc and doc.strip() else ""
+    return line[:1].lower() + line[1:]
+
+
+def _spec_unimported(module: str) -> ModuleSpec | None:
+    """``module``'s spec, found level by level on its packages' search paths: no package is imported
+    (``importlib.util.find_spec`` imports the parents of a dotted name)."""
+    top, *rest = module.split(".")
+    try:
+        spec = find_spec(top)  # a top-level name: asks the finders, imports nothing
+    except (ImportError, ValueError):
+        return None
+    name = top
+    for part in rest:
+        locations = spec.submodule_search_locations if spec is not None else None
+        if not locations:
+            return None
+        name = f"{name}.{part}"
+        spec = PathFinder.find_spec(name, list(locations))
+    return spec
 
 
 def usage() -> str:
     lines = ["usage: casekeeper COMMAND [ARGS...]   (casekeeper --version)", "", "commands:"]
     lines += [f"  {name:<16} {help_}" for name, (help_, _) in COMMANDS.items()]
+    dev = dev_commands()
+    lines += ["", "dev commands (the local host and its tools, never part of the deployed app):"]
+    lines += [f"  {name:<16} {summary(entry)}".rstrip() for name, entry in dev.items()] or [f"  none: {NOT_INSTALLED}"]
     lines += ["", "Run 'casekeeper COMMAND --help' for a command's options."]
     return "\n".join(lines)
+
+
+def _run_dev(name: str, entry: metadata.EntryPoint, argv: list[str]) -> int:
+    """Load the dev command's entry point (only now) and run it; its package missing is one line, exit 1."""
+    try:
+        main: Callable[[list[str]], int] = entry.load()
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if not missing or not (entry.module == missing or entry.module.startswith(f"{missing}.")):
+            raise  # a module the command itself needs: main() reports it as an error of the command
+        print(f"casekeeper {name}: {NOT_INSTALLED}; no module {missing!r}", file=sys.stderr)
+        return 1
+    return main(argv)
 
 
 BAD_INPUT = (InvalidDocumentId, CaseNotFound, InvalidEvent, ConfigurationError)
@@ -130,10 +164,14 @@ def _dispatch(args: list[str]) -> int:
         print(f"casekeeper {version()}")
         return 0
     command = COMMANDS.get(args[0])
-    if command is None:
-        print(f"casekeeper: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
-        return 2
-    return command[1](args[1:])
+    if command is not None:
+        return command[1](args[1:])
+    dev = dev_commands()
+    if args[0] in dev:
+        return _run_dev(args[0], dev[args[0]], args[1:])
+    hint = "" if dev else f"; {NOT_INSTALLED}"
+    print(f"casekeeper: unknown command {args[0]!r}{hint}\n\n{usage()}", file=sys.stderr)
+    return 2
 
 
 def _quiet_stdout() -> None:
@@ -149,7 +187,8 @@ def _quiet_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    name = "casekeeper" + (f" {args[0]}" if args and args[0] in COMMANDS else "")
+    known = bool(args) and (args[0] in COMMANDS or args[0] in dev_commands())
+    name = "casekeeper" + (f" {args[0]}" if known else "")
     try:
         status = _dispatch(args)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's own flush at exit

@@ -13,7 +13,7 @@ import pytest
 
 from casekeeper.core.ports import DocumentStore
 from casekeeper.stores.sqlite import SqliteDocumentStore
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 from tests.support.supplier import running_supplier
 
 BACKENDS = [
@@ -69,7 +69,7 @@ def supplier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SupplierStub]
 @pytest.fixture(scope="session")
 def cosmos_server() -> Iterator[object]:
     """The Cosmos DB test server, started once per session on a free loopback port."""
-    from shared.localhost.cosmos_server import start_cosmos_server
+    from devhost.cosmos_server import start_cosmos_server
 
     server = start_cosmos_server()
     try:
@@ -84,7 +84,7 @@ def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> StoreSpec:
         return StoreSpec("sqlite", sqlite_path=str(tmp_path / "store.sqlite"))
     if request.param == "factory":
         return StoreSpec("factory", sqlite_path=str(tmp_path), factory=os.environ[STORE_FACTORY_ENV])
-    from shared.localhost.cosmos_server import make_cosmos_store
+    from devhost.cosmos_server import make_cosmos_store
 
     server = request.getfixturevalue("cosmos_server")
     database = f"t{uuid.uuid4().hex[:12]}"

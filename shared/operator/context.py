@@ -50,7 +50,7 @@ __all__ = [
 
 DEFAULT_DATA = Path(".casekeeper/dev")
 STORE_FILE = "casekeeper.sqlite"
-"""The local host keeps its store at ``<data>/casekeeper.sqlite`` (``shared.localhost.host``)."""
+"""The local host keeps its store at ``<data>/casekeeper.sqlite`` (``devhost.host``)."""
 
 # With --data, only these are taken from the app's settings: they change what the commands report
 # (the call timeout decides whether a started effect is still in flight), and the local host reads them

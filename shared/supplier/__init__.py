@@ -2,7 +2,7 @@
 
 :mod:`shared.supplier.portal` holds :class:`SupplierPortal`, the HTTP client, which turns every answer
 into a credit note, ``DownstreamRejected`` or ``OutcomeUnknown``. The local stand-in for trying it out
-and for tests is a dev tool: ``shared.localhost.supplier_stub`` (``casekeeper supplier-stub``).
+and for tests is a dev tool: ``devhost.supplier_stub`` (``casekeeper supplier-stub``).
 """
 
 from shared.supplier.portal import SupplierPortal

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from casekeeper.capture import uninstall
+from devhost.supplier_stub import SupplierStub
 from shared.app import bootstrap
 from shared.app.settings import Settings
 from shared.domain.events import CaseEvent
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import encode
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.support.dev_host import SECRET, DevHost

@@ -20,7 +20,7 @@ try:
 except ImportError:  # the browser fixture skips, or fails under CI, with the reason
     expect = None
 
-from shared.localhost.ports import free_port
+from devhost.ports import free_port
 from tests.browser.conftest import ROOT
 
 

@@ -16,7 +16,7 @@ except ImportError:  # the browser fixture skips, or fails under CI, with the re
     expect = None
 
 from casekeeper.core.keys import effect_key
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 from shared.web.identity import APPROVER_ROLE, PRINCIPAL_HEADER, encode_principal
 from tests.browser.conftest import APPROVER, DEAD_CASE, DOCS, OPERATOR
 from tests.support.dev_host import DevHost

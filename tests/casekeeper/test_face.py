@@ -60,6 +60,7 @@ def test_the_whole_error_tree_is_importable_from_the_package() -> None:
 
 def test_the_package_is_named_so_it_cannot_collide_and_is_packaged() -> None:
     import tomllib
+    from fnmatch import fnmatch
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
@@ -67,6 +68,9 @@ def test_the_package_is_named_so_it_cannot_collide_and_is_packaged() -> None:
     assert guard["project"]["name"] == "casekeeper"
     assert set(guard["tool"]["setuptools"]["packages"]) == {"casekeeper", "casekeeper.core", "casekeeper.stores"}
     app = tomllib.loads((root / "pyproject.toml").read_text())
-    assert app["tool"]["setuptools"]["packages"]["find"]["include"] == ["shared*"]  # the app ships no guard copy
+    # The app's distribution: the app and its dev tools, never a copy of the guard.
+    include = app["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert include == ["shared*", "devhost*", "chaos*"]
+    assert not [pattern for pattern in include if fnmatch("casekeeper", pattern) or fnmatch("casekeeper.core", pattern)]
     assert casekeeper.Guard.__module__ == "casekeeper.guard"
     assert casekeeper.SystemClock().now() > 1_600_000_000

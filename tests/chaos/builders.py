@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.chaos.evidence import Evidence, Sent
+from chaos.evidence import Evidence, Sent
 
 
 def key(name: str) -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from shared.chaos.checks import Violation, check_all
-from shared.chaos.evidence import Attempt, Evidence, KillWindow, StoreOutage
+from chaos.checks import check_all
+from chaos.evidence import Attempt, Evidence, KillWindow, StoreOutage
+from chaos.violations import Violation
 from tests.chaos.builders import Story, key
 
 

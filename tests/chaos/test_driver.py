@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from shared.chaos import driver as driver_module
-from shared.chaos.config import SECRET
-from shared.chaos.driver import Driver
-from shared.chaos.plan import Plan, Step
+from chaos import driver as driver_module
+from chaos.config import SECRET
+from chaos.driver import Driver
+from chaos.plan import Plan, Step
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, verify
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.chaos.cluster import Cluster
-from shared.chaos.config import ChaosConfig
-from shared.chaos.run import build_parser
+from chaos.cluster import Cluster
+from chaos.config import ChaosConfig
+from chaos.run import build_parser
 
 
 def test_the_option_defaults_to_the_rules_and_refuses_anything_else() -> None:
@@ -44,8 +44,8 @@ def test_with_the_stub_every_host_talks_to_one_stand_in_model(tmp_path: Path, mo
         def stop(self) -> None:
             pass
 
-    monkeypatch.setattr("shared.chaos.cluster.HostProcess", Host)
-    monkeypatch.setattr("shared.chaos.cluster.SupplierProcess", Supplier)
+    monkeypatch.setattr("chaos.cluster.HostProcess", Host)
+    monkeypatch.setattr("chaos.cluster.SupplierProcess", Supplier)
     cluster = Cluster(ChaosConfig(model="stub", hosts=2, data=tmp_path / "run"))
     cluster.start()
     try:

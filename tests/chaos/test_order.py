@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.chaos.checks import Violation, check_all, timelines_of
-from shared.chaos.evidence import Evidence, api_shape
-from shared.chaos.order import occurred_at, set_aside_unapplied
+from chaos.checks import check_all, timelines_of
+from chaos.evidence import Evidence, api_shape
+from chaos.order import occurred_at, set_aside_unapplied
+from chaos.violations import Violation
 from tests.chaos.builders import Story
 
 BASE = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)

@@ -10,10 +10,10 @@ import pytest
 
 from casekeeper.errors import StoreUnavailable
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from chaos.outage import ProcessPause, SqliteLockHolder
+from devhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER, make_cosmos_store, start_cosmos_server
 from shared.app.bootstrap import open_store
 from shared.app.settings import Settings
-from shared.chaos.outage import ProcessPause, SqliteLockHolder
-from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER, make_cosmos_store, start_cosmos_server
 
 
 def test_the_lock_holder_refuses_writes_lets_reads_through_and_lets_go(tmp_path: Path) -> None:

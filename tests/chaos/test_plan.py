@@ -7,9 +7,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from casekeeper.core.ids import id_problem
-from shared.chaos.journal import Journal
-from shared.chaos.order import occurred_at
-from shared.chaos.plan import KEEP, FaultWindow, Plan, Step, make_plan
+from chaos.journal import Journal
+from chaos.order import occurred_at
+from chaos.plan import KEEP, FaultWindow, Plan, Step, make_plan
 
 
 def plan(seed: int = 7, **kw: int) -> Plan:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from shared.chaos.checks import INVARIANTS, check_all
-from shared.chaos.report import counts, table, write_json
+from chaos.checks import check_all
+from chaos.report import counts, table, write_json
+from chaos.violations import INVARIANTS
 from tests.chaos.builders import Story
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ports import HEALTH, DocumentStore, Query
+from devhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 from shared.app.alerts import ALERT_SHARDS, KIND_ALERT, Alerter, alert_partition
-from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 
 pytestmark = pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)
 

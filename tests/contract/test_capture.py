@@ -34,7 +34,7 @@ from casekeeper.checkpoints import CaseCheckpointStorage, type_key
 from casekeeper.core.ports import Document, DocumentStore, Query
 from casekeeper.errors import StoreUnavailable
 from casekeeper.stores import HEALTH
-from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
+from devhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 from tests.support.tiny_workflow import ALL_TYPES, WORKFLOW_NAME, CaseNote, CaseStarted, build_workflow
 
 pytestmark = pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)

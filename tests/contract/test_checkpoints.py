@@ -22,7 +22,7 @@ from casekeeper.checkpoints import (
     type_key,
 )
 from casekeeper.core.ports import DocumentStore, Query
-from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
+from devhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 from tests.support.tiny_workflow import (
     ALL_TYPES,
     WORKFLOW_NAME,

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from azure.cosmos import CosmosClient
 
+from devhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER, CosmosServer, start_cosmos_server
+from devhost.ports import free_port
 from shared.app import bootstrap
 from shared.app.settings import Settings
-from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER, CosmosServer, start_cosmos_server
-from shared.localhost.ports import free_port
 from shared.operator.init_store import main as init_store
 from tests.unit.test_infra import _cosmos_containers
 

@@ -15,7 +15,7 @@ import pytest
 from casekeeper.core.ports import DocumentStore, Query
 from casekeeper.errors import AlreadyExists, ConcurrencyConflict, InvalidDocumentId
 from casekeeper.stores.cosmos import CosmosDocumentStore
-from shared.localhost.cosmos_server import (
+from devhost.cosmos_server import (
     INSECURE_REQUEST_WARNING_FILTER,
     CosmosServer,
     CosmosServerError,

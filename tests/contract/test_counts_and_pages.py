@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from casekeeper.core.ports import DocumentStore, Query, next_page, walk
 from casekeeper.stores.sqlite import SqliteDocumentStore
-from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
+from devhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
 
 pytestmark = pytest.mark.filterwarnings(INSECURE_REQUEST_WARNING_FILTER)
 

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from casekeeper import ConcurrencyConflict, DocumentStore, EffectInFlight, EffectResult, Guard, GuardedEffect
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 from shared.supplier.portal import SupplierPortal
 from tests.conftest import StoreSpec
 

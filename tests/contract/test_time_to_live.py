@@ -110,7 +110,7 @@ def test_expired_rows_are_purged_without_reusing_a_seq(
 
 @pytest.mark.cosmos
 def test_the_cosmos_test_server_keeps_documents_whatever_their_ttl(cosmos_server: object) -> None:
-    from shared.localhost.cosmos_server import make_cosmos_store
+    from devhost.cosmos_server import make_cosmos_store
 
     cosmos_store: DocumentStore = make_cosmos_store(cosmos_server, f"t{uuid.uuid4().hex[:12]}")
     cosmos_store.create("effects", "c1", "e1", effect("e1", status="done", ttl=1))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 from tests.support.dev_host import DevHost
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.localhost.http_server import MAX_CONNECTIONS
-from shared.localhost.send import main as send_main
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.http_server import MAX_CONNECTIONS
+from devhost.send import main as send_main
+from devhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.support.dev_host import ROOT, DevHost
 from tests.support.invoices import invoice

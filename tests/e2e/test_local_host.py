@@ -11,7 +11,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from shared.localhost.supplier_stub import Faults, SupplierStub
+from devhost.supplier_stub import Faults, SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, PRINCIPAL_HEADER, encode_principal
 from tests.support.dev_host import DevHost

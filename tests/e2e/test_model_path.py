@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.localhost.model_stub import ModelStub, settings_for
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.model_stub import ModelStub, settings_for
+from devhost.supplier_stub import SupplierStub
 from tests.support.dev_host import DevHost
 from tests.support.invoices import invoice
 from tests.support.supplier import posts

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shared.localhost.host import SECRET_FILE, DevOptions, load_environment
-from shared.localhost.ports import free_port
+from devhost.host import SECRET_FILE, DevOptions, load_environment
+from devhost.ports import free_port
 from tests.support.dev_host import SECRET, DevHost
 
 ROOT = Path(__file__).resolve().parents[2]

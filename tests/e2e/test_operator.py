@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared.localhost.supplier_stub import Faults, SupplierStub
+from devhost.supplier_stub import Faults, SupplierStub
 from shared.operator import drain
 from tests.support.changed_build import build_v2
 from tests.support.dev_host import DevHost

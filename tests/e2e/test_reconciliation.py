@@ -13,7 +13,7 @@ import pytest
 
 from casekeeper.core.ports import Query
 from casekeeper.stores.sqlite import SqliteDocumentStore
-from shared.localhost.supplier_stub import Faults, SupplierStub
+from devhost.supplier_stub import Faults, SupplierStub
 from tests.support.dev_host import DevHost
 from tests.support.invoices import invoice
 from tests.support.supplier import posts

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shared.localhost.ports import free_port
+from devhost.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "run-local.sh"

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 import tests.faults.test_stateful as stateful
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 
 
 def _hunt(machine: type[stateful.CaseMachine], counts: collections.Counter[str]) -> None:

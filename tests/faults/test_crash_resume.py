@@ -18,7 +18,7 @@ from casekeeper.core.cases import CaseRepository
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.keys import effect_key
 from casekeeper.core.ledger import EffectStatus, Ledger
-from shared.localhost.supplier_stub import Faults, SupplierStub
+from devhost.supplier_stub import Faults, SupplierStub
 from tests.conftest import StoreSpec
 from tests.support.crash import DIED, run_crash_worker
 from tests.support.reconciling import credit_note_reconciler

@@ -34,7 +34,7 @@ monotonic clock with it), the change feed and the timer act on its row, and anot
 session whose lock it lost; then it wakes. The gate's deadline must keep it from sending what nobody counts.
 
 **The reference model** is what the test itself sent and what the supplier logged, never the code under
-test: :mod:`shared.chaos.checks` rebuilds the facts at every case version from the accepted events and the
+test: :mod:`chaos.checks` rebuilds the facts at every case version from the accepted events and the
 case history the API shows (``GET /api/cases/{id}``), and reads what was asked for from the supplier
 stub's own journal. After every step: no request for a key whose note already existed (unless a lookup
 said not found), the money invariant (requested + received never above what the facts justified at each
@@ -83,25 +83,25 @@ from casekeeper.core.clock import ManualClock
 from casekeeper.core.ports import Document, DocumentStore, Query
 from casekeeper.errors import StoreUnavailable
 from casekeeper.stores.sqlite import SqliteDocumentStore
-from shared.app import bootstrap
-from shared.app.bootstrap import Services
-from shared.app.settings import Settings
-from shared.chaos.alert_sink import AlertSink
-from shared.chaos.checks import (
-    Violation,
+from chaos.alert_sink import AlertSink
+from chaos.checks import (
     check_all,
     check_money,
     check_no_request_for_existing_note,
     timelines_of,
 )
-from shared.chaos.evidence import Evidence, Sent
-from shared.chaos.order import set_aside_delivery, set_aside_unapplied
+from chaos.evidence import Evidence, Sent
+from chaos.order import set_aside_delivery, set_aside_unapplied
+from chaos.violations import Violation
+from devhost.changefeed import LocalChangeFeed, to_document_list
+from devhost.schedule import timer_request
+from devhost.supplier_stub import Faults, SupplierStub
+from shared.app import bootstrap
+from shared.app.bootstrap import Services
+from shared.app.settings import Settings
 from shared.domain import events as ev
 from shared.domain.order import instant
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
-from shared.localhost.changefeed import LocalChangeFeed, to_document_list
-from shared.localhost.schedule import timer_request
-from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
 from tests.support.money import money_violations
@@ -1031,7 +1031,7 @@ def test_the_chaos_invariants_hold_over_any_sequence_of_events_faults_and_crashe
 ) -> None:
     import uuid
 
-    from shared.localhost.cosmos_server import make_cosmos_store
+    from devhost.cosmos_server import make_cosmos_store
 
     def open_cosmos() -> DocumentStore:
         return make_cosmos_store(cosmos_server, f"s{uuid.uuid4().hex[:12]}")

@@ -12,7 +12,7 @@ import pytest
 
 from casekeeper.errors import ConcurrencyConflict
 from casekeeper.stores.sqlite import SqliteDocumentStore
-from shared.localhost.changefeed import ChangeBatch, LocalChangeFeed, to_document_list
+from devhost.changefeed import ChangeBatch, LocalChangeFeed, to_document_list
 
 FEED = "reconciler:effects"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.localhost.host import SECRET_FILE, DevOptions, load_environment
+from devhost.host import SECRET_FILE, DevOptions, load_environment
 
 
 def test_the_secret_is_created_0600_not_restricted_afterwards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.chaos.config import MODEL_MIX
+from chaos.config import MODEL_MIX
+from devhost.model_stub import ModelStub, Script, correct
 from shared.domain.credit import CreditRequest, decide, position
 from shared.domain.invoice import InvoiceFacts, Rules
-from shared.localhost.model_stub import ModelStub, Script, correct
 
 ROUTE = "/openai/deployments/gpt-x/chat/completions?api-version=2024-10-21"
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone, tzinfo
 import azure.functions as func
 import pytest
 
-from shared.localhost.schedule import NcrontabSchedule, schedule_status, timer_request
+from devhost.schedule import NcrontabSchedule, schedule_status, timer_request
 
 
 def ts(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0, *, tz: tzinfo = UTC) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 from tests.support.dev_host import DevHost
 from tests.support.invoices import invoice
 from tests.support.supplier import posts
@@ -113,7 +113,7 @@ def test_a_worker_ends_when_its_host_is_gone_even_without_the_parent_death_signa
     worker = textwrap.dedent(
         """
         import sys, time
-        from shared.localhost.host import die_with_parent
+        from devhost.host import die_with_parent
         # As where there is no PR_SET_PDEATHSIG: only the pipe is left.
         die_with_parent(int(sys.argv[1]), int(sys.argv[2]), death_signal=False)
         time.sleep(60)

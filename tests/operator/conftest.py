@@ -13,7 +13,7 @@ import pytest
 
 from casekeeper.capture import uninstall
 from casekeeper.stores.sqlite import SqliteDocumentStore
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 from tests.support.app import Harness, make_harness
 
 

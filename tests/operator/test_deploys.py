@@ -21,8 +21,8 @@ import pytest
 from casekeeper.core.ports import Document, DocumentStore, Query
 from casekeeper.errors import StoreUnavailable
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import SupplierStub
 from shared.operator.drain import main as drain
 from shared.views.runs import Build
 from shared.workflow.build import build_workflow

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import SupplierStub
 from shared.operator.drain import main
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, ApprovalRequest, Proposed, type_key
 from shared.workflow.proposers import AgentProposer

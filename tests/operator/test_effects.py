@@ -17,9 +17,9 @@ from casekeeper.core.ledger import EFFECTS
 from casekeeper.core.reconcile import RECONCILED_SUFFIX
 from casekeeper.errors import OutcomeUnknown
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.supplier_stub import Faults, SupplierStub
 from shared.app import bootstrap
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.operator.effects import main
 from tests.operator.conftest import Ran
 from tests.support.app import Harness

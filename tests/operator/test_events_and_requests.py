@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.operator.events import main as events_main
 from shared.operator.requests import main as requests_main

@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 
+from devhost.ports import free_port
+from devhost.supplier_stub import SupplierStub
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
-from shared.localhost.ports import free_port
-from shared.localhost.supplier_stub import SupplierStub
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "e2e-secret"

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 
 
 @contextmanager

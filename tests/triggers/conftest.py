@@ -17,11 +17,11 @@ import function_app
 from casekeeper.capture import uninstall
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ports import DocumentStore
+from devhost.supplier_stub import SupplierStub
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.settings import Settings
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 

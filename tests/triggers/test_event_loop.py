@@ -11,9 +11,9 @@ from typing import Any
 from casekeeper.capture import uninstall
 from casekeeper.core.clock import ManualClock
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.supplier_stub import Faults, SupplierStub
 from shared.app import bootstrap
 from shared.domain.events import CaseEvent
-from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.messaging import encode
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message

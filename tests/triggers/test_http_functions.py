@@ -13,9 +13,9 @@ from typing import Any
 import azure.functions as func
 import pytest
 
+from devhost.supplier_stub import SupplierStub
 from shared.app.bootstrap import Services
 from shared.domain.events import CaseEvent
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, PRINCIPAL_HEADER, encode_principal
 from tests.triggers.conftest import QUEUE, SECRET, signed_request, user_function

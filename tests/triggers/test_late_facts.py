@@ -24,8 +24,8 @@ import pytest
 
 from casekeeper.core.clock import ManualClock
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.supplier_stub import SupplierStub
 from shared.app.bootstrap import Services
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.support.outage import ALL, OutageStore
 from tests.support.supplier import posts

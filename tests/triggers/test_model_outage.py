@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from casekeeper.core.clock import ManualClock
+from devhost.model_stub import ModelStub
+from devhost.supplier_stub import SupplierStub
 from shared.app.bootstrap import Services
 from shared.domain.events import CaseEvent
-from shared.localhost.model_stub import ModelStub
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.triggers.conftest import INVOICE, QUEUE, deliver_next, on_the_local_queue, settings_for
 

@@ -18,9 +18,9 @@ import pytest
 from casekeeper.core.clock import ManualClock
 from casekeeper.errors import StoreUnavailable
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.supplier_stub import SupplierStub
 from shared.app.bootstrap import Services
 from shared.domain.events import CaseEvent
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.support.outage import ALL, OutageStore
 from tests.triggers.conftest import INVOICE, QUEUE, deliver_next, on_the_local_queue, settings_for

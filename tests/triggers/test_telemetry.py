@@ -23,12 +23,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import function_app
 from casekeeper.capture import uninstall
 from casekeeper.core.entries import CommitPlan
+from devhost.supplier_stub import SupplierStub
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.telemetry import Telemetry, configure
 from shared.domain.events import CaseEvent
 from shared.handlers.case_events import handle_case_message
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import TRACE_PROPERTY, encode
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.triggers.conftest import INVOICE, QUEUE, deliver, settings_for, signed_request, user_function

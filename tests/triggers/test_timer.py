@@ -16,10 +16,10 @@ from casekeeper.core.clock import ManualClock
 from casekeeper.core.entries import CommitPlan
 from casekeeper.core.ports import Document, DocumentStore, Query
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.schedule import timer_request
+from devhost.supplier_stub import SupplierStub
 from shared.app.bootstrap import Services
 from shared.handlers.health import HealthChecksFailed, run_health_checks
-from shared.localhost.schedule import timer_request
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from tests.support.downstream import leave_started
 from tests.support.supplier import posts

@@ -22,11 +22,11 @@ from opentelemetry.trace import SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from casekeeper.capture import uninstall
+from devhost.supplier_stub import SupplierStub
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.telemetry import Telemetry
 from shared.domain.events import CaseEvent
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import TRACE_PROPERTY, encode, message_properties, sender_context
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from tests.support.downstream import leave_started

@@ -17,11 +17,11 @@ import pytest
 
 from casekeeper.core.ids import id_problem
 from casekeeper.core.ports import Query
+from devhost.supplier_stub import SupplierStub
 from shared.app.bootstrap import Services
 from shared.domain import events as ev
 from shared.domain.events import CaseEvent
 from shared.handlers.rejected import rejected_events
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import encode
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from tests.conftest import StoreSpec

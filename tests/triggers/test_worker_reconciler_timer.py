@@ -12,12 +12,12 @@ import pytest
 
 from casekeeper.capture import failure_partition
 from casekeeper.core.ports import Query
+from devhost.schedule import timer_request
+from devhost.supplier_stub import SupplierStub
 from shared.app.bootstrap import Services
 from shared.domain.events import CaseEvent
 from shared.handlers.case_events import MAX_RECHECKS
 from shared.handlers.rejected import rejected_events
-from shared.localhost.schedule import timer_request
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from tests.support.downstream import leave_started
 from tests.triggers.conftest import INVOICE, QUEUE, deliver, user_function

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from benchmarks.scale import run_size
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ import pytest
 from opentelemetry import trace
 
 from casekeeper.errors import ConfigurationError, DownstreamRejected, OutcomeUnknown
-from shared.localhost.ports import free_port
-from shared.localhost.supplier_stub import Faults, SupplierStub
+from devhost.ports import free_port
+from devhost.supplier_stub import Faults, SupplierStub
 from shared.supplier import SupplierPortal
 
 REPO = Path(__file__).resolve().parents[2]
@@ -472,7 +472,7 @@ def test_a_line_cut_short_by_a_kill_is_skipped(tmp_path: Path) -> None:
 def test_the_cli_logs_every_request_before_it_is_killed(tmp_path: Path) -> None:
     log = tmp_path / "supplier.jsonl"
     flags = ["--port", "0", "--log", str(log), "--fail-after-create", "1"]
-    command = [sys.executable, "-m", "shared.localhost.supplier_stub", *flags]
+    command = [sys.executable, "-m", "devhost.supplier_stub", *flags]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None

@@ -6,7 +6,7 @@ import pytest
 
 from casekeeper.capture import uninstall
 from casekeeper.core.ports import DocumentStore, Query
-from shared.localhost.supplier_stub import SupplierStub
+from devhost.supplier_stub import SupplierStub
 from tests.support.app import Harness, make_harness
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from casekeeper.core.keys import approval_request_id, effect_key
 from casekeeper.errors import EffectInFlight, OutcomeUnknown
+from devhost.supplier_stub import Faults, SupplierStub
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import Faults, SupplierStub
 from tests.support.app import Harness
 from tests.support.invoices import invoice
 from tests.support.supplier import posts

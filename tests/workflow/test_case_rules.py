@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from casekeeper.core.keys import effect_key
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
 from shared.errors import InvalidEvent
-from shared.localhost.supplier_stub import SupplierStub
 from tests.support.app import Harness
 from tests.support.downstream import leave_started
 from tests.support.invoices import invoice

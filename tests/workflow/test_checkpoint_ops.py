@@ -12,8 +12,8 @@ import pytest
 
 from benchmarks.guarded_effect import CountingStore
 from casekeeper.core.ports import DocumentStore, Query
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.run_marker import MARKER_ID
 from tests.support.app import make_harness
 from tests.support.invoices import invoice

@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ports import DocumentStore
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
 from shared.domain.events import CaseEvent
 from shared.errors import InvalidEvent
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, Ingress, sign
-from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import decode, encode
 from tests.support.app import Harness, make_harness
 from tests.support.invoices import invoice

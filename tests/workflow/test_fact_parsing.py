@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from casekeeper.core.ports import DocumentStore
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
 from shared.domain.invoice import InvoiceFacts
-from shared.localhost.supplier_stub import SupplierStub
 from tests.support.app import make_harness
 from tests.support.invoices import invoice
 

@@ -7,8 +7,8 @@ from casekeeper.core.cases import CaseRepository
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ports import DocumentStore
 from casekeeper.core.reconcile import Reconciler
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import SupplierStub
 from tests.support.app import make_harness
 from tests.support.downstream import leave_started
 from tests.support.invoices import invoice

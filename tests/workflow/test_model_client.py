@@ -1,5 +1,5 @@
 """The model path through the real client: Agent Framework's Azure OpenAI chat client, over loopback, to the
-local stand-in model (``shared.localhost.model_stub``), which answers as the scripted case asks.
+local stand-in model (``devhost.model_stub``), which answers as the scripted case asks.
 
 Covered here: every wrong answer ends in ``needs_review`` with a plain reason and no supplier call; the
 decision records who proposed it; the SDK neither retries nor sleeps; the token comes from an async
@@ -24,14 +24,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from casekeeper.capture import uninstall
 from casekeeper.core.ports import DocumentStore
+from devhost.model_stub import ModelStub
+from devhost.supplier_stub import SupplierStub
 from shared.app import bootstrap
 from shared.app.telemetry import Telemetry
 from shared.domain import events as ev
 from shared.domain.credit import position
 from shared.domain.invoice import InvoiceFacts, Rules
 from shared.errors import ModelUnavailable
-from shared.localhost.model_stub import ModelStub
-from shared.localhost.supplier_stub import SupplierStub
 from shared.operator.cases import _transition_line
 from shared.workflow.model_client import ModelConfig
 from shared.workflow.proposers import AgentProposer

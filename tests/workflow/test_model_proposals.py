@@ -9,11 +9,11 @@ from decimal import Decimal
 import pytest
 
 from casekeeper.core.ports import DocumentStore, Query
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
 from shared.domain.credit import CreditRequest, position, validate
 from shared.domain.invoice import Action, InvoiceFacts, Proposal, Rules
 from shared.errors import InvalidProposal
-from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.proposers import AgentProposer
 from tests.support.app import make_harness
 from tests.support.invoices import invoice

@@ -29,8 +29,8 @@ from casekeeper.core.clock import ManualClock
 from casekeeper.core.ledger import EffectStatus
 from casekeeper.errors import CasekeeperError
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.supplier_stub import Faults, SupplierStub
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import Faults, SupplierStub
 from tests.support.app import Harness, make_harness
 from tests.support.invoices import invoice
 from tests.support.money import money_violations

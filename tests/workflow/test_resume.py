@@ -9,8 +9,8 @@ import pytest
 
 from casekeeper.core.ports import DocumentStore, Query
 from casekeeper.errors import StoreUnavailable
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
-from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, ApprovalRequest, type_key
 from tests.support.app import make_harness
 from tests.support.changed_build import build_v2

@@ -18,12 +18,12 @@ from casekeeper.core.cases import CaseRepository
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ledger import Ledger
 from casekeeper.core.ports import DocumentStore
+from devhost.supplier_stub import SupplierStub
 from shared.app.alerts import Alerter
 from shared.app.telemetry import Telemetry
 from shared.domain import events as ev
 from shared.domain.events import CaseEvent
 from shared.domain.invoice import Rules
-from shared.localhost.supplier_stub import SupplierStub
 from shared.ports import NoTelemetry, WorkflowTelemetry
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.deps import WorkflowDeps

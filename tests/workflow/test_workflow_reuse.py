@@ -12,10 +12,10 @@ from agent_framework import WorkflowCheckpoint
 
 from benchmarks.guarded_effect import CountingStore
 from casekeeper.core.ports import DocumentStore
+from devhost.supplier_stub import SupplierStub
 from shared.domain import events as ev
 from shared.domain.events import CaseEvent
 from shared.domain.invoice import InvoiceFacts
-from shared.localhost.supplier_stub import SupplierStub
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.deps import run_knowing
 from shared.workflow.messages import Investigate

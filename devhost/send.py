@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from devhost.host import SECRET_FILE
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
-from shared.localhost.host import SECRET_FILE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Sign and post an event to the ingress."""
     args = build_parser().parse_args(argv)
     secret = args.secret or os.environ.get("WEBHOOK_SECRET", "").split(",")[-1].strip()
     if not secret:

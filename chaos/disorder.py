@@ -1,4 +1,4 @@
-"""What a chaos plan adds to put facts out of order and take the store down (:mod:`shared.chaos.plan`
+"""What a chaos plan adds to put facts out of order and take the store down (:mod:`chaos.plan`
 uses it): the store outages, kills kept clear of them, and ``occurredAt`` stamps for a case's facts.
 """
 
@@ -8,17 +8,29 @@ import random
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from shared.chaos.order import CREDIT, INVOICE, OCCURRED_AT, PO
-
-if TYPE_CHECKING:
-    from shared.chaos.plan import KillSpec
+from chaos.order import CREDIT, INVOICE, OCCURRED_AT, PO
 
 OUTAGE_SECONDS = (20.0, 24.0)
 """How long the store stays down: past the in-place retries (four attempts of ``STORE_TIMEOUT_SECONDS``
-each, :data:`shared.chaos.config.HOST_ENV`, plus their short waits), so events take the delayed copies."""
+each, :data:`chaos.config.HOST_ENV`, plus their short waits), so events take the delayed copies."""
 _OFFSETS = (0, 2, -5, 5.5, -3)  # hours; 5.5 for the half-hour zones
+
+
+@dataclass(frozen=True)
+class KillSpec:
+    """``kill -9`` of host ``host``'s process group at ``at`` (mode ``now``), or at the first credit-note
+    request the supplier receives from then on (``after_supplier_request``), or ``delay`` seconds after
+    the next ``po.updated``/``credit_note.issued`` a host accepts (``after_fact_event``: while the fact
+    change and the decision it owes are being made). Waits are bounded. Restarted after
+    ``restart_after`` seconds."""
+
+    at: float
+    host: int
+    mode: str
+    restart_after: float
+    delay: float = 0.0
 
 
 @dataclass(frozen=True)

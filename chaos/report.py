@@ -7,10 +7,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from shared.chaos.checks import INVARIANTS, Violation
-from shared.chaos.evidence import Evidence, to_json
-from shared.chaos.journal import is_credit_post, is_lookup
-from shared.chaos.order import FACT_EVENTS, OCCURRED_AT, refused_with_occurred_at
+from chaos.evidence import Evidence, to_json
+from chaos.journal import is_credit_post, is_lookup
+from chaos.order import FACT_EVENTS, OCCURRED_AT, refused_with_occurred_at
+from chaos.violations import INVARIANTS, Violation
 
 SHOWN_PER_INVARIANT = 4
 

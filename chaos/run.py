@@ -18,16 +18,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shared.chaos.checks import check_all
-from shared.chaos.cluster import Cluster
-from shared.chaos.collect import case_views, operator, queue_state, settle
-from shared.chaos.config import ChaosConfig
-from shared.chaos.driver import Driver
-from shared.chaos.evidence import Evidence
-from shared.chaos.injector import Injector
-from shared.chaos.plan import Plan, make_plan
-from shared.chaos.processes import ProcessError
-from shared.chaos.report import counts, table, write_json
+from chaos.checks import check_all
+from chaos.cluster import Cluster
+from chaos.collect import case_views, operator, queue_state, settle
+from chaos.config import ChaosConfig
+from chaos.driver import Driver
+from chaos.evidence import Evidence
+from chaos.injector import Injector
+from chaos.plan import Plan, make_plan
+from chaos.processes import ProcessError
+from chaos.report import counts, table, write_json
 
 CASE_SHOWS = 20  # `casekeeper case show` for at most this many violating cases (a process each)
 
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Drive events through faults and kill -9, then check the invariants from outside."""
     args = build_parser().parse_args(argv)
     try:
         config = ChaosConfig(

@@ -21,10 +21,10 @@ from urllib.parse import quote
 
 import httpx
 
-from shared.chaos.cluster import Cluster
-from shared.chaos.config import SECRET
-from shared.chaos.evidence import Attempt, Sent
-from shared.chaos.plan import CREDIT, Plan, Step
+from chaos.cluster import Cluster
+from chaos.config import SECRET
+from chaos.evidence import Attempt, Sent
+from chaos.plan import CREDIT, Plan, Step
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 
 APPROVAL = "approval.answered"

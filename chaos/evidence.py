@@ -1,7 +1,7 @@
 """What a chaos run collects, as plain data: what the driver sent, what the supplier logged, what the
 API and the operator commands show at the end, and when hosts were down.
 
-The checks (:mod:`shared.chaos.checks`) are pure functions of an :class:`Evidence`; unit tests build
+The checks (:mod:`chaos.checks`) are pure functions of an :class:`Evidence`; unit tests build
 one by hand. Times are epoch seconds taken by the chaos process, so they compare with each other.
 """
 

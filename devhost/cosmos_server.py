@@ -1,6 +1,6 @@
 """The local Cosmos DB test server (``@vercel/cosmosdb-server`` via ``cosmos_server.js`` beside this file).
 
-``start_cosmos_server()`` spawns ``node shared/localhost/cosmos_server.js 0`` on a free loopback port and
+``start_cosmos_server()`` spawns ``node devhost/cosmos_server.js 0`` on a free loopback port and
 returns once it listens; ``make_cosmos_store(server, database)`` creates a database with every container
 and returns a store on it. The server keeps data in memory only: give each test its own database.
 
@@ -30,7 +30,7 @@ import httpx
 
 from casekeeper.stores.cosmos import CosmosDocumentStore
 
-REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 LAUNCHER: Final = Path(__file__).with_suffix(".js")
 PACKAGE_DIR: Final = REPO_ROOT / "node_modules" / "@vercel" / "cosmosdb-server"
 

@@ -14,14 +14,14 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from shared.chaos.alert_sink import AlertSink
-from shared.chaos.config import HOST_ENV, MODEL_ENV, MODEL_MIX, ChaosConfig
-from shared.chaos.disorder import Outage
-from shared.chaos.evidence import KillWindow, StoreOutage
-from shared.chaos.journal import Journal
-from shared.chaos.outage import ProcessPause, SqliteLockHolder
-from shared.chaos.processes import HostProcess, SupplierProcess
-from shared.localhost.model_stub import ModelStub, Script, settings_for
+from chaos.alert_sink import AlertSink
+from chaos.config import HOST_ENV, MODEL_ENV, MODEL_MIX, ChaosConfig
+from chaos.disorder import Outage
+from chaos.evidence import KillWindow, StoreOutage
+from chaos.journal import Journal
+from chaos.outage import ProcessPause, SqliteLockHolder
+from chaos.processes import HostProcess, SupplierProcess
+from devhost.model_stub import ModelStub, Script, settings_for
 
 
 class Cluster:
@@ -73,7 +73,7 @@ class Cluster:
             self._up[i] = True
 
     def _start_cosmos(self) -> dict[str, str]:
-        from shared.localhost.cosmos_server import make_cosmos_store, start_cosmos_server
+        from devhost.cosmos_server import make_cosmos_store, start_cosmos_server
 
         server = start_cosmos_server()
         self._cosmos = server
@@ -114,7 +114,7 @@ class Cluster:
     def store_outage(self, planned: Outage, until: float, wait: Callable[[float], object]) -> StoreOutage:
         """Take the store down now, until monotonic time ``until`` (``wait(seconds)``: the caller's
         stoppable sleep), then bring it back; the outage as it happened. Raises
-        :class:`~shared.chaos.outage.OutageError` when it cannot be started."""
+        :class:`~chaos.outage.OutageError` when it cannot be started."""
         seconds = max(0.0, until - time.monotonic())
         if self.config.store == "cosmos":
             assert self._cosmos is not None

@@ -25,7 +25,7 @@
      facts change, unless an effect of the case has no known outcome
      (``started``/``needs_reconciliation``: the decision waits for it);
    - per case: the facts rebuilt from the accepted events equal the case's facts.
-   - per case, **the last fact in source order stands** (:mod:`shared.chaos.order`: ``occurredAt``, or
+   - per case, **the last fact in source order stands** (:mod:`chaos.order`: ``occurredAt``, or
      the order in which Casekeeper first accepted the event): the final PO amount is that of the newest
      accepted ``po.updated`` (or the invoice's own), each credit note's final amount that of its newest
      report; no PO or credit change in the history applied a fact older than the one the case held; and
@@ -56,16 +56,16 @@ from collections import Counter
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from shared.chaos.checks import Violation
-from shared.chaos.evidence import Evidence, Sent
-from shared.chaos.facts import Timeline, is_facts_transition
-from shared.chaos.order import (
+from chaos.evidence import Evidence, Sent
+from chaos.facts import Timeline, is_facts_transition
+from chaos.order import (
     final_problems,
     refused_with_occurred_at,
     set_aside_delivery,
     set_aside_unapplied,
     superseded_record,
 )
+from chaos.violations import Violation
 from shared.handlers.ingress import KEY_APPROVER_PREFIX
 
 APPROVAL = "approval.answered"

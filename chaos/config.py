@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CALL_TIMEOUT_SECONDS = 4.0
 LOCK_DURATION_SECONDS = 3.0
@@ -36,7 +36,7 @@ HOST_ENV: dict[str, str] = {
 """Environment overrides for every host; the run adds the supplier URL, the alert sink and the store."""
 
 MODEL_MIX = {"correct": 0.8, "throttle": 0.1, "error": 0.05, "slow": 0.05}
-"""``--model stub``: what share of model calls get which answer (``shared.localhost.model_stub``). Only
+"""``--model stub``: what share of model calls get which answer (``devhost.model_stub``). Only
 transient failures: each must end in the right decision, later."""
 MODEL_ENV = {"AZURE_OPENAI_TIMEOUT_SECONDS": "2"}
 """With ``--model stub``: a ``slow`` answer (5 s) outlives the call's budget."""
@@ -55,7 +55,7 @@ class ChaosConfig:
     kills: int = 15
     seed: int = 0
     outages: int | None = None
-    """Store outages; ``None``: :func:`shared.chaos.plan.default_outages` (two in a default run)."""
+    """Store outages; ``None``: :func:`chaos.plan.default_outages` (two in a default run)."""
     hosts: int = 1
     store: str = "sqlite"
     report: Path | None = None

@@ -1,5 +1,8 @@
 """``casekeeper chaos``: Casekeeper's promise, shown holding under faults and kills, or shown broken.
 
+A dev tool on top of the local host (``devhost``), not part of the deployed app: no other package imports
+it (import-linter holds it).
+
 Modules, one job each: :mod:`.plan` (the seeded plan, plain data), :mod:`.driver` (events over HTTP,
 every answer recorded), :mod:`.injector` (supplier faults, store outages and kills on schedule),
 :mod:`.outage` (the store taken down from outside), :mod:`.cluster` and :mod:`.processes` (the stub and

@@ -2,7 +2,7 @@
 
 - **SQLite**: another process opens the store's file and holds its write lock (``BEGIN IMMEDIATE``).
   The hosts' writes wait for it and fail after their busy timeout (``STORE_TIMEOUT_SECONDS``); reads go
-  on (WAL). The holder is this module run as ``python -m shared.chaos.outage --sqlite FILE --seconds N``:
+  on (WAL). The holder is this module run as ``python -m chaos.outage --sqlite FILE --seconds N``:
   it prints ``held <epoch>`` once it has the lock, and rolls back and exits when its stdin closes (the
   run ends the outage, or the run itself died) or after ``N`` seconds, whichever comes first.
 - **Cosmos DB test server**: the server's process is paused with ``SIGSTOP`` and resumed with
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from shared.chaos.config import REPO_ROOT
+from chaos.config import REPO_ROOT
 
 HOLD_GRACE_SECONDS = 15.0
 """How much longer than planned an outage may last at most (its process or guard then ends it)."""
@@ -47,7 +47,7 @@ class SqliteLockHolder:
 
     def begin(self, seconds: float) -> float:
         """Take the lock; returns when it is held (epoch seconds). Raises :class:`OutageError`."""
-        argv = [sys.executable, "-m", "shared.chaos.outage", "--sqlite", str(self.path), "--seconds", f"{seconds:.1f}"]
+        argv = [sys.executable, "-m", "chaos.outage", "--sqlite", str(self.path), "--seconds", f"{seconds:.1f}"]
         argv += ["--grace", f"{self.grace:.1f}"]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
         self.proc = subprocess.Popen(
@@ -150,7 +150,7 @@ def hold(path: Path, seconds: float, grace: float = HOLD_GRACE_SECONDS) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shared.chaos.outage")
+    parser = argparse.ArgumentParser(prog="python -m chaos.outage")
     parser.add_argument("--sqlite", type=Path, required=True, help="the store file whose write lock to hold")
     parser.add_argument("--seconds", type=float, required=True, help="the planned length (bounded by it plus a grace)")
     parser.add_argument("--grace", type=float, default=HOLD_GRACE_SECONDS, help="seconds past --seconds at most")

@@ -2,8 +2,8 @@
 
 - Faults go to the stub's control API (``POST /_control/faults`` replaces the whole set, so each change
   posts everything that is in force; a counter still armed keeps what remains of it).
-- Store outages (:mod:`shared.chaos.outage`): from the planned start to the planned end, then the store
-  is brought back; each is recorded as it happened (:class:`~shared.chaos.evidence.StoreOutage`).
+- Store outages (:mod:`chaos.outage`): from the planned start to the planned end, then the store
+  is brought back; each is recorded as it happened (:class:`~chaos.evidence.StoreOutage`).
 - Kills: at the planned time, or, for ``after_supplier_request``, at the first credit-note request
   the supplier logs from then on (bounded wait): the host dies with its request at the supplier and
   its reply not yet recorded. The host is restarted after the planned pause.
@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 
-from shared.chaos.cluster import Cluster
-from shared.chaos.outage import OutageError
-from shared.chaos.plan import KEEP, Plan
+from chaos.cluster import Cluster
+from chaos.outage import OutageError
+from chaos.plan import KEEP, Plan
 
 WAIT_FOR_REQUEST_SECONDS = 8.0
 

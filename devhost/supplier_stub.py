@@ -646,7 +646,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the stub in the foreground until interrupted. Returns the exit status (1: cannot start)."""
+    """Serve the supplier portal API locally, logging every request.
+
+    Runs the stub in the foreground until interrupted. Returns the exit status (1: cannot start)."""
     args = build_parser().parse_args(argv)
     faults = Faults(
         hold_seconds=args.hold_seconds,

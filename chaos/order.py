@@ -31,7 +31,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from shared.chaos.evidence import Sent
+from chaos.evidence import Sent
 
 INVOICE = "invoice.received"
 PO = "po.updated"

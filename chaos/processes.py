@@ -20,8 +20,8 @@ from typing import IO
 
 import httpx
 
-from shared.chaos.config import LOCK_DURATION_SECONDS
-from shared.localhost.ports import free_port
+from chaos.config import LOCK_DURATION_SECONDS
+from devhost.ports import free_port
 
 
 class ProcessError(RuntimeError):

@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 // Launches the local Cosmos DB test server (@vercel/cosmosdb-server) for Casekeeper's tests.
 //
-// Usage: node shared/localhost/cosmos_server.js PORT     (PORT 0 = let the OS pick a free port)
+// Usage: node devhost/cosmos_server.js PORT     (PORT 0 = let the OS pick a free port)
 //
-// Contract with shared/localhost/cosmos_server.py:
+// Contract with devhost/cosmos_server.py:
 // - listens on 127.0.0.1 only (HTTPS, the package's self-signed certificate; the Python SDK skips TLS
 //   checks for 127.0.0.1 and localhost), with keep-alive on;
 // - once listening, prints exactly one line `LISTENING <port>` on stdout;

@@ -6,7 +6,7 @@
    of K answered 404 between the previous ``POST`` of K and this one.
 2. **Money.** For each credit-note request R (the first ``POST`` of key K, amount a, case C) let v be
    the case version its decision was made on (the API's ``effects[].caseVersion`` for K) and F(v) the
-   facts that were true then (:mod:`shared.chaos.facts`: the newest in source order the case had seen;
+   facts that were true then (:mod:`chaos.facts`: the newest in source order the case had seen;
    what the case showed, unless it had applied an older fact over a newer one). Then a + the case's
    earlier requests (keys first posted before R whose note the supplier created; each at its requested
    amount, or at the received amount if F(v) shows its note received; not at all if F(v) shows it
@@ -19,45 +19,28 @@
    the store is down (a store outage, plus the margin) a 503 is the honest answer ("nothing was
    accepted; retry"); any other 5xx, or no answer, is still a violation.
 
-Invariants 3 and 4 are in :mod:`shared.chaos.consistency`.
+Invariants 3 and 4 are in :mod:`chaos.consistency`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from shared.chaos.evidence import Evidence
-from shared.chaos.facts import Timeline, rebuild
-from shared.chaos.journal import is_credit_post, is_lookup
-from shared.chaos.order import set_aside_unapplied
+from chaos.consistency import check_effects_and_status, check_reflected
+from chaos.evidence import Evidence
+from chaos.facts import Timeline, rebuild
+from chaos.journal import is_credit_post, is_lookup
+from chaos.order import set_aside_unapplied
+from chaos.violations import Violation
 
 KILL_MARGIN = 1.0
 """Seconds after a kill window in which a failed request is still the kill's (a request sent to the
 restarted host as it came up)."""
 
-INVARIANTS: dict[int, str] = {
-    1: "no request for a key whose note already existed (unless a lookup said not found)",
-    2: "money: requested + received never exceeds what the facts justified",
-    3: "every accepted event reflected or set aside; the last fact in source order stands",
-    4: "every effect settled or escalated (alerted once); status consistent; queue drained",
-    5: "no 5xx or dropped answer to a valid signed request outside a kill window",
-}
-
-
-@dataclass(frozen=True)
-class Violation:
-    invariant: int
-    case_id: str | None
-    summary: str
-    details: dict[str, Any] = field(default_factory=dict)
-
 
 def check_all(evidence: Evidence) -> list[Violation]:
-    from shared.chaos.consistency import check_effects_and_status, check_reflected
-
     timelines = timelines_of(evidence)
     return [
         *check_no_request_for_existing_note(evidence),

@@ -19,7 +19,7 @@ Every case gets ``case.investigate`` events; about 30 % of deliveries are sent a
 delivery id and about 10 % again under a new one; a few cases get a second, conflicting invoice (it
 must be set aside with a reason). A few case ids contain ``/``, which the API allows.
 
-Facts have an order (:mod:`shared.chaos.order`). About a third of the cases are *stamped*: every fact
+Facts have an order (:mod:`chaos.order`). About a third of the cases are *stamped*: every fact
 event of theirs carries ``data.occurredAt`` (RFC 3339, with offsets that differ from event to event, so
 that the text does not sort as the time does), and they get a burst of two or three ``po.updated``
 stamped in source order but delivered in another order, and sometimes a credit note reported twice
@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from shared.chaos.config import HOLD_SECONDS
-from shared.chaos.disorder import Outage, Stamps, clear_of_outages, default_outages, outages_in, stamped
-from shared.chaos.order import OCCURRED_AT
+from chaos.config import HOLD_SECONDS
+from chaos.disorder import KillSpec, Outage, Stamps, clear_of_outages, default_outages, outages_in, stamped
+from chaos.order import OCCURRED_AT
 
 INVOICE = "invoice.received"
 PO = "po.updated"
@@ -104,21 +104,6 @@ class FaultWindow:
     fault: str
     value: float | int | bool
     label: str
-
-
-@dataclass(frozen=True)
-class KillSpec:
-    """``kill -9`` of host ``host``'s process group at ``at`` (mode ``now``), or at the first credit-note
-    request the supplier receives from then on (``after_supplier_request``), or ``delay`` seconds after
-    the next ``po.updated``/``credit_note.issued`` a host accepts (``after_fact_event``: while the fact
-    change and the decision it owes are being made). Waits are bounded. Restarted after
-    ``restart_after`` seconds."""
-
-    at: float
-    host: int
-    mode: str
-    restart_after: float
-    delay: float = 0.0
 
 
 @dataclass(frozen=True)

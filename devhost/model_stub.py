@@ -350,6 +350,7 @@ def parse_mix(raw: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve a scriptable stand-in for an Azure OpenAI chat deployment locally."""
     parser = argparse.ArgumentParser(prog="casekeeper model-stub", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument("--key", default=None, help="the api-key it accepts (default: any key or bearer token)")

@@ -48,15 +48,15 @@ from typing import Any
 
 from casekeeper import StoreError
 from casekeeper.stores.sqlite import SqliteDocumentStore
+from devhost.changefeed import LocalChangeFeed, to_document_list
+from devhost.http_server import SOCKET_TIMEOUT_SECONDS, HttpFrontend, Route
+from devhost.schedule import NcrontabSchedule, timer_request
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.retention import backend
 from shared.app.settings import SETTINGS, Settings
 from shared.app.telemetry import configure as configure_telemetry
 from shared.app.telemetry import quiet_library_loggers
-from shared.localhost.changefeed import LocalChangeFeed, to_document_list
-from shared.localhost.http_server import SOCKET_TIMEOUT_SECONDS, HttpFrontend, Route
-from shared.localhost.schedule import NcrontabSchedule, timer_request
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
 from shared.web.identity import ROLE_ALIASES, encode_principal, role_name
@@ -419,7 +419,7 @@ class CaseWorkers:
         self.options = options
         self.env = dict(env)
         # The code this host runs, first on the path: a worker runs the very same build.
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(Path(__file__).resolve().parents[1])
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * count
         self._alive_r, self._alive_w = os.pipe()  # never inherited: only this process holds the write end
@@ -581,7 +581,7 @@ def build_parser() -> Any:
         choices=("settings", "stub"),
         default="settings",
         help="who proposes: as the settings say (AZURE_OPENAI_*; none: the rules), or stub: a local stand-in "
-        "model that the real Azure OpenAI client talks to (shared/localhost/model_stub.py)",
+        "model that the real Azure OpenAI client talks to (devhost/model_stub.py)",
     )
     # Set by the host on the case-worker processes it starts.
     parser.add_argument("--case-worker-of", type=int, default=None, help=argparse.SUPPRESS)
@@ -591,6 +591,7 @@ def build_parser() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve the function app locally on SQLite (HTTP, session queue, change feed, timers)."""
     import sys
 
     args = build_parser().parse_args(argv)
@@ -637,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.path.insert(0, str(options.app_dir))
     if args.model == "stub" and args.case_worker_of is None:
-        from shared.localhost.model_stub import serve_for_dev
+        from devhost.model_stub import serve_for_dev
 
         model = serve_for_dev()
         os.environ.update(model)  # the case-worker processes inherit it with the host's settings

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from shared.chaos.cluster import Cluster
+from chaos.cluster import Cluster
 
 QUEUE = "case-events"
 

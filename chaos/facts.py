@@ -14,7 +14,7 @@ applied that was never accepted). A report the case recorded as superseded (``su
 no transition: it changed nothing.
 
 ``true_at[v]`` are the facts that were true at v: the newest in source order that the case had seen
-by then (:func:`shared.chaos.order.walk`). They equal ``at[v]`` unless the case applied an older fact
+by then (:func:`chaos.order.walk`). They equal ``at[v]`` unless the case applied an older fact
 over a newer one; the money rule is judged on them.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from shared.chaos.evidence import Sent
-from shared.chaos.order import SUPERSEDED, SourceOrder, set_aside_delivery, source_order, walk
+from chaos.evidence import Sent
+from chaos.order import SUPERSEDED, SourceOrder, set_aside_delivery, source_order, walk
 
 PO_REASON = "po.updated:"
 CREDIT_REASON = "credit_note.issued:"
