@@ -21,9 +21,10 @@ BIN=.venv/bin
 # The defaults of casekeeper dev, send and the operator commands: with them, copied commands just work.
 DEFAULT_DATA=.casekeeper/dev
 DEFAULT_PORT=7071
+DEFAULT_SUPPLIER_PORT=8765
 DATA=${CASEKEEPER_RUN_DATA:-$DEFAULT_DATA}
 PORT=${PORT:-$DEFAULT_PORT}
-SUPPLIER_PORT=${SUPPLIER_PORT:-8765}
+SUPPLIER_PORT=${SUPPLIER_PORT:-$DEFAULT_SUPPLIER_PORT}
 # Who the pages see: a stand-in for App Service Authentication, shown on every page as "local identity".
 LOCAL_USER=${CASEKEEPER_LOCAL_USER:-you@localhost}
 FRESH=${CASEKEEPER_FRESH:-}
@@ -63,7 +64,7 @@ SUGGESTED=
 for name in PORT SUPPLIER_PORT; do
   value=${!name}
   default=$DEFAULT_PORT
-  [ "$name" = PORT ] || default=8765
+  [ "$name" = PORT ] || default=$DEFAULT_SUPPLIER_PORT
   if ! valid_port "$value"; then
     port_in_use "$default" && default=$(free_port_near "$default" $SUGGESTED)
     SUGGESTED+=" $default"
@@ -207,14 +208,31 @@ seed_step() {
     *)
       echo "$SEED_CASE is $1 now (data kept from an earlier run). Its page: $page" ;;
   esac
-  [ "$1" = awaiting_approval ] || echo "To have it waiting for approval again: make run FRESH=1 (deletes every case)."
+  [ "$1" = awaiting_approval ] || echo "To have it waiting for approval again: ${RUN_ENV}make run FRESH=1 (deletes every case)."
 }
 
-# Options the printed commands need only when this run differs from the commands' defaults.
+# Options the printed commands need only when this run differs from the commands' defaults; this run's
+# settings that differ, as what goes before make run to run it again.
 URL_OPT=
 [ "$PORT" = "$DEFAULT_PORT" ] || URL_OPT=" --url $HOST_URL"
 DATA_OPT=
 [ "$DATA" = "$DEFAULT_DATA" ] || DATA_OPT=" --data $DATA"
+RUN_ENV=
+[ "$PORT" = "$DEFAULT_PORT" ] || RUN_ENV+="PORT=$PORT "
+[ "$SUPPLIER_PORT" = "$DEFAULT_SUPPLIER_PORT" ] || RUN_ENV+="SUPPLIER_PORT=$SUPPLIER_PORT "
+[ "$DATA" = "$DEFAULT_DATA" ] || RUN_ENV+="CASEKEEPER_RUN_DATA=$(printf %q "$DATA") "
+[ "$LOCAL_USER" = you@localhost ] || RUN_ENV+="CASEKEEPER_LOCAL_USER=$(printf %q "$LOCAL_USER") "
+
+# How the README's commands, written for the defaults, read for this run: only when it is not on them.
+not_the_defaults() {
+  [ -n "$RUN_ENV" ] || return 0
+  printf '\n\n'
+  echo "This run is not on the defaults the README's commands are written for. In them, read:"
+  [ "$PORT" = "$DEFAULT_PORT" ] || echo "  $HOST_URL for http://127.0.0.1:$DEFAULT_PORT, and give casekeeper send --url $HOST_URL"
+  [ "$SUPPLIER_PORT" = "$DEFAULT_SUPPLIER_PORT" ] || echo "  $SUPPLIER_URL for http://127.0.0.1:$DEFAULT_SUPPLIER_PORT"
+  [ "$DATA" = "$DEFAULT_DATA" ] || echo "  $DATA for $DEFAULT_DATA, and give every casekeeper command --data $DATA"
+  echo "  ${RUN_ENV}make run for make run"
+}
 
 banner() {
   cat <<TXT
@@ -241,10 +259,10 @@ Read the case (status credit_requested, one effect done):
 What the supplier received:  cat $DATA/supplier.jsonl
 Make the supplier misbehave: curl -X POST -H 'Content-Type: application/json' \\
                                -d '{"fail_after_create": 1}' $SUPPLIER_URL/_control/faults
-Start again from nothing:    make run FRESH=1
+Start again from nothing:    ${RUN_ENV}make run FRESH=1$(not_the_defaults)
 
-The README's "first ten minutes" go on from here; these commands are the ones to copy, with this run's
-ports and data folder. Ctrl-C stops it.
+The README's "first ten minutes" go on from here; the commands above are the ones to copy, with this
+run's ports and data folder. Ctrl-C stops it.
 
 TXT
 }

@@ -224,10 +224,20 @@ def test_the_printed_commands_carry_this_runs_port_and_folder(tmp_path: Path, ru
     sends = [c for c in commands if " send " in c]
     assert sends and all(c.endswith(f"--url http://127.0.0.1:{port} --data {data}") for c in sends), sends
     assert all(f"--data {data}" in c for c in commands), commands
-    hosts = re.findall(r"https?://([^/\s'\")]*)", said)
+    commands_part = said.split("This run is not on the defaults", 1)[0]
+    hosts = re.findall(r"https?://([^/\s'\")]*)", commands_part)
     assert hosts and set(hosts) == {f"127.0.0.1:{port}", f"127.0.0.1:{supplier_port}"}, hosts
-    assert not re.search(r":(7071|8765)\b", said)
     assert f"cat {data}/supplier.jsonl" in said
+    # Starting again names this run's settings, and the README's commands, written for the defaults, are
+    # translated: the defaults appear only there.
+    again = f"PORT={port} SUPPLIER_PORT={supplier_port} CASEKEEPER_RUN_DATA={data} make run"
+    assert f"Start again from nothing:    {again} FRESH=1" in said
+    translation = said.split("This run is not on the defaults the README's commands are written for.", 1)[1]
+    assert f"http://127.0.0.1:{port} for http://127.0.0.1:7071, and give casekeeper send --url" in translation
+    assert f"http://127.0.0.1:{supplier_port} for http://127.0.0.1:8765" in translation
+    assert f"{data} for .casekeeper/dev, and give every casekeeper command --data {data}" in translation
+    assert f"{again} for make run" in translation
+    assert not re.search(r":(7071|8765)\b", commands_part)
 
 
 def test_a_typo_in_a_port_and_a_busy_port_are_both_reported(tmp_path: Path) -> None:
