@@ -5,7 +5,7 @@
 One *effect* is the happy path of one external call and its status change, on a case of its own:
 
 ``guarded``
-    Casekeeper: ``Ledger.run_on_record`` (casekeeper.core.entries): the claim is the version gate, one conditional
+    Casekeeper: ``Ledger.run`` (casekeeper.core.entries): the claim is the version gate, one conditional
     replace of the case (If-Match on the case as the decision read it) adding the ``started`` entry; call;
     then one conditional replace of the case recording ``done`` and committing the status together. Target:
     at most two round trips (the two-container layout took four: claim, gate, outcome, commit).
@@ -229,7 +229,7 @@ class _Bench:
 
 
 def _guarded(bench: _Bench, case_id: str) -> None:
-    outcome = bench.ledger.run_on_record(
+    outcome = bench.ledger.run(
         case_id=case_id,
         action=ACTION,
         decided_on_version=1,

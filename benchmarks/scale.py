@@ -4,7 +4,8 @@ The store is seeded directly (no events, no worker per case): a few template cas
 case worker against a real supplier stub (a credit requested and finished, a run paused for an approval),
 and then every seeded case is a copy of one of them under its own id, with its effects and its checkpoint.
 A small fraction is stuck: paused for an approval (with its checkpoint and the run's in-flight mark), an
-effect ``started`` and never settled, a version gate open. The rest finished long ago.
+effect ``started`` and never settled, a case left ``open`` with its decision never made. The rest finished
+long ago.
 
 Then, through :class:`~benchmarks.guarded_effect.CountingStore`, each of these is run once and measured
 (wall time, store round trips, documents the queries returned):
@@ -13,7 +14,7 @@ Then, through :class:`~benchmarks.guarded_effect.CountingStore`, each of these i
 - **pending effects**: the ops page's list (the oldest 50 of each open status, and their counts);
 - **drain check**: every in-flight run judged against this build (``shared.views.drain``);
 - **timer tick**: every duty of one tick (``shared.handlers.health``), the call timeout set to zero so
-  that every seeded ``started`` effect and open gate is overdue.
+  that every seeded ``started`` effect and ``open`` case is overdue.
 
 SQLite gets 1k and 100k cases (inserted in one transaction per container); the Cosmos DB test server gets
 1k and 10k, seeded through its bulk route (:meth:`~shared.localhost.cosmos_server.CosmosServer.seed`: 100k
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.guarded_effect import CountingStore
+from casekeeper.capture import uninstall
 from casekeeper.core.cases import CaseRepository
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ledger import Ledger
@@ -60,7 +62,6 @@ from shared.views.drain import check
 from shared.views.effects import pending_view
 from shared.views.runs import graph_hash_of
 from shared.workflow.build import build_workflow
-from shared.workflow.capture import uninstall
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 from shared.workflow.proposers import RulesProposer
@@ -71,7 +72,7 @@ if TYPE_CHECKING:
     from shared.localhost.cosmos_server import CosmosServer
 
 STUCK_FRACTION = 0.01
-"""Of the seeded cases: 40 % of these paused for an approval, 40 % with a started effect, 20 % a gate open."""
+"""Of the seeded cases: 40 % of these paused for an approval, 40 % with a started effect, 20 % left open."""
 PAGE_SHOWN = 50
 INVOICE = {"invoiceId": "INV-1", "supplierId": "SUP-9", "poNumber": "PO-1", "currency": "EUR", "poAmount": "1000.00"}
 
@@ -108,7 +109,7 @@ def templates(store: DocumentStore, supplier_url: str) -> dict[str, list[Documen
         proposer=RulesProposer(),
         rules=Rules(),
     )
-    worker = CaseWorker(WorkflowRunner(deps, store, alerts=Alerter(store, ManualClock())))
+    worker = CaseWorker(WorkflowRunner(deps, store, alert=Alerter(store, ManualClock()).raise_alert))
     made = {"finished": ("T-FIN", "1100.00"), "paused": ("T-PAUSE", "2500.00")}
     found: dict[str, list[Document]] = {}
     for name, (case_id, amount) in made.items():
@@ -124,14 +125,14 @@ def templates(store: DocumentStore, supplier_url: str) -> dict[str, list[Documen
 def copies(
     template: list[Document], case_id: str, *, effect_status: str | None = None
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The template's documents for ``case_id``: (container, body)."""
+    """The template's documents for ``case_id``: (container, body); ``effect_status``: the status its effects'
+    entries on the case are given (``started``: the case has an open entry, as after a lost reply)."""
     out = []
     for doc in template:
         body = json.loads(json.dumps(doc.body).replace(f'"{doc.partition}"', f'"{case_id}"'))
-        if doc.container == "effects":
-            body["id"] = f"{case_id}-{doc.id[:16]}"
-            if effect_status is not None:
-                body["status"] = effect_status
+        if doc.container == "cases" and effect_status is not None:
+            body["effects"] = [{**entry, "status": effect_status} for entry in body.get("effects") or ()]
+            body["openEffects"] = effect_status in ("started", "needs_reconciliation")
         out.append((doc.container, body))
     return out
 
@@ -153,7 +154,7 @@ def seed_plan(
         elif i < stuck:
             for container, body in copies(tpl["finished"], case_id):
                 if container == "cases":
-                    body.update(status="open", gateOpen=True, gate={"effectKey": f"{case_id}-gate", "version": 1})
+                    body.update(status="open")  # a fact recorded, its decision never made
                 docs.append((container, body))
         else:
             docs.extend(copies(tpl["finished"], case_id))

@@ -101,8 +101,8 @@ def counted_services(settings: Any, store: DocumentStore, queue: Any) -> Any:
 
 
 def _uninstall(services: Any) -> None:
+    from casekeeper.capture import uninstall
     from shared.app import bootstrap
-    from shared.workflow.capture import uninstall
 
     bootstrap.use(None)
     uninstall()

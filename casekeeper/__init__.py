@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from casekeeper.approvals import ApprovalRequest, asked_on
 from casekeeper.clock import Clock, ManualClock, SystemClock
-from casekeeper.effects import Call, Decision, EffectResult, GuardedEffect, Lookup, Record, Settled
+from casekeeper.effects import Call, Decision, EffectResult, Lookup, Record, Settled
 from casekeeper.errors import (
     AlreadyExists,
     ApprovalNotPending,
@@ -47,14 +47,13 @@ from casekeeper.errors import (
     StoreError,
     StoreUnavailable,
 )
-from casekeeper.guard import Guard
+from casekeeper.guard import Guard, GuardedEffect
 from casekeeper.records import (
     OPEN_STATUSES,
     RECONCILED_SUFFIX,
     Answer,
     Effect,
     EffectStatus,
-    Gate,
     RecheckResult,
     Transition,
     approval_request_id,
@@ -87,7 +86,6 @@ __all__ = [
     "EffectInFlight",
     "EffectResult",
     "EffectStatus",
-    "Gate",
     "Guard",
     "GuardedEffect",
     "InvalidDocumentId",

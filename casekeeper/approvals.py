@@ -16,16 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from casekeeper.core.cases import Answer, version_after
+from casekeeper.core.cases import Answer, Case, CaseRepository, version_after
 from casekeeper.core.errors import StaleDecision
 from casekeeper.core.keys import approval_request_id, canonical_json, effect_key
+from casekeeper.effects import Decision
 from casekeeper.errors import ApprovalNotPending, StaleApproval
-
-if TYPE_CHECKING:
-    from casekeeper.effects import Decision
-    from casekeeper.guard import Guard
 
 PENDING = "pendingApproval"
 ANSWERED = "approval"
@@ -63,7 +60,10 @@ def asked_on(decided_on_version: int) -> int:
     return version_after(decided_on_version)
 
 
-def ask(guard: Guard, decision: Decision, action: str, details: Mapping[str, Any], *, status: str) -> ApprovalRequest:
+def ask(
+    records: CaseRepository, decision: Decision, action: str, details: Mapping[str, Any], *, status: str
+) -> ApprovalRequest:
+    """Commit the record to ``status`` with the request pending (see the module docstring)."""
     on = asked_on(decision.version)
     canonical_json(dict(details))
     request = ApprovalRequest(
@@ -73,7 +73,7 @@ def ask(guard: Guard, decision: Decision, action: str, details: Mapping[str, Any
         on,
         dict(details),
     )
-    committed = guard.records.commit_status(
+    committed = records.commit_status(
         decision.record_id,
         decision.version,
         status,
@@ -82,7 +82,7 @@ def ask(guard: Guard, decision: Decision, action: str, details: Mapping[str, Any
     )
     if committed is not None:
         return request
-    record = guard.records.require(decision.record_id)
+    record = records.require(decision.record_id)
     pending = record.data.get(PENDING) or {}
     if pending.get("requestId") == request.request_id and record.version == on:
         return request  # a replay of this very ask: ask the same request again
@@ -96,7 +96,7 @@ def ask(guard: Guard, decision: Decision, action: str, details: Mapping[str, Any
 
 
 def answer(
-    guard: Guard,
+    records: CaseRepository,
     record_id: str,
     request_id: str,
     *,
@@ -106,9 +106,9 @@ def answer(
     reason: str | None,
     approved_status: str,
     rejected_status: str,
-) -> Decision | None:
-    from casekeeper.effects import Decision
-
+) -> tuple[Case, dict[str, Any]] | None:
+    """Commit the answer (see the module docstring). Returns, for an approval, the record after it and the
+    answer as recorded (``data.approval``); ``None`` for a rejection."""
     entry: dict[str, Any] = {
         "requestId": request_id,
         "approved": approve,
@@ -117,7 +117,7 @@ def answer(
         "onVersion": on_version,
     }
     for _ in range(8):
-        record = guard.records.require(record_id)
+        record = records.require(record_id)
         pending = record.data.get(PENDING) or {}
         entry.update(action=pending.get("action"), details=pending.get("details"))
         if pending.get("requestId") != request_id:
@@ -126,7 +126,7 @@ def answer(
             if same and approve and record.version == version_after(on_version) and record.status == approved_status:
                 # This answer landed before and nothing has happened since (a crash right after it):
                 # the same decision again, on the same version, so its effect is replayed, not repeated.
-                return Decision(record, _earlier(guard, record), dict(answered), id(guard))
+                return record, dict(answered)
             detail = "answered already" if answered.get("requestId") == request_id else "no such pending request"
             raise ApprovalNotPending(case_id=record_id, request_id=request_id, detail=detail)
         waiting_on = int(pending.get("askedOn", -1))
@@ -137,7 +137,7 @@ def answer(
         target = approved_status if approve else rejected_status
         who = f"{'approved' if approve else 'rejected'} by {by}" + (f": {reason}" if reason else "")
         answered_by = Answer(request_id, approve, by, on_version, reason)
-        committed = guard.records.commit_status(
+        committed = records.commit_status(
             record_id,
             record.version,
             target,
@@ -150,9 +150,5 @@ def answer(
             continue  # the record moved meanwhile: look again (another answer, or a change of facts)
         if not approve:
             return None
-        return Decision(committed, _earlier(guard, committed), entry, id(guard))
+        return committed, entry
     raise StaleApproval(case_id=record_id, request_id=request_id, answered_on=on_version, current_version=-1)
-
-
-def _earlier(guard: Guard, record: Any) -> tuple[Any, ...]:
-    return tuple(e for e in guard.ledger.effects_for(record) if e.case_version != record.version)

@@ -57,9 +57,7 @@ MESSAGE_PREFIX: Final = "Failed to create checkpoint at iteration"
 """How the runner's message template starts (``record.msg``, before formatting)."""
 
 KIND_CHECKPOINT_FAILURE: Final = "checkpoint_failure"
-"""The record's type (field ``record``), and the one partition every failure had in the older layout (still
-read and marked: :data:`LEGACY_FAILURE_PARTITION`)."""
-LEGACY_FAILURE_PARTITION: Final = KIND_CHECKPOINT_FAILURE
+"""The record's type (field ``record``) and the prefix of its partitions (:func:`failure_partition`)."""
 FAILURE_SHARDS: Final = 16
 """Logical partitions the failure records are spread over (``checkpoint_failure-00`` ... ``-15``), by a hash
 of the case id: an incident that fails the saves of thousands of cases shares no one partition's 20 GB and
@@ -107,12 +105,13 @@ class CheckpointFailure:
     last_good_checkpoint_id: str | None
     at: str
     alerted: bool
-    ts: float = 0.0
-    partition: str = LEGACY_FAILURE_PARTITION
-    """The partition the record is in (``kind``): sharded, or the older layout's single one."""
+    ts: float
+    partition: str
+    """The partition the record is in (its ``kind``, :func:`failure_partition`)."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, ts: float = 0.0) -> CheckpointFailure:
+        """The failure a stored body holds (``ts``: its document's store time)."""
         error = body.get("error") or {}
         iteration = body.get("iteration")
         return cls(
@@ -126,7 +125,7 @@ class CheckpointFailure:
             at=str(body.get("at", "")),
             alerted=bool(body.get("alerted", False)),
             ts=ts,
-            partition=str(body.get("kind") or LEGACY_FAILURE_PARTITION),
+            partition=str(body["kind"]),
         )
 
     @classmethod
@@ -362,14 +361,6 @@ def failures_since(
     watermark is not returned: a timer should select on ``alerted=False`` (with ``ts`` only as a
     look-back limit) rather than trust the watermark alone.
     """
-    legacy: dict[str, str | bool] = {}
-    if alerted is not None:
-        legacy["alerted"] = alerted
-    if case_id is not None:
-        legacy["caseId"] = case_id
-    old_layout = store.query(
-        HEALTH, Query(partition=LEGACY_FAILURE_PARTITION, equals=legacy, ts_after=ts, order_by_ts="asc")
-    )
     if case_id is not None:
         # One case's failures are in its one partition, which holds nothing else.
         of_case: dict[str, str | bool] = {"caseId": case_id}
@@ -382,9 +373,8 @@ def failures_since(
         if alerted is not None:
             across["alerted"] = alerted
         found = store.query(HEALTH, Query(equals=across, ts_after=ts, order_by_ts="asc"))
-    docs = [*old_layout, *found]
     # The store orders by ts only; make ties (same second on Cosmos) deterministic.
-    return [CheckpointFailure.from_document(d) for d in sorted(docs, key=lambda d: (d.ts, d.body.get("at", ""), d.id))]
+    return [CheckpointFailure.from_document(d) for d in sorted(found, key=lambda d: (d.ts, d.body.get("at", ""), d.id))]
 
 
 def mark_alerted(store: DocumentStore, failure: CheckpointFailure) -> bool:

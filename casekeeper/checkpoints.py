@@ -21,7 +21,7 @@ Documents (all in partition ``caseId``):
   checkpoint's own ISO timestamp), ``encodedBytes`` and ``encoded`` (the framework's JSON-safe
   encoding: plain JSON for dicts, lists and primitives, base64 pickles for everything else), and
   ``stateSchemas``: the fields of every allowed type the checkpoint holds (:mod:`.state_schemas`),
-  compared with the running build's before a resume (absent from checkpoints older builds wrote).
+  compared with the running build's before a resume.
 
 **The sequence.** ``seq`` is one more than the highest ``seq`` of the case's checkpoints, as this storage
 instance last read them (the worker reads them at the start of every event to look for an interrupted run,
@@ -306,10 +306,11 @@ class CaseCheckpointStorage:
 
     def schema_changes(self, stored: object) -> list[state_schemas.Incompatibility]:
         """Why a checkpoint whose document stores ``stored`` (its ``stateSchemas``) cannot be resumed by this
-        build's types; empty when it can, or when the checkpoint predates stored schemas (``None``). Types
-        outside the allow-list are left to decoding, which names them as types that would not load."""
+        build's types; empty when it can. A document without them is malformed: every checkpoint this storage
+        writes carries them. Types outside the allow-list are left to decoding, which names them as types that
+        would not load."""
         if stored is None:
-            return []
+            return [state_schemas.Incompatibility("stateSchemas", None, "the checkpoint stores no state schemas")]
         if not isinstance(stored, dict):
             return [state_schemas.Incompatibility("stateSchemas", None, "the stored schemas are malformed")]
         held = {key: schema for key, schema in stored.items() if key in self._allowed}

@@ -1,23 +1,20 @@
-"""What a guarded effect is: its declaration, the decision it runs on, and what running it returns.
+"""What a guarded effect is called with and returns: the call contract, the decision it runs on, its result.
 
-:class:`GuardedEffect` is made by :meth:`~casekeeper.Guard.effect` (or ``register``); :class:`Decision`
-by :meth:`~casekeeper.Guard.decide`, :meth:`~casekeeper.Guard.pinned` or an approval; :class:`Settled` by
-:meth:`~casekeeper.Guard.settle`. The call contract (:data:`Call`, :data:`Lookup`) is in docs/guard.md.
+:class:`Decision` is made by :meth:`~casekeeper.Guard.decide`, :meth:`~casekeeper.Guard.pinned` or an approval;
+:class:`Settled` by :meth:`~casekeeper.Guard.settle`; :class:`EffectResult` by running a declared effect
+(:class:`~casekeeper.GuardedEffect`, in :mod:`casekeeper.guard`). The call contract (:data:`Call`,
+:data:`Lookup`) is in docs/guard.md.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from casekeeper.core.cases import Answer, Case
-from casekeeper.core.ledger import Effect, EffectStatus
-
-if TYPE_CHECKING:
-    from casekeeper.guard import Guard
+from casekeeper.core.cases import Case
+from casekeeper.core.effect import Effect, EffectStatus
 
 Record = Case
 """A record as read from the store: ``id``, ``status``, ``version``, ``facts``, ``data``, ``history``."""
@@ -104,184 +101,8 @@ class EffectResult:
 
 @dataclass(frozen=True)
 class Settled:
-    """What :meth:`Guard.settle` found: the ``record`` and its ``effects`` as they are now, and the
-    crash-left commits it ``finished`` (each effect with ``committed`` or ``needs_review``)."""
+    """What :meth:`Guard.settle` found: the ``record`` and its ``effects`` as they are now, none of an earlier
+    version without a known outcome."""
 
     record: Record
     effects: tuple[Effect, ...]
-    finished: tuple[tuple[Effect, str], ...]
-
-
-class GuardedEffect:
-    """One declared effect (see :meth:`Guard.effect`). Run it with :meth:`run` or :meth:`arun`."""
-
-    def __init__(
-        self,
-        guard: Guard,
-        action: str,
-        call: Call,
-        *,
-        commit: str | Callable[[Mapping[str, Any]], str],
-        lookup: Lookup | None,
-        retry_same_key: bool,
-        commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None,
-        commit_data_from: CommitData | None = None,
-        flat_request: bool = False,
-        review_on_refusal: bool = True,
-        retry_args: Callable[[Effect], Mapping[str, Any]] | None = None,
-    ) -> None:
-        if not action:
-            raise ValueError("action must be a non-empty string")
-        if not commit:
-            raise ValueError(f"effect {action!r} needs a commit: the status the record moves to once it is done")
-        if retry_same_key and lookup is None:
-            raise ValueError(f"effect {action!r}: retry_same_key needs a lookup (retry only what was not found)")
-        self._guard = guard
-        self.action = action
-        self.call = call
-        self._commit = commit
-        self.lookup = lookup
-        self.retry_same_key = retry_same_key
-        if commit_data is not None and commit_data_from is not None:
-            raise ValueError(f"effect {action!r}: give commit_data or commit_data_from, not both")
-        self._commit_data = commit_data
-        self._commit_data_from = commit_data_from
-        self.flat_request = flat_request
-        self.review_on_refusal = review_on_refusal
-        self._retry_args = retry_args
-        self.__doc__ = getattr(call, "__doc__", None) or f"Guarded effect {action!r}."
-
-    def __repr__(self) -> str:
-        return f"GuardedEffect({self.action!r})"
-
-    def commit_status(self, args: Mapping[str, Any]) -> str:
-        """The status the record moves to once the effect made with ``args`` is done."""
-        return self._commit(args) if callable(self._commit) else self._commit
-
-    def data_for(self, effect: Effect) -> dict[str, Any]:
-        """The record ``data`` fields written with the commit (``commit_data_from(effect)``, or
-        ``commit_data(result)``)."""
-        if self._commit_data_from is not None:
-            return dict(self._commit_data_from(effect))
-        if self._commit_data is None or effect.result is None:
-            return {}
-        return dict(self._commit_data(effect.result))
-
-    def request_for(self, args: Mapping[str, Any], intent: Mapping[str, Any]) -> dict[str, Any]:
-        """The ledger row's ``request``: the args (under ``args``, or at the top level for a
-        ``flat_request`` effect) and the commit intent (under ``commit``)."""
-        if self.flat_request:
-            if "commit" in args:
-                raise ValueError(f"effect {self.action!r} stores its args flat: no arg may be named 'commit'")
-            return {**args, "commit": dict(intent)}
-        return {"args": dict(args), "commit": dict(intent)}
-
-    def args_of(self, effect: Effect) -> dict[str, Any]:
-        """The args a ledger row was made with: what a same-key retry calls again with (``retry_args``,
-        when declared, rebuilds them from the row)."""
-        if self._retry_args is not None:
-            return dict(self._retry_args(effect))
-        if self.flat_request:
-            return {k: v for k, v in effect.request.items() if k != "commit"}
-        return dict(effect.request.get("args") or {})
-
-    def run(
-        self,
-        decision: Decision | Mapping[str, Any],
-        args: Mapping[str, Any],
-        *,
-        reason: str | None = None,
-        proposed_by: str | None = None,
-        answer: Answer | None = None,
-        commit_fields: Mapping[str, Any] | None = None,
-    ) -> EffectResult:
-        """Run the effect for ``decision`` (or its :meth:`Decision.to_json`) at most once, then commit the record.
-
-        Raises ``StaleDecision`` (the record moved since the decision: nothing called; decide again),
-        ``EffectFailed`` (definite refusal, now or earlier: the record goes to the guard's review
-        status), ``EffectInFlight`` (another attempt may be mid-call: try later), ``NeedsReconciliation``
-        (outcome unknown past the call timeout: reconciliation settles it), ``MissingCommitIntent``, and
-        re-raises the call's ``OutcomeUnknown`` (or other exception) with the ledger row left ``started``.
-
-        The commit's transition records ``reason``, ``proposed_by`` (who proposed the decision) and
-        ``answer`` (the person's answer it commits, if any). ``commit_fields`` are stored in the commit
-        intent for your own readers of the ledger; the guard writes them and never reads them.
-        """
-        decision = self._guard.pin(decision)
-        if decision.guard_id not in (0, id(self._guard)):
-            raise ValueError("this decision was made by another guard")
-        intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-        return self._guard._run(
-            self, decision.record_id, decision.version, dict(args), intent, loop=None, expected=_read(decision)
-        )
-
-    def run_on(
-        self,
-        record_id: str,
-        version: int,
-        args: Mapping[str, Any],
-        *,
-        reason: str | None = None,
-        proposed_by: str | None = None,
-        answer: Answer | None = None,
-        commit_fields: Mapping[str, Any] | None = None,
-        record: Record | None = None,
-    ) -> EffectResult:
-        """:meth:`run` for the decision made on ``version`` of ``record_id``, without reading the record
-        first: the version gate is the check (``StaleDecision`` if the record has moved). For a workflow
-        step that carries the decided-on version in its message. ``record``: the record as the step last
-        read it, if it has it (the claim is then written on it with no read; a record changed since costs
-        one re-read)."""
-        intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-        known = record if record is not None and record.id == record_id and record.version == version else None
-        return self._guard._run(self, record_id, version, dict(args), intent, loop=None, expected=known)
-
-    async def arun(
-        self,
-        decision: Decision | Mapping[str, Any],
-        args: Mapping[str, Any],
-        *,
-        reason: str | None = None,
-        proposed_by: str | None = None,
-        answer: Answer | None = None,
-        commit_fields: Mapping[str, Any] | None = None,
-    ) -> EffectResult:
-        """:meth:`run` off the event loop; an ``async`` call runs on this loop."""
-        loop = asyncio.get_running_loop()
-        guard = self._guard
-
-        def run() -> EffectResult:
-            pinned = guard.pin(decision)
-            if pinned.guard_id not in (0, id(guard)):
-                raise ValueError("this decision was made by another guard")
-            intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-            return guard._run(
-                self, pinned.record_id, pinned.version, dict(args), intent, loop=loop, expected=_read(pinned)
-            )
-
-        return await asyncio.to_thread(run)
-
-    def _intent(
-        self,
-        args: Mapping[str, Any],
-        reason: str | None,
-        proposed_by: str | None,
-        answer: Answer | None,
-        commit_fields: Mapping[str, Any] | None,
-    ) -> dict[str, Any]:
-        reserved = {"status", "reason", "proposedBy", "answer"} & set(commit_fields or {})
-        if reserved:
-            raise ValueError(f"commit_fields may not set {sorted(reserved)}: pass them as arguments")
-        return {
-            **(commit_fields or {}),
-            "status": self.commit_status(args),
-            "reason": reason or f"{self.action} done",
-            **({"proposedBy": proposed_by} if proposed_by else {}),
-            **({"answer": answer.to_json()} if answer is not None else {}),
-        }
-
-
-def _read(decision: Decision) -> Record | None:
-    """The record as the decision read it, when it is on the decided-on version: the claim is then a
-    conditional write on it with no read first (a 412 re-reads)."""
-    return decision.record if decision.record.version == decision.version else None

@@ -11,45 +11,44 @@ One decision, in four steps::
     result = refund.run(decision, {"amount": "12.50"})   # at most one call per (record, action, version)
     # result.commit: "committed" | "already" | "needs_review" | "with_person"
 
-The effect's claim and outcome are entries of the record itself (``casekeeper.core.entries``): ``run`` is two
-conditional writes of the record, the claim (which is the version gate) and the outcome with its commit.
+The effect's claim and outcome are entries of the record itself: ``run`` is two conditional writes of the
+record, the claim (which is the version gate) and the outcome with its commit.
 
-What :meth:`Guard.decide` settles first (rules R3, R4): a ``done`` effect whose commit a crash left
-unfinished (only a record written by the earlier two-container layout can hold one, docs/design.md#f5) has
-its commit finished now; an effect of an **earlier** version without a known outcome makes
-it refuse (``EffectInFlight`` while another attempt may be mid-call, ``NeedsReconciliation`` after the
-call timeout). An open effect of the record's **current** version is this decision's own (a crash after
-its claim): it is left out, because running the effect again replays it through the ledger.
+What :meth:`Guard.decide` checks first (rules R3, R4): an effect of an **earlier** version without a known
+outcome makes it refuse (``EffectInFlight`` while another attempt may be mid-call, ``NeedsReconciliation``
+after the call timeout). An open effect of the record's **current** version is this decision's own (a crash
+after its claim): it is left out, because running the effect again replays it through the ledger.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from casekeeper import _reconcile, approvals
+from casekeeper import approvals
 from casekeeper._numbers import inexact_numbers
 from casekeeper.approvals import ApprovalRequest
 from casekeeper.clock import SystemClock
-from casekeeper.core.cases import CaseRepository
+from casekeeper.core.cases import Answer, CaseRepository
 from casekeeper.core.clock import Clock
-from casekeeper.core.commits import CommitFinisher
+from casekeeper.core.effect import OPEN_STATUSES, Effect
 from casekeeper.core.entries import CommitPlan
 from casekeeper.core.errors import EffectInFlight, NeedsReconciliation
 from casekeeper.core.keys import canonical_json, effect_key
-from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, OPEN_STATUSES, AlertSink, Effect, EffectStatus, Ledger
+from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, AlertSink, Ledger
 from casekeeper.core.ports import DocumentStore
-from casekeeper.core.reconcile import RecheckResult, Reconciler
+from casekeeper.core.reconcile import ActionPolicy, RecheckResult, Reconciler
 from casekeeper.effects import (
     Call,
     CommitData,
     Decision,
     EffectResult,
     Escalate,
-    GuardedEffect,
     Lookup,
     Record,
     Settled,
@@ -77,9 +76,9 @@ class Guard:
     after an effect (see :data:`Trace`). ``alert`` (``alert(kind, message, fields, dedupe_key=...)``)
     hears what is not an escalation: an effect found done on a version the record left, a late outcome,
     re-checks given up. ``send_margin``: how much of ``call_timeout`` must be left after the version gate
-    for the call to be sent (default a quarter). ``lookup_backoff``: seconds before a failed lookup is
-    tried again. ``probe`` is a test hook, called at the failure points F1, F2, F4, F5 and F6
-    (docs/design.md#failure-points)."""
+    for the call to be sent (default a quarter), measured by ``monotonic`` (this process's clock; a test
+    moves its own). ``lookup_backoff``: seconds before a failed lookup is tried again. ``probe`` is a test
+    hook, called at the failure points F1, F2, F4, F5 and F6 (docs/design.md#failure-points)."""
 
     def __init__(
         self,
@@ -95,6 +94,7 @@ class Guard:
         send_margin: float | None = None,
         lookup_backoff: float = 30.0,
         trace: Trace | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         records = CaseRepository(store, clock or SystemClock())
         ledger = Ledger(
@@ -105,6 +105,7 @@ class Guard:
             observer=observer,
             alert=alert,
             send_margin=send_margin,
+            monotonic=monotonic,
         )
         self._assemble(
             store,
@@ -169,7 +170,6 @@ class Guard:
         self._probe = probe or (lambda point: None)
         self.review_status = review_status
         self._alert = alert
-        self._finisher = CommitFinisher(records, ledger, review_status, alert=alert)
         self._on_escalate = on_escalate
         self._lookup_backoff = lookup_backoff
         self._effects: dict[str, GuardedEffect] = {}
@@ -187,7 +187,6 @@ class Guard:
         commit_data_from: CommitData | None = None,
         flat_request: bool = False,
         review_on_refusal: bool = True,
-        retry_args: Callable[[Effect], Mapping[str, Any]] | None = None,
     ) -> Callable[[Call], GuardedEffect]:
         """Decorator declaring the guarded call of ``action``, once.
 
@@ -200,9 +199,7 @@ class Guard:
         ``commit``) rather than under ``args``, for an application whose own readers read them there.
         ``review_on_refusal=False``: on a definite refusal, record ``failed`` and raise ``EffectFailed``
         but leave the record alone (the caller commits the refusal itself, conditionally on its version).
-        ``retry_args(effect)``: the args of a same-key retry, rebuilt from the ledger row (for rows
-        written before the args held everything the call needs). Raises ``ValueError`` for a second
-        declaration of ``action`` or a missing commit."""
+        Raises ``ValueError`` for a second declaration of ``action`` or a missing commit."""
 
         def declare(call: Call) -> GuardedEffect:
             return self.register(
@@ -215,7 +212,6 @@ class Guard:
                 commit_data_from=commit_data_from,
                 flat_request=flat_request,
                 review_on_refusal=review_on_refusal,
-                retry_args=retry_args,
             )
 
         return declare
@@ -232,7 +228,6 @@ class Guard:
         commit_data_from: CommitData | None = None,
         flat_request: bool = False,
         review_on_refusal: bool = True,
-        retry_args: Callable[[Effect], Mapping[str, Any]] | None = None,
     ) -> GuardedEffect:
         """:meth:`effect` without the decorator."""
         if action in self._effects:
@@ -248,7 +243,6 @@ class Guard:
             commit_data_from=commit_data_from,
             flat_request=flat_request,
             review_on_refusal=review_on_refusal,
-            retry_args=retry_args,
         )
         self._effects[action] = declared
         return declared
@@ -291,7 +285,7 @@ class Guard:
         ``status`` with the request pending, conditionally on the decision's version. Returns the request
         (asked on the decision's version plus one). Asking again for the same decision returns the same
         request. Raises ``StaleDecision`` when the record moved on (decide again)."""
-        return approvals.ask(self, self.pin(decision), action, details, status=status)
+        return approvals.ask(self.records, self.pin(decision), action, details, status=status)
 
     def answer(
         self,
@@ -312,8 +306,8 @@ class Guard:
         answer per request: raises ``ApprovalNotPending`` for a request answered already (a redelivery of
         the same approval, before anything else happened, returns the same decision again) or not pending,
         and ``StaleApproval`` when the record has left the version the answer was given on."""
-        return approvals.answer(
-            self,
+        approved = approvals.answer(
+            self.records,
             record_id,
             request_id,
             approve=approve,
@@ -323,6 +317,11 @@ class Guard:
             approved_status=approved_status,
             rejected_status=rejected_status,
         )
+        if approved is None:
+            return None
+        record, entry = approved
+        earlier = tuple(e for e in self.effects_of(record) if e.case_version != record.version)
+        return Decision(record, earlier, entry, id(self))
 
     async def aask(
         self,
@@ -342,17 +341,11 @@ class Guard:
     # --- deciding ----------------------------------------------------------------------------------
 
     def decide(self, record_id: str) -> Decision:
-        """Pin a decision to the record's current version, after settling what earlier runs left.
+        """Pin a decision to the record's current version, after checking what earlier runs left.
 
-        Finishes a crash-left commit first (the returned decision is then on the version after it).
         Raises ``RecordNotFound``; ``EffectInFlight`` (``retry_after`` seconds) or ``NeedsReconciliation``
-        while an earlier effect's outcome is unknown; ``MissingCommitIntent``."""
-        for _ in range(4):
-            settled = self.settle(record_id)
-            if not settled.finished:
-                break
-        else:  # pragma: no cover - a record whose gates keep reopening is a bug elsewhere
-            raise RuntimeError(f"record {record_id!r}: crash-left commits keep appearing")
+        while an earlier effect's outcome is unknown."""
+        settled = self.settle(record_id)
         record = settled.record
         earlier = tuple(e for e in settled.effects if e.case_version != record.version)
         return Decision(record, earlier, None, id(self))
@@ -365,29 +358,18 @@ class Guard:
         effects: Sequence[Effect] | None = None,
         include_current: bool = False,
     ) -> Settled:
-        """What :meth:`decide` does before it pins, one step at a time, for a workflow that reports each
-        step itself. ``record`` and ``effects`` (as just read) save reads.
+        """What :meth:`decide` checks before it pins, for a workflow that reports each step itself. ``record``
+        and ``effects`` (as just read) save reads.
 
-        A crash-left commit (a ``done`` effect the record's gate is still open on) is finished; then
-        ``Settled.finished`` names it with its outcome and ``record`` is the record after it (the
-        caller decides again on that, or stops), and nothing else is checked. Otherwise an effect
-        without a known outcome of an earlier version (of any version, the current one too, with
-        ``include_current``: for a workflow that waits even for its own decision's unsettled effect)
-        raises ``EffectInFlight`` or ``NeedsReconciliation``. Raises ``RecordNotFound`` and
-        ``MissingCommitIntent``."""
+        An effect without a known outcome of an earlier version (of any version, the current one too, with
+        ``include_current``: for a workflow that waits even for its own decision's unsettled effect) raises
+        ``EffectInFlight`` or ``NeedsReconciliation``. Raises ``RecordNotFound``."""
         record = record if record is not None and record.id == record_id else self.records.require(record_id)
         effects = tuple(effects) if effects is not None else tuple(self.effects_of(record))
-        gate = record.gate
-        left = next((e for e in effects if gate and e.key == gate.effect_key and e.status is EffectStatus.DONE), None)
-        if left is not None:
-            outcome, after = self._finish(left)
-            if outcome in ("committed", "needs_review"):
-                after = after if after is not None else self.records.require(record_id)
-                return Settled(after, tuple(self.effects_of(after)), ((left, outcome),))
         for effect in effects:
             if effect.status in OPEN_STATUSES and (include_current or effect.case_version != record.version):
                 self._refuse_open(effect)
-        return Settled(record, effects, ())
+        return Settled(record, effects)
 
     async def asettle(self, record_id: str, **kwargs: Any) -> Settled:
         """:meth:`settle` off the event loop (same keyword arguments)."""
@@ -408,8 +390,8 @@ class Guard:
         return self.pinned(str(decision["recordId"]), int(decision["version"]), approval=decision.get("approval"))
 
     def effects_of(self, record: Record) -> list[Effect]:
-        """Every effect of ``record`` as read: its entries, with no store access, unless some may be elsewhere
-        (closed ones moved to the archive, or a record written by the two-container layout: then one query)."""
+        """Every effect of ``record`` as read: its entries, with no store access, unless closed ones were moved
+        to the archive (then one query)."""
         return self.ledger.effects_for(record)
 
     async def adecide(self, record_id: str) -> Decision:
@@ -427,12 +409,6 @@ class Guard:
             age=self.ledger.age(effect),
             reason=f"effect {effect.action} on v{effect.case_version} is {effect.status.value}: settle it first",
         )
-
-    def _finish(self, effect: Effect, *, expected: Record | None = None, suffix: str = "") -> tuple[str, Record | None]:
-        declared = self._effects.get(effect.action)
-        data = declared.data_for(effect) if declared is not None else {}
-        finished = self._finisher.finish(effect, data=data, expected=expected, reason_suffix=suffix)
-        return finished.outcome, finished.case
 
     # --- running an effect ----------------------------------------------------------------------
 
@@ -461,21 +437,19 @@ class Guard:
         }
         plan = CommitPlan.from_intent(intent, data=declared.data_for, review_status=self.review_status)
         with self._trace(f"effect {declared.action}", attributes):
-            # Two writes of the record: the claim (the version gate) and the outcome with its commit. There is
-            # no point between the outcome and the commit for a crash to fall into (the F5 of the earlier
-            # layout); the probe is still told "F5" right after the outcome-and-commit write, where it was.
-            outcome = self.ledger.run_on_record(
+            # Two writes of the record: the claim (the version gate) and the outcome with its commit.
+            outcome = self.ledger.run(
                 case_id=record_id,
                 action=declared.action,
                 decided_on_version=version,
-                call=lambda key: _reconcile.resolved(declared.call(key, args), loop),
+                call=lambda key: _resolved(declared.call(key, args), loop),
                 commit=plan,
                 request=request,
                 expected=expected,
                 refusal_review=self.review_status if declared.review_on_refusal else None,
             )
         effect = outcome.effect
-        self._probe("F5")
+        self._probe("F5")  # the outcome and its commit are written (docs/design.md#f5)
         with self._trace("commit_status", attributes) as span:
             commit, record = outcome.commit, outcome.case
             if span is not None and hasattr(span, "set_attribute"):
@@ -488,27 +462,19 @@ class Guard:
     def reconcile(self) -> list[RecheckResult]:
         """One sweep, from your own timer: every effect whose outcome is unknown past the call timeout is
         looked up by key (found: recorded and committed; not found: retried with the same key if declared
-        safe, else handed to a person), and every commit a crash left unfinished is finished. Harmless to
-        run any number of times, concurrently with workflow runs. Returns what each re-check did."""
-        return _reconcile.sweep(self, loop=None)
+        safe, else handed to a person). Harmless to run any number of times, concurrently with workflow runs.
+        Returns what each re-check did."""
+        return self._sweep(loop=None)
 
     async def areconcile(self) -> list[RecheckResult]:
         """:meth:`reconcile` off the event loop; ``async`` lookups and calls run on this loop."""
-        return await asyncio.to_thread(_reconcile.sweep, self, loop=asyncio.get_running_loop())
+        return await asyncio.to_thread(self._sweep, loop=asyncio.get_running_loop())
 
     @property
     def reconciler(self) -> Reconciler:
         """The reconciler this guard runs (its policies: the declared effects with a lookup), for tools that
         settle effects themselves (an operator's resolution) and want the guard's escalation and alerts."""
-        return _reconcile.reconciler(self, None)
-
-    def finish_commit(self, effect: Effect) -> str:
-        """Make the record show a ``done`` effect's commit: ``already``, ``committed``, ``needs_review`` (the
-        record had moved on: handed to a person), ``with_person``, ``gone``, or ``no_intent`` (it names no
-        commit: handed to a person, never a silent no-op). Harmless to repeat. An effect on its record was
-        committed in the write that recorded it (``already`` or ``with_person`` here); this finishes a
-        ``done`` row of the two-container layout whose commit a crash left."""
-        return _reconcile.reconciler(self, None).finish_commit(effect)
+        return self._reconciler(None)
 
     def recheck_due(self, effect: Effect) -> float:
         """When (store clock, seconds) a ``started`` effect's outcome becomes unknown: schedule its
@@ -518,9 +484,243 @@ class Guard:
     def rechecks_exhausted(self, result: RecheckResult, rechecks: int) -> None:
         """Say (one alert per effect and outcome) that re-checks of an effect stop at their cap while it is
         still unsettled: :meth:`reconcile` remains the backstop, a person should look."""
-        _reconcile.reconciler(self, None).rechecks_exhausted(result, rechecks)
+        self._reconciler(None).rechecks_exhausted(result, rechecks)
 
     def reconcile_effect(self, record_id: str, key: str) -> RecheckResult:
         """Re-check one effect (from a change feed that saw its ledger row): in flight (``retry_after``
         says when to look again), settled, recorded, retried, escalated. Harmless to repeat."""
-        return _reconcile.recheck(self, _reconcile.reconciler(self, None), record_id, key)
+        return self._reconciler(None).recheck(record_id, key)
+
+    def _sweep(self, *, loop: asyncio.AbstractEventLoop | None) -> list[RecheckResult]:
+        """Re-check every effect past its call timeout, once each."""
+        rec = self._reconciler(loop)
+        seen: set[str] = set()
+        results: list[RecheckResult] = []
+
+        def malformed(doc: object, exc: Exception) -> None:
+            log.error("skipping a malformed document during reconciliation: %r", exc)
+
+        for effect in self.ledger.overdue(on_malformed=malformed):
+            if effect.key not in seen:
+                seen.add(effect.key)
+                results.append(rec.recheck(effect.case_id, effect.key))
+        return results
+
+    def _reconciler(self, loop: asyncio.AbstractEventLoop | None) -> Reconciler:
+        """The core reconciler, with one policy per declared effect that has a lookup (``async`` lookups and
+        calls awaited on ``loop``)."""
+
+        def policy(declared: GuardedEffect) -> ActionPolicy:
+            lookup = declared.lookup
+            assert lookup is not None
+
+            def retry(effect: Effect) -> Callable[[str], Mapping[str, Any]]:
+                args = declared.args_of(effect)
+                return lambda key: _resolved(declared.call(key, args), loop)
+
+            return ActionPolicy(
+                lookup=lambda key: _resolved(lookup(key), loop),
+                retry_call=retry if declared.retry_same_key else None,
+                commit_data=declared.data_for,
+            )
+
+        def alert(message: str, fields: dict[str, Any]) -> None:
+            if self._on_escalate is not None:
+                # A record is what the core calls a case: both names, so either reader finds it.
+                self._on_escalate(message, {**fields, "recordId": fields.get("caseId")})
+
+        policies = {a: policy(d) for a, d in self._effects.items() if d.lookup is not None}
+        return Reconciler(
+            self.ledger,
+            self.records,
+            self.store,
+            policies,
+            alert=alert,
+            review_status=self.review_status,
+            lookup_backoff=self._lookup_backoff,
+            raise_alert=self._alert,
+        )
+
+
+class GuardedEffect:
+    """One declared effect (see :meth:`Guard.effect`). Run it with :meth:`run` or :meth:`arun`."""
+
+    def __init__(
+        self,
+        guard: Guard,
+        action: str,
+        call: Call,
+        *,
+        commit: str | Callable[[Mapping[str, Any]], str],
+        lookup: Lookup | None,
+        retry_same_key: bool,
+        commit_data: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None,
+        commit_data_from: CommitData | None = None,
+        flat_request: bool = False,
+        review_on_refusal: bool = True,
+    ) -> None:
+        if not action:
+            raise ValueError("action must be a non-empty string")
+        if not commit:
+            raise ValueError(f"effect {action!r} needs a commit: the status the record moves to once it is done")
+        if retry_same_key and lookup is None:
+            raise ValueError(f"effect {action!r}: retry_same_key needs a lookup (retry only what was not found)")
+        self._guard = guard
+        self.action = action
+        self.call = call
+        self._commit = commit
+        self.lookup = lookup
+        self.retry_same_key = retry_same_key
+        if commit_data is not None and commit_data_from is not None:
+            raise ValueError(f"effect {action!r}: give commit_data or commit_data_from, not both")
+        self._commit_data = commit_data
+        self._commit_data_from = commit_data_from
+        self.flat_request = flat_request
+        self.review_on_refusal = review_on_refusal
+        self.__doc__ = getattr(call, "__doc__", None) or f"Guarded effect {action!r}."
+
+    def __repr__(self) -> str:
+        return f"GuardedEffect({self.action!r})"
+
+    def commit_status(self, args: Mapping[str, Any]) -> str:
+        """The status the record moves to once the effect made with ``args`` is done."""
+        return self._commit(args) if callable(self._commit) else self._commit
+
+    def data_for(self, effect: Effect) -> dict[str, Any]:
+        """The record ``data`` fields written with the commit (``commit_data_from(effect)``, or
+        ``commit_data(result)``)."""
+        if self._commit_data_from is not None:
+            return dict(self._commit_data_from(effect))
+        if self._commit_data is None or effect.result is None:
+            return {}
+        return dict(self._commit_data(effect.result))
+
+    def request_for(self, args: Mapping[str, Any], intent: Mapping[str, Any]) -> dict[str, Any]:
+        """The ledger row's ``request``: the args (under ``args``, or at the top level for a
+        ``flat_request`` effect) and the commit intent (under ``commit``)."""
+        if self.flat_request:
+            if "commit" in args:
+                raise ValueError(f"effect {self.action!r} stores its args flat: no arg may be named 'commit'")
+            return {**args, "commit": dict(intent)}
+        return {"args": dict(args), "commit": dict(intent)}
+
+    def args_of(self, effect: Effect) -> dict[str, Any]:
+        """The args an effect was made with: what a same-key retry calls again with."""
+        if self.flat_request:
+            return {k: v for k, v in effect.request.items() if k != "commit"}
+        return dict(effect.request.get("args") or {})
+
+    def run(
+        self,
+        decision: Decision | Mapping[str, Any],
+        args: Mapping[str, Any],
+        *,
+        reason: str | None = None,
+        proposed_by: str | None = None,
+        answer: Answer | None = None,
+        commit_fields: Mapping[str, Any] | None = None,
+    ) -> EffectResult:
+        """Run the effect for ``decision`` (or its :meth:`Decision.to_json`) at most once, then commit the record.
+
+        Raises ``StaleDecision`` (the record moved since the decision: nothing called; decide again),
+        ``EffectFailed`` (definite refusal, now or earlier: the record goes to the guard's review
+        status), ``EffectInFlight`` (another attempt may be mid-call: try later), ``NeedsReconciliation``
+        (outcome unknown past the call timeout: reconciliation settles it), ``MissingCommitIntent``, and
+        re-raises the call's ``OutcomeUnknown`` (or other exception) with the ledger row left ``started``.
+
+        The commit's transition records ``reason``, ``proposed_by`` (who proposed the decision) and
+        ``answer`` (the person's answer it commits, if any). ``commit_fields`` are stored in the commit
+        intent for your own readers of the ledger; the guard writes them and never reads them.
+        """
+        decision = self._guard.pin(decision)
+        if decision.guard_id not in (0, id(self._guard)):
+            raise ValueError("this decision was made by another guard")
+        intent = self._intent(args, reason, proposed_by, answer, commit_fields)
+        return self._guard._run(
+            self, decision.record_id, decision.version, dict(args), intent, loop=None, expected=_read(decision)
+        )
+
+    def run_on(
+        self,
+        record_id: str,
+        version: int,
+        args: Mapping[str, Any],
+        *,
+        reason: str | None = None,
+        proposed_by: str | None = None,
+        answer: Answer | None = None,
+        commit_fields: Mapping[str, Any] | None = None,
+        record: Record | None = None,
+    ) -> EffectResult:
+        """:meth:`run` for the decision made on ``version`` of ``record_id``, without reading the record
+        first: the version gate is the check (``StaleDecision`` if the record has moved). For a workflow
+        step that carries the decided-on version in its message. ``record``: the record as the step last
+        read it, if it has it (the claim is then written on it with no read; a record changed since costs
+        one re-read)."""
+        intent = self._intent(args, reason, proposed_by, answer, commit_fields)
+        known = record if record is not None and record.id == record_id and record.version == version else None
+        return self._guard._run(self, record_id, version, dict(args), intent, loop=None, expected=known)
+
+    async def arun(
+        self,
+        decision: Decision | Mapping[str, Any],
+        args: Mapping[str, Any],
+        *,
+        reason: str | None = None,
+        proposed_by: str | None = None,
+        answer: Answer | None = None,
+        commit_fields: Mapping[str, Any] | None = None,
+    ) -> EffectResult:
+        """:meth:`run` off the event loop; an ``async`` call runs on this loop."""
+        loop = asyncio.get_running_loop()
+        guard = self._guard
+
+        def run() -> EffectResult:
+            pinned = guard.pin(decision)
+            if pinned.guard_id not in (0, id(guard)):
+                raise ValueError("this decision was made by another guard")
+            intent = self._intent(args, reason, proposed_by, answer, commit_fields)
+            return guard._run(
+                self, pinned.record_id, pinned.version, dict(args), intent, loop=loop, expected=_read(pinned)
+            )
+
+        return await asyncio.to_thread(run)
+
+    def _intent(
+        self,
+        args: Mapping[str, Any],
+        reason: str | None,
+        proposed_by: str | None,
+        answer: Answer | None,
+        commit_fields: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        reserved = {"status", "reason", "proposedBy", "answer"} & set(commit_fields or {})
+        if reserved:
+            raise ValueError(f"commit_fields may not set {sorted(reserved)}: pass them as arguments")
+        return {
+            **(commit_fields or {}),
+            "status": self.commit_status(args),
+            "reason": reason or f"{self.action} done",
+            **({"proposedBy": proposed_by} if proposed_by else {}),
+            **({"answer": answer.to_json()} if answer is not None else {}),
+        }
+
+
+def _read(decision: Decision) -> Record | None:
+    """The record as the decision read it, when it is on the decided-on version: the claim is then a
+    conditional write on it with no read first (a 412 re-reads)."""
+    return decision.record if decision.record.version == decision.version else None
+
+
+def _resolved(value: Any, loop: asyncio.AbstractEventLoop | None) -> Any:
+    """The value of a call that may be ``async``: awaited on ``loop`` (the caller's, from a worker thread),
+    or in a fresh loop when there is none."""
+    if not inspect.isawaitable(value):
+        return value
+    if loop is not None:
+        return asyncio.run_coroutine_threadsafe(_awaited(value), loop).result()
+    return asyncio.run(_awaited(value))
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value

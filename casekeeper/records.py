@@ -1,8 +1,8 @@
 """What the guard writes, as readers see it, and the parts a guard is assembled from.
 
 A record's ``history`` is a tuple of :class:`Transition` (a person's :class:`Answer` among its fields); an
-effect is an :class:`Effect`: an entry of its record (``entries_of(record)`` lists them without a read) or a
-row of the ``effects`` container (the archive of closed entries, and the rows of the two-container layout).
+effect is an :class:`Effect`: an entry of its record (``entries_of(record)`` lists them without a read) or,
+once closed and moved out, a document of the ``effects`` container (the archive).
 These are the read side of the guard: an application shows them (a case page, an operator command) and
 decides on them (``decision.done()``), but writes through :class:`~casekeeper.Guard`.
 
@@ -16,20 +16,13 @@ effect; an operator tool that records an outcome a person established finishes i
 
 from __future__ import annotations
 
-from casekeeper.core.cases import Answer, Gate, Transition
+from casekeeper.core.cases import Answer, Transition
 from casekeeper.core.cases import CaseRepository as RecordRepository
+from casekeeper.core.effect import OPEN_STATUSES, Effect, EffectStatus
 from casekeeper.core.entries import CLOSED_KEPT, CommitPlan
 from casekeeper.core.entries import effects_of as entries_of
 from casekeeper.core.keys import approval_request_id, effect_key
-from casekeeper.core.ledger import (
-    DEFAULT_CALL_TIMEOUT,
-    OPEN_STATUSES,
-    AlertSink,
-    Effect,
-    EffectOutcome,
-    EffectStatus,
-    Ledger,
-)
+from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, AlertSink, EffectOutcome, Ledger
 from casekeeper.core.reconcile import RECONCILED_SUFFIX, ActionPolicy, RecheckResult, Reconciler
 
 __all__ = [
@@ -44,7 +37,6 @@ __all__ = [
     "Effect",
     "EffectOutcome",
     "EffectStatus",
-    "Gate",
     "Ledger",
     "RecheckResult",
     "Reconciler",

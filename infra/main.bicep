@@ -22,7 +22,6 @@
 //   WEBHOOK_SECRET                       = Key Vault reference to the webhook-secret secret. shared/handlers/ingress
 //                                          verifies webhook HMAC signatures with it (comma-separated
 //                                          values while rotating).
-//   WEBHOOK_SIGNATURE_V1_UNTIL           = until this UTC time the old v1 signature (no delivery id) is accepted.
 //   EASY_AUTH_ENABLED                    = true when authClientId configures App Service Authentication; only
 //                                          then does shared/web/identity trust X-MS-CLIENT-PRINCIPAL.
 //   CALL_TIMEOUT_SECONDS                 = how long a started effect is presumed in flight (reconciler).
@@ -228,9 +227,6 @@ param queueMaxDeliveryCount int = 10
 @minLength(32)
 @description('HMAC secret of the event webhook (WEBHOOK_SECRET), at least 32 characters; "new,old" while rotating. Stored as a Key Vault secret.')
 param webhookSecret string
-
-@description('Until this UTC time (ISO 8601), webhooks signed the old v1 way, without the delivery id, are still accepted (WEBHOOK_SIGNATURE_V1_UNTIL). Empty: v2 only.')
-param webhookSignatureV1Until string = ''
 
 @secure()
 @description('Optional URL every alert is POSTed to (ALERT_WEBHOOK_URL). Chat webhook URLs embed a token, so it is stored in Key Vault too.')
@@ -539,7 +535,6 @@ var appSettings = {
   ServiceBusConnection__clientId: identity.outputs.clientId
   CASE_EVENTS_QUEUE: serviceBus.outputs.queueName
   WEBHOOK_SECRET: '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.webhookSecretUri})'
-  WEBHOOK_SIGNATURE_V1_UNTIL: webhookSignatureV1Until
   // Only where App Service Authentication is configured is X-MS-CLIENT-PRINCIPAL the platform's.
   EASY_AUTH_ENABLED: string(!empty(authClientId))
   CALL_TIMEOUT_SECONDS: string(callTimeoutSeconds)

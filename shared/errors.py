@@ -79,7 +79,7 @@ class ModelUnavailable(CasekeeperError):
 
     ``kind``: ``throttled``, ``server_error``, ``timeout``, ``unreachable`` or ``token``. ``retry_after``:
     the seconds the service asked to wait (its ``Retry-After``), or ``None``. ``facts_recorded``: as for
-    ``EffectInFlight``, the event's facts were written before the model was asked."""
+    ``EffectInFlight``, the event's facts are recorded and only the decision waits."""
 
     retryable = True
     wait_in_place = False

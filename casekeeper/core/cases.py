@@ -22,11 +22,11 @@ from casekeeper.core.errors import AlreadyExists, CaseNotFound, ConcurrencyConfl
 from casekeeper.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
 
 CASES = "cases"
-CASE_SCHEMA_VERSION = 2
-"""Bumped when the case document's shape changes; readers migrate older documents (rule R8). 2: the effects
-are claimed and closed on the case (``effects``, ``openEffects``, ``effectsArchived``: ``casekeeper.core.entries``).
-A case of version 1 is read as it is: its effects are rows of the ``effects`` container, and an open ``gate``
-names a done effect whose commit a crash left unfinished (finished by ``casekeeper.core.commits``)."""
+CASE_SCHEMA_VERSION = 1
+"""The shape of the case document this build writes and reads. Until 1.0 the shape changes freely and this
+stays 1 (no store holds a case an earlier build wrote); from 1.0, a change of the stored shape bumps it and
+comes with a reader of the old shape and a test that loads a stored document of it (docs/design.md#formats).
+A document of any other schema version is refused as malformed, never read as if it were this one."""
 
 _HISTORY_LIMIT = 100
 _MAX_CONFLICT_RETRIES = 8
@@ -98,33 +98,12 @@ class Transition:
     delivery_id: str | None = None
     """The delivery whose report made this change of facts (``None``: not a reported fact)."""
     answer: Answer | None = None
-    """The person's answer this transition commits (``None``: not an answer, or a transition written before
-    answers were recorded as a field: their reason text is all there is)."""
+    """The person's answer this transition commits (``None``: it commits none)."""
 
     @property
     def to_version(self) -> int:
         """The version this transition moved the case to."""
         return version_after(self.from_version)
-
-
-@dataclass(frozen=True)
-class Gate:
-    """An effect that passed the version gate on ``version`` (rule R4). The case keeps it until a transition
-    naming the effect lands: its status commit, or its escalation to a person. So "an effect passed the
-    gate and its commit never followed" (a crash between the ledger's ``done`` and the commit, F5) is a
-    case with an open gate: a query on ``gateOpen`` finds exactly the stuck ones, however many effects
-    finished normally."""
-
-    effect_key: str
-    version: int
-
-    def to_json(self) -> dict[str, Any]:
-        """The gate as it is stored on the record."""
-        return {"effectKey": self.effect_key, "version": self.version}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Gate:
-        return cls(effect_key=str(data["effectKey"]), version=int(data["version"]))
 
 
 @dataclass(frozen=True)
@@ -141,9 +120,6 @@ class Case:
     notes: tuple[dict[str, Any], ...]
     etag: str = field(repr=False)
     ts: float = field(repr=False)
-    gate: Gate | None = None
-    """The effect let through the version gate whose status commit (or escalation) has not landed yet
-    (a case written before the effects lived on the case: see ``casekeeper.core.entries``)."""
     entries: tuple[dict[str, Any], ...] = field(default=(), repr=False)
     """The effects claimed on this case (``casekeeper.core.entries``): one entry per key, the open ones and the
     latest closed ones. Each entry's ``changedTs`` is filled in at read time when the write that last
@@ -153,12 +129,19 @@ class Case:
 
     @classmethod
     def from_document(cls, doc: Document) -> Case:
+        """The case a stored document holds. Raises ``ValueError`` for a document of another schema version
+        than :data:`CASE_SCHEMA_VERSION` (and ``KeyError``/``TypeError`` for a malformed one)."""
         body = doc.body
+        schema = int(body["schemaVersion"])
+        if schema != CASE_SCHEMA_VERSION:
+            raise ValueError(
+                f"case {doc.id!r} has schema version {schema}; this build reads version {CASE_SCHEMA_VERSION}"
+            )
         return cls(
             id=doc.id,
             status=str(body["status"]),
             version=int(body["version"]),
-            schema_version=int(body.get("schemaVersion", 1)),
+            schema_version=schema,
             facts=dict(body.get("facts") or {}),
             data=dict(body.get("data") or {}),
             history=tuple(
@@ -180,7 +163,6 @@ class Case:
             notes=tuple(dict(n) for n in body.get("notes") or ()),
             etag=doc.etag,
             ts=doc.ts,
-            gate=Gate.from_json(body["gate"]) if body.get("gateOpen") and body.get("gate") else None,
             entries=_stamped(body.get("effects") or (), doc.ts),
             effects_archived=int(body.get("effectsArchived") or 0),
         )
@@ -234,7 +216,6 @@ class Case:
                 for t in self.history
             ],
             "notes": list(self.notes),
-            **({"gate": self.gate.to_json(), "gateOpen": True} if self.gate is not None else {}),
             "effects": list(self.entries),
             # Indexed flag of the timer's backstop sweep: the cases with an effect whose outcome is unknown.
             "openEffects": any(e.get("status") in _OPEN_ENTRY_STATUSES for e in self.entries),
@@ -417,47 +398,6 @@ class CaseRepository:
                 return True
         raise ConcurrencyConflict(f"case {case_id!r} kept changing while escalating", container=CASES, doc_id=case_id)
 
-    def pass_gate(self, case_id: str, version: int, *, effect_key: str) -> Case | None:
-        """The version gate before an external call (rule R4): the case as it is now if it is still at
-        ``version``, else ``None``.
-
-        A conditional write, not a read: under Cosmos DB's Session consistency a read made by another
-        instance than the one that last wrote the case may come from a lagging replica and show a version
-        the case has already left, which would let a call through on facts that changed. A write's
-        condition is judged against the latest state. It records which effect passed (``gate``) and moves
-        the ETag but not the version; the returned case carries the new ETag, so the status commit that
-        follows needs no read. The gate stays open (:class:`Gate`) until a transition names the effect.
-        Raises ``StoreUnavailable``; a missing case is reported as ``None``."""
-        try:
-            doc = self._store.update_if(
-                CASES,
-                case_id,
-                case_id,
-                where={"version": version},
-                set_fields={"gate": Gate(effect_key, version).to_json(), "gateOpen": True},
-            )
-        except ConcurrencyConflict:
-            return None
-        return Case.from_document(doc)
-
-    def close_gate(self, case: Case) -> Case | None:
-        """Close an open gate whose effect will never commit (it was refused as stale on a retry, or is
-        gone), without moving the version. Returns the case, or ``None`` if it changed meanwhile."""
-        if case.gate is None:
-            return case
-        try:
-            doc = self._store.replace(CASES, case.id, case.id, _replace(case, gate=None).to_body(), etag=case.etag)
-        except ConcurrencyConflict:
-            return None
-        return Case.from_document(doc)
-
-    def with_open_gate(self, older_than: float, *, on_malformed: OnMalformed | None = None) -> list[Case]:
-        """Cases whose open gate has not moved for ``older_than`` seconds (store clock): an effect passed the
-        version gate and neither its commit nor its escalation followed. Indexed; as large as what is stuck."""
-        cutoff = self._store.now() - older_than
-        docs = self._store.query(CASES, Query(equals={"gateOpen": True}, ts_before=cutoff, order_by_ts="asc"))
-        return decode_all(docs, Case.from_document, on_malformed)
-
     def in_status_since(self, status: str, older_than: float, *, on_malformed: OnMalformed | None = None) -> list[Case]:
         """Cases in ``status`` that have not changed for ``older_than`` seconds (store clock)."""
         cutoff = self._store.now() - older_than
@@ -468,16 +408,6 @@ class CaseRepository:
         """Every case in ``status``, least recently changed first (the approval and operations pages)."""
         docs = self._store.query(CASES, Query(equals={"status": status}, order_by_ts="asc"))
         return decode_all(docs, Case.from_document, on_malformed)
-
-    def settle_gate(self, case_id: str, effect_key: str) -> None:
-        """Close the case's gate if it is open on ``effect_key`` and that effect will never commit (it was
-        refused as stale on a retry, or is gone). Harmless when the gate is closed or on another effect."""
-        for _ in range(_MAX_CONFLICT_RETRIES):
-            case = self.get(case_id)
-            if case is None or case.gate is None or case.gate.effect_key != effect_key:
-                return
-            if self.close_gate(case) is not None:
-                return
 
     def note(self, case_id: str, text: str, **fields: Any) -> Case:
         """Append an operator-facing note; does not move the version. Raises ``CaseNotFound``."""
@@ -542,9 +472,7 @@ def _advance(
         answer=answer,
     )
     history = _trimmed((*case.history, transition))
-    # A transition naming the effect that passed the gate settles it; any other keeps the gate open.
-    gate = None if case.gate is not None and case.gate.effect_key == effect_key else case.gate
-    return _replace(case, status=status, version=version_after(case.version), history=history, data=data, gate=gate)
+    return _replace(case, status=status, version=version_after(case.version), history=history, data=data)
 
 
 def _trimmed(history: tuple[Transition, ...]) -> tuple[Transition, ...]:

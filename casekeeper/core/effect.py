@@ -1,8 +1,8 @@
-"""An effect of the ledger: its statuses and its stored shape (rules R2-R4), apart from the policy that writes it.
+"""An effect of the ledger: its statuses, its stored shape and the changes an entry goes through (rules R2-R4),
+apart from the policy that decides when to make them (:class:`~casekeeper.core.ledger.Ledger`).
 
 An effect is an entry of its case document (``casekeeper.core.entries``) or, once closed and moved out, a
-document of the ``effects`` container (the archive; also the rows of the earlier two-container layout):
-the same body shape either way. :class:`~casekeeper.core.ledger.Ledger` is the policy over both.
+document of the ``effects`` container (the archive): the same body shape either way.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ OPEN_STATUSES = (EffectStatus.STARTED, EffectStatus.NEEDS_RECONCILIATION)
 
 @dataclass(frozen=True)
 class Effect:
-    """One ledger row. ``ts`` (store clock) is when it last changed; for a ``started`` row, when the
-    current attempt started."""
+    """One effect. ``ts`` (store clock) is when it last changed; for a ``started`` entry, when the current
+    attempt was claimed. ``etag`` is its case's (an entry is written with its case), or its archive
+    document's."""
 
     key: str
     case_id: str
@@ -49,9 +50,6 @@ class Effect:
     history: tuple[dict[str, Any], ...]
     etag: str = field(repr=False)
     ts: float
-    in_record: bool = field(default=False, repr=False)
-    """An entry of its case document (``casekeeper.core.entries``; ``etag`` is then the case's), not a row of
-    the ``effects`` container (the archive, or a row of the earlier layout)."""
 
     @classmethod
     def from_entry(cls, case: Case, entry: Mapping[str, Any]) -> Effect:
@@ -60,10 +58,11 @@ class Effect:
         body = {k: v for k, v in entry.items() if k != "changedTs"}
         ts = entry.get("changedTs")
         doc = Document(EFFECTS, case.id, str(entry["id"]), body, case.etag, float(ts if ts is not None else case.ts))
-        return replace(cls.from_document(doc), in_record=True)
+        return cls.from_document(doc)
 
     @classmethod
     def from_document(cls, doc: Document) -> Effect:
+        """The effect an archive document (or an entry wrapped as one) holds."""
         b = doc.body
         return cls(
             key=doc.id,
@@ -83,7 +82,7 @@ class Effect:
         )
 
     def to_body(self) -> dict[str, Any]:
-        """The effect as stored: an entry of its record, or a row of the ``effects`` container."""
+        """The effect as stored: an entry of its case, or its archive document."""
         return {
             "id": self.key,
             "kind": "effect",
@@ -102,13 +101,13 @@ class Effect:
 
 
 def late_outcome_alert(closed: Effect) -> tuple[str, dict[str, Any]]:
-    """The message and fields of the alert for a call that succeeded after its row was closed: whoever
+    """The message and fields of the alert for a call that succeeded after its entry was closed: whoever
     closed it believed nothing was asked, and the case may have asked again since (money possibly
     over-requested)."""
     amount, currency = closed.request.get("amount"), closed.request.get("currency")
     asked = f"{amount} {currency}".strip() if amount is not None else "an unknown amount"
     message = (
-        f"effect {closed.action} ({closed.key[:12]}) of case {closed.case_id} happened after its row was closed "
+        f"effect {closed.action} ({closed.key[:12]}) of case {closed.case_id} happened after its entry was closed "
         f"as {closed.status.value}{' (stale)' if closed.stale else ''}: {asked} was asked on v{closed.case_version} "
         "and may be over-requested if the case asked again since; a person checks the supplier's notes"
     )
@@ -145,7 +144,7 @@ def left_version_alert(effect: Effect, case_version: int, reason: str) -> tuple[
     return message, fields
 
 
-def _superseded_by_ignorance(current: Effect) -> bool:
+def superseded_by_ignorance(current: Effect) -> bool:
     """Closed by someone who did not know our call's outcome: a stale refusal (which called nothing)
     or an escalation."""
     return current.status is EffectStatus.NEEDS_RECONCILIATION or (
@@ -166,11 +165,10 @@ def with_outcome(
     reason: str | None,
     stale: bool,
     source: str,
-    resolution: dict[str, Any] | None,
+    resolution: dict[str, Any] | None = None,
 ) -> Effect:
-    """``effect`` with the outcome ``status`` (``result`` or ``reason``) recorded by ``source``, on an entry of
-    its case or a row alike. ``resolution`` (who established it, why, when) replaces the effect's only when
-    given."""
+    """``effect`` with the outcome ``status`` (``result`` or ``reason``) recorded by ``source``. ``resolution``
+    (who established it, why, when) replaces the effect's only when given."""
     return _evolve(
         effect,
         status=status,
@@ -184,16 +182,24 @@ def with_outcome(
 
 def late_done(closed: Effect, result: dict[str, Any], *, source: str) -> Effect:
     """``done`` with ``result`` over ``closed``, which someone closed without knowing that our call (by
-    ``source``) succeeded (:func:`_superseded_by_ignorance`): the effect happened, so the record must say so.
+    ``source``) succeeded (:func:`superseded_by_ignorance`): the effect happened, so the record must say so.
     Its history names what it replaced; raise the ``late_outcome`` alert (:func:`late_outcome_alert`) with it."""
-    where = "entry" if closed.in_record else "row"
     return _evolve(
         closed,
         status=EffectStatus.DONE,
         result=result,
-        reason=f"late outcome: the call succeeded after the {where} was {closed.status.value}",
+        reason=f"late outcome: the call succeeded after the entry was {closed.status.value}",
         stale=False,
         history_entry={"status": "done", "source": f"{source}-late", "replaced": closed.status.value},
+    )
+
+
+def reclaimed(effect: Effect, *, source: str) -> Effect:
+    """``effect`` claimed again for a same-key retry by ``source``: its next attempt. The entry is written
+    without ``changedTs``, so its clock restarts at this write (``casekeeper.core.entries``)."""
+    attempts = effect.attempts + 1
+    return _evolve(
+        effect, attempts=attempts, history_entry={"status": "started", "attempt": attempts, "source": source}
     )
 
 

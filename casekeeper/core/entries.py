@@ -1,23 +1,19 @@
-"""The effects claimed and closed on the case they guard (rules R2-R5; issue 25): two writes per effect.
+"""How effects sit on the case they guard (rules R2-R5): their entries, the commit that goes with a ``done`` one,
+and the archive of closed ones.
 
-An effect's claim and outcome are **entries of the case document** (``effects``), not rows of their own:
-one document, one partition key, one ETag. So
+An effect's claim and outcome are **entries of the case document** (``effects``): one document, one partition
+key, one ETag. So
 
 - **the claim is the version gate**: one conditional replace of the case (``If-Match`` on the case as the
   decision read it) that adds the entry ``started`` only if the case is still at the decided-on version and
   has no entry under that key. It fails as a whole or lands as a whole: a claim on a version the case has
-  left writes nothing and calls nothing (``StaleDecision``), so there is no "failed (stale)" claim to close;
+  left writes nothing and calls nothing (``StaleDecision``);
 - **the outcome and the status commit are one write**: the entry becomes ``done`` and, in the same
   conditional replace, the case commits the effect's :class:`CommitPlan` (or, if the facts moved while the
   call was in flight, is handed to a person by a transition naming the effect). There is no state "done but
-  not committed": the failure point F5 of the two-container layout cannot happen.
+  not committed".
 
-Sequence of one guarded effect on the happy path (two store round trips, both before/after the call)::
-
-    replace case (+entry started, If-Match) -> call(key) -> replace case (entry done + commit, If-Match)
-
-A 412 on either write means someone wrote the case meanwhile (a note, a fact update, another run, the
-reconciler): the writer re-reads and re-applies (see :class:`~casekeeper.core.ledger.Ledger.run_on_record`).
+The writes themselves, and when each is made, are :class:`~casekeeper.core.ledger.Ledger`'s.
 
 **The store's clock for "in flight" (R3).** A ``started`` entry's age is measured from its ``changedTs``.
 The claim cannot know its own ``_ts``; the case's next reader fills it in with the ``_ts`` of the
@@ -26,14 +22,14 @@ document it read (an upper bound on the claim time) and every later write persis
 once stamped: reconciliation may come later than the claim's true age says, never earlier. A re-claim
 (same-key retry) writes the entry without ``changedTs``, restarting its clock.
 
-**The record stays bounded.** At most :data:`CLOSED_KEPT` closed entries stay on the case; older closed
-ones are moved to the ``effects`` container, which becomes the archive (same body shape as the rows of the
-earlier layout, so those are read as archive unchanged): the archive document is created first
-(``AlreadyExists``: already there), then the next case write drops the entry and counts it in
-``effectsArchived``, so a reader queries the archive only when there is something in it. Open entries are
-never archived. An entry is a few hundred bytes to a few KB (its request, result and a short history), so
-16 closed entries plus the open ones keep the effects far below Cosmos DB's 2 MB document limit, however
-many effects a case has over its life.
+**The case stays bounded.** At most :data:`CLOSED_KEPT` closed entries stay on the case; older closed
+ones are moved to the ``effects`` container, the archive (the same body shape): the archive document is
+created first (``AlreadyExists``: already there), then the next case write drops the entry and counts it in
+``effectsArchived``, so a reader queries the archive only when there is something in it. Open entries, stale
+ones (a late outcome may still be recorded over them) and those of the case's current version (a claim on
+that version must find them) are never archived. An entry is a few hundred bytes to a few KB (its request,
+result and a short history), so 16 closed entries plus the open ones keep the effects far below Cosmos DB's
+2 MB document limit, however many effects a case has over its life.
 """
 
 from __future__ import annotations
@@ -118,8 +114,20 @@ def put(case: Case, effect: Effect) -> Case:
 
 
 def settle(case: Case, done: Effect, plan: CommitPlan, at: float) -> tuple[Case, Committed, str | None]:
-    """``case`` with ``done`` recorded and its commit applied, as one write: the commit table of the
-    two-container layout's finisher, judged on the case as read.
+    """``case`` with ``done`` recorded and its commit applied, as one write, judged on the case as read:
+
+    ==============================================  =============================================
+    the case                                        then
+    ==============================================  =============================================
+    names the effect in a transition from the       ``already``: the commit landed; the entry is
+    effect's version to the plan's status           written, nothing else
+    names the effect otherwise (an escalation)      ``with_person``: a person has it
+    is still at the effect's version                ``committed``: the plan's commit, its
+                                                    transition naming the effect
+    has moved on                                    ``needs_review``: the effect happened on facts
+                                                    the case has left; deciding again could act
+                                                    twice, so a person decides
+    ==============================================  =============================================
 
     Returns the case to write, what happened to the commit, and, for ``needs_review``, the reason (the
     caller raises the ``effect_on_left_version`` alert)."""
@@ -160,9 +168,15 @@ def escalate(case: Case, effect: Effect, review_status: str, reason: str, at: fl
 def over_bound(case: Case) -> list[dict[str, Any]]:
     """The closed entries beyond :data:`CLOSED_KEPT`, oldest first: what to archive before the next write.
 
-    A ``failed`` entry closed as stale is kept: a call that was in flight may still report it happened,
-    and that late outcome is recorded over the entry (``casekeeper.core.effect._superseded_by_ignorance``)."""
-    closed = [e for e in case.entries if e.get("status") not in _OPEN and not e.get("stale")]
+    Kept on the case whatever their number: a ``failed`` entry closed as stale (a call that was in flight may
+    still report it happened, and that late outcome is recorded over the entry:
+    ``casekeeper.core.effect.superseded_by_ignorance``), and the entries of the case's current version (a
+    claim on that version looks for its key among the case's entries)."""
+    closed = [
+        e
+        for e in case.entries
+        if e.get("status") not in _OPEN and not e.get("stale") and e.get("caseVersion") != case.version
+    ]
     excess = len(closed) - CLOSED_KEPT
     return closed[:excess] if excess > 0 else []
 

@@ -125,7 +125,7 @@ class EffectError(CasekeeperError):
 class EffectInFlight(EffectError):
     """Another attempt holds the claim and is within its call timeout; re-read after ``retry_after``.
 
-    ``facts_recorded``: the event's facts were written before the decision had to wait, so what comes
+    ``facts_recorded``: the event's facts were recorded, and only the decision has to wait, so what comes
     back later only decides (a fact event brought back after newer ones must not write its old facts)."""
 
     retryable = True

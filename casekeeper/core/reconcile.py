@@ -1,24 +1,20 @@
-"""Reconciliation (rule R3; failure points F2-F5): finish what a crash left half done, never blindly.
+"""Reconciliation (rule R3; failure points F2-F4): settle an effect whose outcome nobody knows, never blindly.
 
-Two situations, each handled by one method:
+:meth:`Reconciler.recheck` looks at one effect. A ``done`` one is settled (its outcome and its commit were one
+write); a ``started`` one younger than the call timeout (store clock) is still in flight: look again later.
+Older, its outcome is unknown, so **ask the downstream by key**:
 
-- :meth:`Reconciler.finish_commit`: a ``done`` effect whose case does not show the commit (the process
-  died between the two writes, F5). The commit is retried, conditionally; if the case moved on
-  meanwhile, the effect happened on an older version and the case goes to a person.
-- :meth:`Reconciler.recheck`: a ``started`` effect. Younger than the call timeout (store clock): still
-  in flight, look again later. Older: its outcome is unknown, so **ask the downstream by key**:
+========================  ===============================================================
+lookup says               then
+========================  ===============================================================
+found                     record ``done`` with what was found, and its commit, in one write
+not found, retry is safe  retry with the same key (it passes the version gate, R4)
+not found, not safe       escalate
+lookup keeps failing      escalate after ``max_lookup_failures``
+========================  ===============================================================
 
-  ========================  ===============================================================
-  lookup says               then
-  ========================  ===============================================================
-  found                     record ``done`` with what was found; finish the commit
-  not found, retry is safe  retry with the same key (it passes the version gate, R4)
-  not found, not safe       escalate
-  lookup keeps failing      escalate after ``max_lookup_failures``
-  ========================  ===============================================================
-
-  Escalated: the effect is ``needs_reconciliation`` with the reason, the case ``needs_review``, and
-  an alert is raised. A person settles it (``casekeeper effects resolve``).
+Escalated: the effect is ``needs_reconciliation`` with the reason, the case ``needs_review``, and
+an alert is raised. A person settles it (``casekeeper effects resolve``).
 
 What "safe to retry" and "look up" mean is the domain's business: each action supplies an
 :class:`ActionPolicy`.
@@ -32,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from casekeeper.core.cases import CaseRepository
-from casekeeper.core.commits import CommitFinisher
+from casekeeper.core.effect import Effect, EffectStatus
 from casekeeper.core.entries import CommitPlan
 from casekeeper.core.errors import (
     EffectFailed,
@@ -43,7 +39,7 @@ from casekeeper.core.errors import (
     OutcomeUnknown,
     StaleDecision,
 )
-from casekeeper.core.ledger import AlertSink, Call, Effect, EffectStatus, Ledger
+from casekeeper.core.ledger import AlertSink, Call, Ledger
 from casekeeper.core.ports import DocumentStore
 
 log = logging.getLogger("casekeeper.reconcile")
@@ -90,6 +86,10 @@ def _no_alert(message: str, fields: dict[str, Any]) -> None:
 
 @dataclass
 class Reconciler:
+    """Rule R3 over one ledger: :meth:`recheck` settles one effect by the table above, with one
+    :class:`ActionPolicy` per action it can look up. ``alert(message, fields)`` hears every escalation;
+    ``raise_alert`` the other alerts (re-checks given up)."""
+
     ledger: Ledger
     cases: CaseRepository
     store: DocumentStore
@@ -102,45 +102,19 @@ class Reconciler:
     raise_alert: AlertSink | None = None
     """Alerts of other kinds than an escalation: an effect on a left version, re-checks given up."""
 
-    # --- done effects -------------------------------------------------------------------------------
-
-    @property
-    def finisher(self) -> CommitFinisher:
-        """The commit finisher of effects left in the two-container layout (``CommitFinisher``)."""
-        return CommitFinisher(self.cases, self.ledger, self.review_status, alert=self.raise_alert)
-
-    def finish_commit(self, effect: Effect) -> str:
-        """Make the case show a ``done`` effect's commit (see :class:`CommitFinisher`). Returns ``already``,
-        ``committed``, ``needs_review`` (the case moved on: a person decides), ``with_person``, ``gone``, or
-        ``no_intent``: the row names no commit, so the case is handed to a person with one alert (never a
-        silent no-op that would leave its gate open)."""
-        policy = self.policies.get(effect.action)
-        data = policy.commit_data(effect) if policy is not None else {}
-        try:
-            return self.finisher.finish(effect, data=data, reason_suffix=RECONCILED_SUFFIX).outcome
-        except MissingCommitIntent as exc:
-            self._escalated(effect, str(exc))
-            return "no_intent"
-
     # --- started effects ----------------------------------------------------------------------------
 
     def recheck(self, case_id: str, key: str) -> RecheckResult:
         """Apply R3 to one effect. Safe to call at any time and any number of times."""
         effect = self.ledger.get(case_id, key)
         if effect is None:
-            self.cases.settle_gate(case_id, key)
             return RecheckResult("gone", key, case_id, "no such effect")
         if effect.status is EffectStatus.DONE:
-            finished = self.finish_commit(effect)
-            if finished == "no_intent":
-                return RecheckResult("no_intent", key, case_id, "done, but its ledger row names no commit intent")
-            return RecheckResult("settled", key, case_id, f"done; commit {finished}", committed=finished == "committed")
-        # The follow-ups below are derived from the row on every re-check, so a re-check redelivered after
+            return RecheckResult("settled", key, case_id, "done; its commit was written with its outcome")
+        # The follow-ups below are derived from the entry on every re-check, so a re-check redelivered after
         # a crash (between the ledger write and the follow-up) does the follow-up again; each is idempotent.
         if effect.status is EffectStatus.FAILED and effect.stale:
-            # A retry refused as stale never called; if its first attempt had passed the gate, nothing will
-            # ever commit on it: close the gate, and have the case decided again.
-            self.cases.settle_gate(case_id, key)
+            # A retry refused as stale never called: have the case decided again.
             return RecheckResult("stale", key, case_id, effect.reason or "stale", reinvestigate=True)
         if effect.status is EffectStatus.FAILED:
             reason = f"{effect.action} was refused: {effect.reason}"
@@ -197,8 +171,7 @@ class Reconciler:
 
     def _record_found(self, effect: Effect, found: dict[str, Any]) -> RecheckResult:
         try:
-            # On the case: the outcome and its commit are one write. A row of the two-container layout: the
-            # commit follows through the finisher.
+            # The outcome and its commit are one write.
             done, committed = self.ledger.record_done(
                 effect, found, commit=self.commit_plan(effect), source="reconciler-lookup"
             )
@@ -207,13 +180,12 @@ class Reconciler:
         if committed == "no_intent":
             self._escalated(done, "done, but its entry names no commit intent")
             return RecheckResult("no_intent", effect.key, effect.case_id, "found downstream; no commit intent")
-        finished = committed or self.finish_commit(done)
         return RecheckResult(
             "recorded",
             effect.key,
             effect.case_id,
-            f"found downstream; commit {finished}",
-            committed=finished == "committed",
+            f"found downstream; commit {committed}",
+            committed=committed == "committed",
         )
 
     def _retry(self, effect: Effect, call: Call) -> RecheckResult:
@@ -223,7 +195,6 @@ class Reconciler:
                 effect, call, source="reconciler-retry", commit=self.commit_plan(effect)
             )
         except StaleDecision as exc:
-            self.cases.settle_gate(effect.case_id, effect.key)
             return RecheckResult("stale", *ctx, str(exc), reinvestigate=True)
         except EffectFailed as exc:
             self._to_review(
@@ -237,11 +208,15 @@ class Reconciler:
             return RecheckResult("in_flight", *ctx, f"retry outcome unknown: {exc}", retry_after=left or 0.0)
         except NeedsReconciliation as exc:
             return RecheckResult("escalated", *ctx, exc.reason)
+        except MissingCommitIntent:
+            return self._escalate(effect, "not found downstream, and its entry names no commit to retry it for")
         except OutcomeAlreadyRecorded:
             return self.recheck(effect.case_id, effect.key)
-        finished = outcome.commit or self.finish_commit(outcome.effect)
         return RecheckResult(
-            "retried", *ctx, f"retried with the same key; commit {finished}", committed=finished == "committed"
+            "retried",
+            *ctx,
+            f"retried with the same key; commit {outcome.commit}",
+            committed=outcome.commit == "committed",
         )
 
     def commit_plan(self, effect: Effect) -> CommitPlan | None:
@@ -275,7 +250,9 @@ class Reconciler:
         return RecheckResult("escalated", effect.key, effect.case_id, reason)
 
     def _to_review(self, case_id: str, reason: str, data: dict[str, Any], *, effect_key: str) -> None:
-        self.finisher.to_review(case_id, reason, data, effect_key=effect_key)
+        """Hand the case to a person because of ``effect_key``, once per effect (the transition names it)."""
+        if self.cases.get(case_id) is not None:
+            self.cases.escalate(case_id, self.review_status, reason, effect_key=effect_key, data=data)
 
     def _count_lookup_failure(self, effect: Effect, exc: OutcomeUnknown) -> int:
         doc_id = f"{effect.key}-{effect.attempts}"

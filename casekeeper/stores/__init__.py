@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from casekeeper.core.cases import CASES
+from casekeeper.core.effect import EFFECTS
 from casekeeper.core.ids import MAX_ID_LENGTH, id_problem, storable_id
-from casekeeper.core.ledger import EFFECTS
 from casekeeper.core.ports import (
     CONTAINERS,
     HEALTH,

@@ -46,11 +46,11 @@ PURGE_INTERVAL = 60.0
 _FIELD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 SCHEMA_VERSION = 1
-"""The store file's layout (``PRAGMA user_version``). 0: the first layout, whose every write also bumped
-one database-wide counter row; it is migrated when opened. 1: per-container ``seq`` from the index."""
+"""The store file's layout (``PRAGMA user_version``), created whole on a new file. A file of another layout
+is refused, never read as this one (docs/design.md#formats)."""
 
 _EXPIRY_INDEX = f"CREATE INDEX IF NOT EXISTS documents_by_expiry ON documents {_EXPIRES} WHERE {_HAS_TTL}"
-"""Expired rows found without a scan. Not part of the layout: a layout-1 file gets it when opened."""
+"""Expired rows found without a scan."""
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS documents (
@@ -75,17 +75,7 @@ _QUERY_INDEXES = tuple(
     # after them: a count or a page then reads the index entries that match, never every document of the
     # container. The expressions are the text the queries use (``_where_fields``), or SQLite would not use them.
     f"CREATE INDEX IF NOT EXISTS documents_by_{name} ON documents (container, json_extract(body, '$.{name}'), ts, id)"
-    for name in ("status", "gateOpen", "openEffects", "kind", "caseId")
-)
-"""Created on every open (``IF NOT EXISTS``): a file of layout 1 written before them gains them."""
-
-_RETIRED_COUNTER = (
-    # Layout 0's counter, kept so that a build of that layout refuses to write to this file (with this
-    # message) instead of counting from an old value and reusing seqs and ETags.
-    "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-    "INSERT OR IGNORE INTO counters (name, value) VALUES ('seq', 0)",
-    "CREATE TRIGGER IF NOT EXISTS counters_retired BEFORE UPDATE ON counters BEGIN "
-    "SELECT RAISE(ABORT, 'this store file has layout 1 (a newer Casekeeper upgraded it): run that build'); END",
+    for name in ("status", "openEffects", "kind", "caseId")
 )
 
 _NEXT_SEQ = (
@@ -116,64 +106,27 @@ class SqliteDocumentStore:
     # --- connections ----------------------------------------------------------------------------
 
     def _open_schema(self) -> None:
-        """Create the layout, or migrate a layout-0 file; refuse a file of a newer layout.
-
-        Raises :class:`~casekeeper.core.errors.StoreError` naming both layouts for a newer file.
-        """
+        """Create the layout in a new file; open a file of this layout as it is. Raises
+        :class:`~casekeeper.core.errors.StoreError` naming both layouts for a file of another one, and for a
+        file that holds tables but no layout (not a Casekeeper store)."""
         with translate_sqlite_errors():
             (version,) = self._db.get().execute("PRAGMA user_version").fetchone()
         if version == SCHEMA_VERSION:
-            # The expiry index came after layout 1 without changing it: an older build keeps it up to date.
-            (present,) = (
-                self._db.get()
-                .execute("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'documents_by_expiry'")
-                .fetchone()
-            )
-            if not present:
-                with self._db.write() as conn:
-                    conn.execute(_EXPIRY_INDEX)
-            self._ensure_query_indexes()
             return
-        with self._db.write() as conn:  # several processes may open a new file at once: one migrates
+        with self._db.write() as conn:  # several processes may open a new file at once: one creates it
             (version,) = conn.execute("PRAGMA user_version").fetchone()
             if version == SCHEMA_VERSION:
                 return
-            if version > SCHEMA_VERSION:
+            if version != 0:
                 raise StoreError(
-                    f"{self.path}: store layout {version} was written by a newer Casekeeper; "
-                    f"this build reads layout {SCHEMA_VERSION}"
+                    f"{self.path}: store layout {version} is not the layout this build reads ({SCHEMA_VERSION})"
                 )
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            # Layout 0 gave out seqs from one counter over every container; each container's new seqs
-            # start above it, which keeps every persisted change-feed continuation and ETag behind them.
-            old = conn.execute(
-                "SELECT value FROM counters WHERE name = 'seq'"
-                if _has_table(conn, "counters")
-                else "SELECT coalesce(max(seq), 0) FROM documents"
-            ).fetchone()
-            floor = int(old[0]) if old is not None else 0
-            if floor > 0:
-                conn.executemany(
-                    "INSERT INTO seq_floors (container, seq) VALUES (?, ?) "
-                    "ON CONFLICT (container) DO UPDATE SET seq = max(seq, excluded.seq)",
-                    [(container, floor) for container in CONTAINERS],
-                )
-            for statement in _RETIRED_COUNTER:
+            (tables,) = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()
+            if tables:
+                raise StoreError(f"{self.path} holds tables but no Casekeeper store layout: not a store file")
+            for statement in (*_SCHEMA, *_QUERY_INDEXES):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        self._ensure_query_indexes()
-
-    def _ensure_query_indexes(self) -> None:
-        existing = {
-            row[0] for row in self._db.get().execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
-        }
-        missing = [sql for sql in _QUERY_INDEXES if sql.split()[5] not in existing]
-        if not missing:
-            return  # the usual open: no write lock taken
-        with self._db.write() as conn:
-            for statement in missing:
-                conn.execute(statement)
 
     def _next_seq(self, conn: sqlite3.Connection, container: str) -> int:
         """The container's next ``seq``, inside the caller's write transaction (two index lookups, no write)."""
@@ -421,10 +374,6 @@ class SqliteDocumentStore:
             (container, partition, doc_id),
         ).fetchone()
         return _document(row)
-
-
-def _has_table(conn: sqlite3.Connection, name: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
 
 def _checked(container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> str:

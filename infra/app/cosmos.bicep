@@ -39,7 +39,6 @@ var containers = [
       automatic: true
       includedPaths: [
         { path: '/status/?' }
-        { path: '/gateOpen/?' }
         { path: '/openEffects/?' }
         { path: '/_ts/?' }
       ]
@@ -52,16 +51,7 @@ var containers = [
           { path: '/_ts', order: 'ascending' }
         ]
         [
-          { path: '/gateOpen', order: 'ascending' }
-          { path: '/_ts', order: 'ascending' }
-        ]
-        [
           { path: '/status', order: 'ascending' }
-          { path: '/_ts', order: 'ascending' }
-          { path: '/id', order: 'ascending' }
-        ]
-        [
-          { path: '/gateOpen', order: 'ascending' }
           { path: '/_ts', order: 'ascending' }
           { path: '/id', order: 'ascending' }
         ]
@@ -153,10 +143,6 @@ var containers = [
         [
           { path: '/record', order: 'ascending' }
           { path: '/_ts', order: 'descending' }
-        ]
-        [
-          { path: '/notified', order: 'ascending' }
-          { path: '/_ts', order: 'ascending' }
         ]
         [
           { path: '/alerted', order: 'ascending' }

@@ -34,12 +34,10 @@ from casekeeper import AlreadyExists, Clock, ConcurrencyConflict, Document, Docu
 from casekeeper.stores import HEALTH, storable_id
 
 KIND_ALERT = "alert"
-"""The record's type (field ``record``), and the partition every alert had in the older layout."""
+"""The record's type (field ``record``) and the prefix of its partitions (:func:`alert_partition`)."""
 ALERT_SHARDS = 16
 """Logical partitions alerts are spread over (``kind`` ``alert-00`` ... ``alert-15``, by a hash of the id): an
-incident's thousands of alerts share no one partition's 20 GB and 10,000 RU/s. Records of the older layout
-(partition ``alert``) are still read, found and marked: :data:`LEGACY_ALERT_PARTITION`."""
-LEGACY_ALERT_PARTITION = KIND_ALERT
+incident's thousands of alerts share no one partition's 20 GB and 10,000 RU/s."""
 MAX_WEBHOOK_ATTEMPTS = 20
 WEBHOOK_BACKOFF_CAP = 3600.0
 NOTIFY_GRACE_SECONDS = 30.0
@@ -124,8 +122,6 @@ class Alerter:
             "attempts": 0,
             "nextAttemptAt": None,
         }
-        if self._store.read(HEALTH, LEGACY_ALERT_PARTITION, doc_id) is not None:
-            return False  # recorded by an older build, in the older layout
         try:
             created = self._store.create(HEALTH, partition, doc_id, body)
         except AlreadyExists:
@@ -137,8 +133,7 @@ class Alerter:
         """Notify every recorded alert still owed a notification (the timer's duty). Returns their ids."""
         now = self._clock.now()
         owed = Query(equals={"record": KIND_ALERT, "notified": False}, order_by_ts="asc")
-        legacy = Query(partition=LEGACY_ALERT_PARTITION, equals={"notified": False}, order_by_ts="asc")
-        docs = [*self._store.query(HEALTH, legacy), *self._store.query(HEALTH, owed)]
+        docs = self._store.query(HEALTH, owed)
         notified: list[str] = []
         for doc in docs:
             try:
@@ -158,10 +153,7 @@ class Alerter:
 
     def recent(self, limit: int = 50) -> list[Alert]:
         newest = Query(equals={"record": KIND_ALERT}, order_by_ts="desc", limit=limit)
-        legacy = Query(partition=LEGACY_ALERT_PARTITION, order_by_ts="desc", limit=limit)
-        docs = [*self._store.query(HEALTH, newest), *self._store.query(HEALTH, legacy)]
-        docs.sort(key=lambda d: d.ts, reverse=True)
-        return [Alert.from_body(d.body) for d in docs[:limit]]
+        return [Alert.from_body(d.body) for d in self._store.query(HEALTH, newest)]
 
     # --- notifying ----------------------------------------------------------------------------------
 

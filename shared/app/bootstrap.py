@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from casekeeper import Clock, DocumentStore, Guard, SystemClock
+from casekeeper import Clock, DocumentStore, Guard, SystemClock, checkpoint_decoding
+from casekeeper.capture import install as install_capture
 from casekeeper.records import Ledger, Reconciler
 from casekeeper.records import RecordRepository as CaseRepository
 from shared.app.alerts import Alerter
@@ -35,9 +36,7 @@ from shared.supplier.portal import SupplierPortal
 from shared.views.case import CaseRecords
 from shared.views.resolution import Settler
 from shared.views.runs import graph_hash_of
-from shared.workflow import checkpoint_decoding
 from shared.workflow.build import build_workflow
-from shared.workflow.capture import install as install_capture
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import AgentProposer, Proposer, RulesProposer
 from shared.workflow.runner import WorkflowRunner
@@ -199,7 +198,7 @@ def build_operations(
         else:
             proposer = RulesProposer()
     # A checkpoint holding a type outside the allow-list was tampered with, or names a type this build
-    # forgot to list: either way a person must know (shared.workflow.checkpoint_decoding).
+    # forgot to list: either way a person must know (casekeeper.checkpoint_decoding).
     checkpoint_decoding.on_refused(
         lambda types, digest: alerts.raise_alert(
             "checkpoint_type_refused",
@@ -246,7 +245,9 @@ def build_operations(
         dead_letters=dead_letters if dead_letters is not None else open_dead_letters(settings),
         workflow=workflow,
         worker=CaseWorker(
-            WorkflowRunner(workflow, store, checkpoint_max_bytes=settings.checkpoint_max_bytes, alerts=alerts)
+            WorkflowRunner(
+                workflow, store, checkpoint_max_bytes=settings.checkpoint_max_bytes, alert=alerts.raise_alert
+            )
         ),
         supplier=supplier,
     )
@@ -291,13 +292,7 @@ def build(
     )
     sender = sender if sender is not None else open_sender(settings)
     records = CaseRecords(store=ops.store, cases=ops.cases, ledger=ops.ledger)
-    ingress = Ingress(
-        settings.webhook_secrets,
-        sender,
-        ops.clock,
-        store=ops.store,
-        v1_signatures_until=settings.signature_v1_until,
-    )
+    ingress = Ingress(settings.webhook_secrets, sender, ops.clock, store=ops.store)
     return Services(
         settings=settings,
         ops=ops,
@@ -351,7 +346,7 @@ def build(
 
 def start(svc: Services) -> Services:
     """What a process that runs workflows does once it built its services: checkpoint-save failures are
-    recorded in this store from now on (``shared.workflow.capture``)."""
+    recorded in this store from now on (``casekeeper.capture``)."""
     install_capture(svc.store)
     return svc
 

@@ -85,10 +85,8 @@ class Retention:
     def ttl(self, container: str, body: Mapping[str, Any]) -> int | None:
         """The ``ttl`` (seconds) the document ``body`` in ``container`` is to carry; ``None``: none, kept."""
         if container == "cases":
-            # Never while an effect on it is open (its entry would expire with it) or a legacy gate is.
-            final = (
-                body.get("status") in FINAL_CASE_STATUSES and not body.get("gateOpen") and not body.get("openEffects")
-            )
+            # Never while an effect on it is open (its entry would expire with it).
+            final = body.get("status") in FINAL_CASE_STATUSES and not body.get("openEffects")
             return _seconds(self.closed_case_days) if final else None
         if container == "effects":
             return None  # stamped when its case becomes final (RetainingStore), never by its own write
@@ -102,10 +100,10 @@ class Retention:
 
     def _health_ttl(self, body: Mapping[str, Any]) -> int | None:
         kind = body.get("kind")
-        if kind == "alert" or body.get("record") == "alert":  # old layout, and alerts spread over alert-NN
+        if body.get("record") == "alert":  # alerts are spread over partitions alert-NN
             return _seconds(self.alert_days) if body.get("notified") is True else None
-        # A checkpoint failure: partition checkpoint_failure in the old layout, checkpoint_failure-NN now.
-        checkpoint_failure = kind == "checkpoint_failure" or body.get("record") == "checkpoint_failure"
+        # Checkpoint failures are spread over partitions checkpoint_failure-NN.
+        checkpoint_failure = body.get("record") == "checkpoint_failure"
         if checkpoint_failure and body.get("alerted") is False:
             return None  # still owed its alert
         if checkpoint_failure or kind in FAILURE_KINDS:

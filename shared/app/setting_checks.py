@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 from casekeeper import ConfigurationError
@@ -217,27 +216,11 @@ def ratio(raw: str, name: str, problems: list[str]) -> float:
     return float(value)
 
 
-def who_may_call(values: Mapping[str, str | None], problems: list[str]) -> float | None:
-    """The settings that decide whom a request is taken from: the secrets must be resolved, the Easy Auth flag
-    well-formed (``shared.web.identity`` reads it where each request is served), and the time until which
-    ``v1=`` signatures count is returned."""
+def who_may_call(values: Mapping[str, str | None], problems: list[str]) -> None:
+    """The settings that decide whom a request is taken from: the secrets must be resolved, and the Easy Auth
+    flag well-formed (``shared.web.identity`` reads it where each request is served)."""
     problems.extend(_unresolved_references(values, ("WEBHOOK_SECRET", "ALERT_WEBHOOK_URL", "AZURE_OPENAI_API_KEY")))
     flag(values["EASY_AUTH_ENABLED"] or "", "EASY_AUTH_ENABLED", problems)
-    return _instant(values["WEBHOOK_SIGNATURE_V1_UNTIL"] or "", "WEBHOOK_SIGNATURE_V1_UNTIL", problems)
-
-
-def _instant(raw: str, name: str, problems: list[str]) -> float | None:
-    """An ISO 8601 time with its zone (``Z`` or an offset), as unix seconds; empty: ``None``."""
-    if not raw:
-        return None
-    try:
-        when = datetime.fromisoformat(raw)
-    except ValueError:
-        when = None
-    if when is None or when.tzinfo is None:
-        problems.append(f"{name} must be an ISO 8601 time with its zone, e.g. 2027-01-31T00:00:00Z, not {raw!r}")
-        return None
-    return when.timestamp()
 
 
 _TRUE = ("true", "1", "yes", "on")

@@ -56,12 +56,6 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("WEBHOOK_SECRET", None, "HMAC secret(s) of the event webhook; comma-separated while rotating", True),
     Setting(
-        "WEBHOOK_SIGNATURE_V1_UNTIL",
-        None,
-        "until this UTC time (ISO 8601, e.g. 2027-01-31T00:00:00Z) webhooks signed the old v1 way, without the "
-        "delivery id, are still accepted; unset: v2 only",
-    ),
-    Setting(
         "EASY_AUTH_ENABLED",
         "false",
         "true where App Service Authentication is in front (infra sets it); only then is X-MS-CLIENT-PRINCIPAL "

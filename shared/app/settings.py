@@ -52,8 +52,6 @@ class Settings:
     """Set when ``ServiceBusConnection`` is (the emulator); else ``service_bus_namespace`` (identity)."""
     case_events_queue: str
     webhook_secrets: tuple[str, ...]
-    signature_v1_until: float | None
-    """Unix seconds until which ``v1=`` webhook signatures are accepted (``WEBHOOK_SIGNATURE_V1_UNTIL``)."""
     call_timeout: float
     supplier_portal_url: str
     supplier_timeout: float
@@ -86,7 +84,7 @@ class Settings:
         conn = read_connections(read.values, cosmos=store == "cosmos", bus=queue == "servicebus", missing=read.missing)
         read.problems.extend(conn.problems)
         secret = read.require("WEBHOOK_SECRET") if receives_events else read.values["WEBHOOK_SECRET"]
-        v1_until = who_may_call(read.values, read.problems)
+        who_may_call(read.values, read.problems)
         call_timeout, store_timeout, supplier_timeout = timeouts(read)
         rules = Rules(
             tolerance=read.number("VARIANCE_TOLERANCE", positive=False),
@@ -123,7 +121,6 @@ class Settings:
             service_bus_connection_string=conn.bus_string,
             case_events_queue=values["CASE_EVENTS_QUEUE"] or "case-events",
             webhook_secrets=tuple(s.strip() for s in (secret or "").split(",") if s.strip()),
-            signature_v1_until=v1_until,
             call_timeout=call_timeout,
             supplier_portal_url=read.text("SUPPLIER_PORTAL_URL").rstrip("/"),
             supplier_timeout=supplier_timeout,

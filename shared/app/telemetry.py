@@ -15,7 +15,7 @@ schedules carry the context of the span that scheduled them. Metrics (meter ``ca
 ``casekeeper.decisions.stale``        calls refused because the case moved on (rule R4)
 ``casekeeper.commits.lost``           status commits that lost the race (rule R5)
 ``casekeeper.events.deferred``        events re-sent with backoff after a transient error
-``casekeeper.checkpoint.failures``    failed checkpoint saves (``shared.workflow.capture``)
+``casekeeper.checkpoint.failures``    failed checkpoint saves (``casekeeper.capture``)
 ``casekeeper.alerts``                 alerts raised (``shared.app.alerts``)
 ``casekeeper.model.calls``            model calls (attributes: deployment, outcome)
 ``casekeeper.model.tokens``           tokens the model used (deployment, model, ``gen_ai.token.type``
@@ -34,7 +34,7 @@ custom dimensions when telemetry goes through ``azure-monitor-opentelemetry``.
 when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, the console otherwise (``CASEKEEPER_TELEMETRY_FILE`` sends
 the console exporter's output to a file, which the local host does).
 
-What it costs, and what is kept (issue 13):
+What it costs, and what is kept:
 
 - **Agent Framework's own spans are off** (``AGENT_FRAMEWORK_SPANS=false``, the default). The framework
   instruments every workflow build and run, executor, message and edge group, and its chat client and
@@ -67,19 +67,17 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, Status, StatusCode
 
 from casekeeper import Effect
-from shared.app.settings import Settings
+from shared.ports import ModelCall
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.sampling import Sampler
-
-    from shared.workflow.proposers import ModelCall
 
 log = logging.getLogger("casekeeper.telemetry")
 
@@ -286,17 +284,30 @@ def sampler(ratio: float) -> Sampler:
     return ParentBased(TraceIdRatioBased(ratio))
 
 
-def configure(settings: Settings | str | None, *, service_name: str = "casekeeper") -> str:
+class TelemetrySettings(Protocol):
+    """What :func:`configure` reads of the app's settings (``shared.app.settings.Settings`` has them)."""
+
+    @property
+    def appinsights_connection_string(self) -> str | None: ...
+
+    @property
+    def trace_sampling_ratio(self) -> float: ...
+
+    @property
+    def agent_framework_spans(self) -> bool: ...
+
+
+def configure(settings: TelemetrySettings | str | None, *, service_name: str = "casekeeper") -> str:
     """Install exporters for this process, once. Returns which: ``azure_monitor``, ``otlp`` or ``console``.
 
     ``settings``: the app's settings (``APPLICATIONINSIGHTS_CONNECTION_STRING``, ``TRACE_SAMPLING_RATIO``,
     ``AGENT_FRAMEWORK_SPANS``); or only a connection string (``None``: none), the others at their defaults.
     """
-    if isinstance(settings, Settings):
+    if settings is None or isinstance(settings, str):
+        connection_string, sampling_ratio, framework_spans = settings, 1.0, False
+    else:
         connection_string = settings.appinsights_connection_string
         sampling_ratio, framework_spans = settings.trace_sampling_ratio, settings.agent_framework_spans
-    else:
-        connection_string, sampling_ratio, framework_spans = settings, 1.0, False
     with _lock:
         if _configured.is_set():
             return "already"

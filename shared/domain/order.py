@@ -89,8 +89,8 @@ class FactOrder:
 
     @classmethod
     def from_json(cls, raw: Any) -> FactOrder | None:
-        """From :meth:`to_json`; ``None`` for a missing or unreadable order (a document written before
-        orders were kept: any report replaces its fact)."""
+        """From :meth:`to_json`; ``None`` when no order is held (no report of the fact has been applied:
+        any report is newer)."""
         if not isinstance(raw, dict) or not isinstance(raw.get("acceptedAt"), int | float):
             return None
         occurred = raw.get("occurredAt")
@@ -103,7 +103,7 @@ class FactOrder:
 def describe(order: FactOrder | None) -> str:
     """A person's reading of an order, for reasons in the history."""
     if order is None:
-        return "an unrecorded order (recorded before orders were kept)"
+        return "no recorded order"
     if order.occurred_at is not None:
         return f"occurred at {order.occurred_at}"
     stamp = datetime.fromtimestamp(order.accepted_at, tz=UTC).isoformat(timespec="milliseconds")

@@ -174,7 +174,7 @@ async def _handle(
         return await aside(event.case_id, reason, {"caseId": "does not match the session"})
     envelope = replace(envelope, root=envelope.root_or(message_id))
     # The ingress stamped when it accepted the event; every copy carries the stamp (docs/design.md#fact-order).
-    # A message without one (sent before stamps existed, or by Casekeeper itself) is applied as it comes.
+    # Casekeeper's own messages (re-checks, investigations) carry no fact and no stamp.
     event = replace(event, accepted_at=envelope.accepted_at)
 
     async def attempt() -> Settlement:

@@ -70,8 +70,8 @@ def check_delivery(
     store: DocumentStore, delivery_id: str, raw: Any, *, case_id: str, event_type: str, at: float, accepted_at: float
 ) -> Delivery:
     """:func:`record_delivery`, with the stamp the event is to carry: ``accepted_at`` (this acceptance's)
-    for a first delivery, the recorded one for a delivery seen before with the same body (a record written
-    before stamps were kept has none: this acceptance's). Raises ``StoreError`` as it does."""
+    for a first delivery, the recorded one for a delivery seen before with the same body. Raises ``StoreError``
+    as it does."""
     digest = body_digest(raw)
     body = {
         "id": delivery_id,
@@ -91,10 +91,7 @@ def check_delivery(
     if first is None:
         return Delivery(None, accepted_at)  # deleted meanwhile by an operator: nothing to compare with, accept
     if first.body.get("bodySha256") == digest:
-        recorded = first.body.get("acceptedAt")
-        if isinstance(recorded, int | float) and not isinstance(recorded, bool):
-            return Delivery(None, float(recorded))
-        return Delivery(None, accepted_at)  # recorded before stamps were kept
+        return Delivery(None, float(first.body["acceptedAt"]))
     return Delivery(
         f"delivery id {delivery_id!r} was already accepted with another body "
         f"({first.body.get('type')} for case {first.body.get('caseId')!r}); a new event needs a new delivery id",

@@ -1,17 +1,13 @@
 """The reconciler: reacts to changes of the cases (Cosmos DB change feed on ``cases``), where effects are
 claimed and closed (``casekeeper.core.entries``).
 
-- a case with a ``started`` entry: a re-check is scheduled into the case's session for when its call
-  timeout expires (its claim time by the store's clock, plus a margin); the re-check applies rule R3.
-  A ``done`` entry needs nothing: its outcome and its commit were one write.
-- a document of the ``effects`` container (a row of the two-container layout, or the archive), if one is
-  delivered: a ``done`` row whose case does not show the commit has it finished (the layout's F5), a
-  ``started`` row gets its re-check as above.
+A case with a ``started`` entry gets a re-check scheduled into its session for when the entry's call timeout
+expires (its claim time by the store's clock, plus a margin); the re-check applies rule R3. A ``done`` entry
+needs nothing: its outcome and its commit were one write. Anything else the feed delivers is ignored.
 
-All of it is idempotent, so a batch delivered twice (the feed is at-least-once) does no harm: the
-commit is conditional, and a re-check's message id is derived from the effect's key and attempt,
-so the broker drops the second copy (a case written many times while an entry is open schedules the same
-re-check each time; the broker keeps one).
+All of it is idempotent, so a batch delivered twice (the feed is at-least-once) does no harm: a re-check's
+message id is derived from the effect's key and attempt, so the broker drops the second copy (a case written
+many times while an entry is open schedules the same re-check each time; the broker keeps one).
 """
 
 from __future__ import annotations
@@ -43,20 +39,8 @@ class EffectChangeDeps:
 
 @dataclass
 class ChangeSummary:
-    commits_finished: list[str] = field(default_factory=list)
     rechecks_scheduled: list[str] = field(default_factory=list)
     ignored: int = 0
-
-
-def effect_from_change(raw: Mapping[str, Any]) -> Effect | None:
-    """An ``Effect`` from a change-feed document (body plus Cosmos system fields), or None if not one."""
-    if raw.get("kind") != "effect" or "caseId" not in raw or "id" not in raw:
-        return None
-    body = {k: v for k, v in raw.items() if not k.startswith("_")}
-    doc = Document(
-        "effects", str(raw["caseId"]), str(raw["id"]), body, str(raw.get("_etag", "")), float(raw.get("_ts", 0))
-    )
-    return Effect.from_document(doc)
 
 
 def handle_effect_changes(deps: EffectChangeDeps, changes: Iterable[Mapping[str, Any]]) -> ChangeSummary:
@@ -68,14 +52,10 @@ def handle_effect_changes(deps: EffectChangeDeps, changes: Iterable[Mapping[str,
         try:
             _handle_one(deps, raw, summary)
         except Exception as exc:
-            log.exception("reconciler: change of effect %s failed", raw.get("id"), extra={"effectKey": raw.get("id")})
+            log.exception("reconciler: change of case %s failed", raw.get("id"), extra={"caseId": raw.get("id")})
             failures.append(exc)
-    if summary.commits_finished or summary.rechecks_scheduled:
-        log.info(
-            "reconciler: %d commits finished, %d re-checks scheduled",
-            len(summary.commits_finished),
-            len(summary.rechecks_scheduled),
-        )
+    if summary.rechecks_scheduled:
+        log.info("reconciler: %d re-checks scheduled", len(summary.rechecks_scheduled))
     if failures:
         raise failures[0]
     return summary
@@ -96,24 +76,11 @@ def open_entries_from_change(raw: Mapping[str, Any]) -> list[Effect] | None:
 
 def _handle_one(deps: EffectChangeDeps, raw: Mapping[str, Any], summary: ChangeSummary) -> None:
     started = open_entries_from_change(raw)
-    if started is not None:
-        for entry in started:
-            _schedule(deps, entry, summary)
-        if not started:
-            summary.ignored += 1
+    if not started:
+        summary.ignored += 1
         return
-    effect = effect_from_change(raw)
-    if effect is None:
-        summary.ignored += 1
-    elif effect.status is EffectStatus.DONE:
-        finished = deps.guard.finish_commit(effect)
-        if finished in ("committed", "needs_review"):
-            deps.telemetry.reconciled(f"commit_{finished}")
-            summary.commits_finished.append(effect.key)
-    elif effect.status is EffectStatus.STARTED:
-        _schedule(deps, effect, summary)
-    else:
-        summary.ignored += 1
+    for entry in started:
+        _schedule(deps, entry, summary)
 
 
 def _schedule(deps: EffectChangeDeps, effect: Effect, summary: ChangeSummary) -> None:

@@ -6,22 +6,20 @@ run. The sweeps come first: they keep work moving, the alerts only tell about it
 cannot read is skipped and recorded (one ``malformed_document`` alert per document and version), and
 the duty carries on with the rest.
 
-1. **Started effects** older than the call timeout get a re-check (rule R3). The change feed shows a row
-   only when it changes; a row that stops changing would otherwise wait forever.
-2. **Open gates.** A case whose version gate let an effect through, with neither its commit nor its
-   escalation since (``casekeeper.core.cases.Gate``), gets a re-check of that effect, which finishes the
-   commit, hands the case to a person, or closes the gate. The query returns only such cases: the
-   sweep's cost follows what is stuck, not what is done.
-3. **Open cases** left ``open`` for longer than the call timeout: a fact was recorded and the decision
+1. **Open entries**: every ``started`` effect older than the call timeout gets a re-check (rule R3). The
+   change feed shows a case only when it changes; an entry on a case that stops changing would otherwise
+   wait forever. The query returns only the cases with an open entry: the sweep's cost follows what is
+   stuck, not what is done.
+2. **Open cases** left ``open`` for longer than the call timeout: a fact was recorded and the decision
    that should follow never ran (a crash, or an error before its first checkpoint); the case is
    investigated again (idempotent at the same version).
-4. **Alert delivery**: every recorded alert still owed its notification is notified (``shared.app.alerts``).
-5. **Checkpoint failures** captured since the last tick: one alert each.
-6. **Lagging runs**: a case whose last workflow commit is not covered by its checkpoints (a case that holds
+3. **Alert delivery**: every recorded alert still owed its notification is notified (``shared.app.alerts``).
+4. **Checkpoint failures** captured since the last tick: one alert each.
+5. **Lagging runs**: a case whose last workflow commit is not covered by its checkpoints (a case that holds
    none lags only when it waits for a person: a run that ends writes none there) alerts once per version.
    Cases are examined once, in a window that trails now by the lag; the cursor moves on even past a case
    that could not be examined.
-7. **Dead letters**: one alert per message in the queue's dead-letter queue, all of them (read a page at a
+6. **Dead letters**: one alert per message in the queue's dead-letter queue, all of them (read a page at a
    time).
 
 The re-checks and investigations are scheduled into each case's session with a message id derived from
@@ -37,11 +35,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from casekeeper import RECONCILED_SUFFIX, Document, DocumentStore, Effect, EffectStatus, Query
+from casekeeper import RECONCILED_SUFFIX, Document, DocumentStore, EffectStatus, Query
 from casekeeper import Record as Case
+from casekeeper.capture import failures_since, mark_alerted
+from casekeeper.checkpoints import CaseCheckpointStorage
 from casekeeper.records import DEFAULT_CALL_TIMEOUT, Ledger, entries_of
 from casekeeper.records import RecordRepository as CaseRepository
-from casekeeper.stores import CASES, EFFECTS, decode_all
+from casekeeper.stores import CASES, decode_all
 from shared.app.alerts import Alerter
 from shared.domain import events as ev
 from shared.domain.invoice import Status
@@ -51,24 +51,18 @@ from shared.handlers.sweep_pages import (
     DEFAULT_BUDGET_SECONDS,
     DEFAULT_PAGE,
     Budget,
-    read_cursor,
     walk_pages,
 )
 from shared.messaging import DeadLetter, DeadLetterQueue, EventSender, derived_message_id
 from shared.workflow.build import WORKFLOW_NAME
-from shared.workflow.capture import failures_since, mark_alerted
-from shared.workflow.checkpoints import CaseCheckpointStorage
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, PENDING_APPROVAL
 
 log = logging.getLogger("casekeeper.health")
 
 CURSOR_ID = "checkpoint-health"
-"""The lagging-runs check's cursor (``health``, kind ``cursor``): the key of the last case it examined.
-Written before the keyset cursor by older builds as ``{"casesTs": <window end>}``, which is read too."""
+"""The lagging-runs check's cursor (``health``, kind ``cursor``): the key of the last case it examined."""
 SWEEP_CURSORS = {
-    "started effects": "sweep-started-effects",
     "open entries": "sweep-open-entries",
-    "open gates": "sweep-open-gates",
     "open cases": "sweep-open-cases",
 }
 """Each incident sweep's cursor (``health``, kind ``cursor``): where its pass stopped."""
@@ -95,7 +89,7 @@ class HealthDeps:
     """How long a case may stay ``open`` before its decision counts as lost (the call timeout: no run
     takes longer)."""
     call_timeout: float = DEFAULT_CALL_TIMEOUT
-    """``CALL_TIMEOUT_SECONDS``: a ``started`` effect or an open gate older than this is stuck."""
+    """``CALL_TIMEOUT_SECONDS``: a ``started`` effect older than this is stuck."""
     page_size: int = DEFAULT_PAGE
     """Documents per page of every walk; what one page finds is scheduled before the next is read."""
     duty_budget: float = DEFAULT_BUDGET_SECONDS
@@ -106,7 +100,6 @@ class HealthDeps:
 @dataclass
 class HealthReport:
     rechecks_scheduled: list[str] = field(default_factory=list)
-    gates_rechecked: list[str] = field(default_factory=list)
     investigations_scheduled: list[str] = field(default_factory=list)
     alerts_notified: list[str] = field(default_factory=list)
     failures_alerted: list[str] = field(default_factory=list)
@@ -142,9 +135,7 @@ def run_health_checks(deps: HealthDeps) -> HealthReport:
     bucket = f"sweep-{int(deps.cases.now() // 3600)}"
     clock = _TickClock(deps.store)
     duties: list[tuple[str, Callable[[], None]]] = [
-        ("started effects", lambda: _sweep_started_effects(deps, report, bucket, clock)),
         ("open entries", lambda: _sweep_open_entries(deps, report, bucket, clock)),
-        ("open gates", lambda: _sweep_open_gates(deps, report, bucket, clock)),
         ("open cases", lambda: _sweep_open_cases(deps, report, bucket, clock)),
         ("alert delivery", lambda: report.alerts_notified.extend(deps.alerts.deliver_pending())),
         ("checkpoint failures", lambda: _alert_checkpoint_failures(deps, report)),
@@ -158,10 +149,9 @@ def run_health_checks(deps: HealthDeps) -> HealthReport:
             log.exception("health check %r failed; the other duties still run", name)
             report.failed_duties[name] = f"{type(exc).__name__}: {exc}"
     log.info(
-        "health: %d re-checks, %d gates, %d investigations scheduled; %d alerts notified, %d checkpoint "
+        "health: %d re-checks, %d investigations scheduled; %d alerts notified, %d checkpoint "
         "failures, %d lagging runs, %d dead letters alerted; %d malformed documents",
         len(report.rechecks_scheduled),
-        len(report.gates_rechecked),
         len(report.investigations_scheduled),
         len(report.alerts_notified),
         len(report.failures_alerted),
@@ -204,19 +194,6 @@ def _walk(deps: HealthDeps, duty: str, container: str, query: Query, handle: Cal
     )
 
 
-def _sweep_started_effects(deps: HealthDeps, report: HealthReport, bucket: str, clock: _TickClock) -> None:
-    now = deps.cases.now()
-    cutoff = clock.now() - deps.call_timeout
-    query = Query(equals={"status": EffectStatus.STARTED.value}, ts_before=cutoff)
-
-    def handle(docs: list[Document]) -> None:
-        for effect in decode_all(docs, Effect.from_document, _malformed(deps, report)):
-            schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, now, tag=bucket)
-            report.rechecks_scheduled.append(effect.key)
-
-    _walk(deps, "started effects", EFFECTS, query, handle)
-
-
 def _sweep_open_entries(deps: HealthDeps, report: HealthReport, bucket: str, clock: _TickClock) -> None:
     """The backstop of the change feed on ``cases``: every case with an open entry (indexed ``openEffects``),
     its ``started`` entries past the call timeout by their claim time. No ``_ts`` bound on the case: a later
@@ -234,27 +211,11 @@ def _sweep_open_entries(deps: HealthDeps, report: HealthReport, bucket: str, clo
     _walk(deps, "open entries", CASES, Query(equals={"openEffects": True}), handle)
 
 
-def _sweep_open_gates(deps: HealthDeps, report: HealthReport, bucket: str, clock: _TickClock) -> None:
-    now = deps.cases.now()
-    cutoff = clock.now() - deps.call_timeout
-
-    def handle(docs: list[Document]) -> None:
-        for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
-            if case.gate is None:
-                continue
-            schedule_recheck(deps.sender, case.id, case.gate.effect_key, 0, now, tag=f"gate-{bucket}")
-            report.gates_rechecked.append(case.id)
-
-    _walk(deps, "open gates", CASES, Query(equals={"gateOpen": True}, ts_before=cutoff), handle)
-
-
 def _sweep_open_cases(deps: HealthDeps, report: HealthReport, bucket: str, clock: _TickClock) -> None:
     cutoff = clock.now() - deps.open_case_grace
 
     def handle(docs: list[Document]) -> None:
         for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
-            if case.gate is not None:
-                continue  # an effect passed its gate: the open-gate sweep's re-check settles it first
             event = ev.CaseEvent(ev.CASE_INVESTIGATE, case.id, {})
             deps.sender.send(event, message_id=derived_message_id("sweep-open", case.id, str(case.version), bucket))
             report.investigations_scheduled.append(case.id)
@@ -291,9 +252,6 @@ def _alert_lagging_runs(deps: HealthDeps, report: HealthReport, clock: _TickCloc
     (Cosmos DB's ``_ts`` has whole seconds)."""
     lag = deps.checkpoint_lag
     until = float(math.floor(clock.now() - lag))
-    body, after = read_cursor(deps.store, CURSOR_ID)
-    legacy = after is None and "casesTs" in body  # the older layout: a window end, whole seconds
-    start = (float(body["casesTs"]) - 1.0, "") if legacy else after
 
     def handle(docs: list[Document]) -> None:
         for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
@@ -318,8 +276,6 @@ def _alert_lagging_runs(deps: HealthDeps, report: HealthReport, clock: _TickCloc
         budget=Budget(deps.duty_budget, deps.monotonic),
         passes=False,
         page=deps.page_size,
-        start=start,
-        start_given=legacy,
     )
 
 

@@ -8,9 +8,7 @@ timestamp more than :data:`TOLERANCE_SECONDS` away from now is refused. Comparis
 
 Because the delivery id is signed, a captured delivery cannot be replayed under another id (the broker's
 duplicate detection drops a replay under its own id, for longer than the tolerance), and nobody without
-the secret can take a delivery id the sender will use later. The older ``v1=`` form (HMAC of
-``"<t>.<raw body>"``, no delivery id) is accepted only until the time ``WEBHOOK_SIGNATURE_V1_UNTIL`` names,
-for senders to move over (docs/design.md#signed-delivery).
+the secret can take a delivery id the sender will use later (docs/design.md#signed-delivery).
 
 Every request is accepted whole or refused whole with the reason; nothing is enqueued unless the
 answer is 202.
@@ -78,10 +76,6 @@ def _mac_v2(secret: str, timestamp: int | str, delivery_id: str, body: bytes) ->
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
-def _mac_v1(secret: str, timestamp: int | str, body: bytes) -> str:
-    return hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-
-
 class SignatureError(Exception):
     """Why a signature was refused (the 401's reason)."""
 
@@ -96,42 +90,30 @@ def verify(
     now: float,
     *,
     delivery_id: str,
-    v1_until: float | None = None,
 ) -> None:
     """Raises ``SignatureError`` unless ``header`` signs ``body`` as ``delivery_id`` with one of ``secrets``,
-    recently. A ``v1=`` signature (no delivery id) counts only while ``now`` is before ``v1_until``."""
+    recently."""
     if not header:
         raise SignatureError(f"missing {SIGNATURE_HEADER} header")
     timestamp: str | None = None
     v2: list[str] = []
-    v1: list[str] = []
     for part in header.split(","):
         name, _, value = part.strip().partition("=")
         if name == "t":
             timestamp = value
         elif name == "v2":
             v2.append(value)
-        elif name == "v1":
-            v1.append(value)
     # ASCII digits only: str.isdigit() also admits "²", which int() then refuses.
     if (
         timestamp is None
         or not (timestamp.isascii() and timestamp.isdigit())
         or len(timestamp) > _MAX_TIMESTAMP_DIGITS
-        or not (v2 or v1)
+        or not v2
     ):
         raise SignatureError(f"malformed {SIGNATURE_HEADER} header: expected t=<unix seconds>,v2=<hex>")
     if abs(now - int(timestamp)) > TOLERANCE_SECONDS:
         raise SignatureError(f"signature timestamp is more than {TOLERANCE_SECONDS}s from now (replayed or clock skew)")
-    v1_open = v1_until is not None and now < v1_until
-    if not v2 and not v1_open:
-        raise SignatureError(
-            "v1 signatures (without the delivery id) are no longer accepted: sign with v2, "
-            "HMAC-SHA256 of '<t>.<delivery id>\\n<body>'"
-        )
     pairs = [(given, _mac_v2(secret, timestamp, delivery_id, body)) for given in v2 for secret in secrets]
-    if v1_open:
-        pairs += [(given, _mac_v1(secret, timestamp, body)) for given in v1 for secret in secrets]
     # Compare every pair, without short-circuiting on the first match, in constant time.
     matched = False
     for candidate, mac in pairs:
@@ -148,17 +130,13 @@ class Ingress:
         clock: Clock,
         *,
         store: DocumentStore | None = None,
-        v1_signatures_until: float | None = None,
     ) -> None:
         """``store``: where the door remembers delivery ids and approval answers (``shared.handlers.door``);
-        without one, neither is checked (tests of the signature and the queue alone).
-        ``v1_signatures_until``: until this time (unix seconds) the older signature form without the
-        delivery id is still accepted (``WEBHOOK_SIGNATURE_V1_UNTIL``); ``None``: never."""
+        without one, neither is checked (tests of the signature and the queue alone)."""
         self._secrets = tuple(secrets)
         self._sender = sender
         self._clock = clock
         self._store = store
-        self._v1_until = v1_signatures_until
         self._last_stamp = 0.0
         self._stamp_lock = threading.Lock()
 
@@ -184,7 +162,6 @@ class Ingress:
                 self._secrets,
                 self._clock.now(),
                 delivery_id=delivery,
-                v1_until=self._v1_until,
             )
         except SignatureError as exc:
             return _error(401, str(exc))

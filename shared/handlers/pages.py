@@ -61,7 +61,6 @@ from shared.web.identity import (
 )
 from shared.web.render import Page, approval_path, redirect, render
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, money_position
-from shared.workflow.approval import answer_of
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
 log = logging.getLogger("casekeeper.pages")
@@ -269,7 +268,7 @@ def _request_record(case: Case, request_id: str) -> dict[str, Any] | None:
         ):
             continue
         answer = case.transition_from(asked_on)
-        decided = answer_of(case.id, answer) if answer is not None else None
+        decided = answer.answer if answer is not None else None
         return {
             "askedOn": asked_on,
             "asked": t.reason,
@@ -572,7 +571,7 @@ def ops_resolve(deps: PageDeps, headers: Headers, url: str, body: bytes) -> Page
         return render("message.html", 400, title="Bad form", principal=who, message="the form could not be read")
     key = form.get("key") or ""
     # The effect's case, from the page's row: the effect is then found with one read of it. A form without it
-    # (an older page) is still served, by the key alone.
+    # is served by the key alone (a wider search: ``Ledger.find``).
     case_id = form.get("caseId") or None
     refused = _post_guard(deps, who, headers, url, purpose=resolve_purpose(key), form=form)
     if refused is not None:

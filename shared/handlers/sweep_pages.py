@@ -81,15 +81,12 @@ def walk_pages(
     budget: Budget,
     passes: bool,
     page: int = DEFAULT_PAGE,
-    start: tuple[float, str] | None = None,
-    start_given: bool = False,
 ) -> Walked:
-    """One tick of a walk over ``query``'s matches in ``container``, from the cursor ``cursor_id`` (or from
-    ``start`` when ``start_given``: a cursor of an older layout). ``passes``: go back to the start at the end
-    (incident sweeps); otherwise stay at the last document met (a window). Raises what ``handle`` or the store
-    raises, with the cursor at the last page fully handled."""
-    after = start if start_given else read_cursor(store, cursor_id)[1]
-    recorded = None if start_given else after  # what the cursor document holds: unchanged, not rewritten
+    """One tick of a walk over ``query``'s matches in ``container``, from the cursor ``cursor_id``. ``passes``:
+    go back to the start at the end (incident sweeps); otherwise stay at the last document met (a window).
+    Raises what ``handle`` or the store raises, with the cursor at the last page fully handled."""
+    after = read_cursor(store, cursor_id)[1]
+    recorded = after  # what the cursor document holds: unchanged, not rewritten
     walked = Walked()
     while not walked.finished and (walked.pages == 0 or not budget.spent()):
         found = next_page(store, container, replace(query, paged=True, after=after), page)
@@ -102,7 +99,7 @@ def walk_pages(
             walked.finished = True
             if passes:
                 after = None
-        if after != recorded or start_given:
+        if after != recorded:
             write_cursor(store, cursor_id, after)
-            recorded, start_given = after, False
+            recorded = after
     return walked

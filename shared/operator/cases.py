@@ -31,16 +31,12 @@ from shared.operator.context import (
 from shared.views.case import case_document, case_view
 from shared.views.rejected import rejected_events
 from shared.views.runs import RUN_TEXT, Build, graph_hash_of
-from shared.workflow.approval import LEGACY_ANSWER
 from shared.workflow.build import build_workflow
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 
-__all__ = ["DECISION_REASON", "PROG", "build_parser", "case_document", "case_view", "main", "render"]
+__all__ = ["PROG", "build_parser", "case_document", "case_view", "main", "render"]
 
 PROG = "casekeeper case"
-DECISION_REASON = LEGACY_ANSWER
-"""Kept for importers; an answer is read with ``shared.workflow.approval.answer_of`` (a field of the
-transition, the reason text only for documents written before)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

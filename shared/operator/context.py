@@ -124,7 +124,7 @@ def open_operations(args: argparse.Namespace) -> Operations:
 
     Raises :class:`StoreSelectionError`. Nothing here does network I/O (Cosmos DB connects on first use),
     and nothing process-wide changes but one thing: a checkpoint holding a type outside the allow-list,
-    met by any command here, raises its alert in this store (``shared.workflow.checkpoint_decoding``).
+    met by any command here, raises its alert in this store (``casekeeper.checkpoint_decoding``).
     """
     settings = settings_for(args)
     try:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from casekeeper.capture import install, installed, uninstall
 from shared.app.operations import Operations
 from shared.domain import events as ev
 from shared.errors import InvalidEvent
 from shared.operator.context import common_arguments, error, operator_identity, print_json, run_with_operations
-from shared.workflow.capture import install, installed, uninstall
 
 PROG = "casekeeper requests"
 

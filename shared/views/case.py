@@ -3,7 +3,7 @@
 ``GET /api/cases/{id}`` answers with :func:`case_document`, the case page shows it, and ``casekeeper case
 show`` prints :func:`case_view` (the same document and the case's checkpoints, each judged against the
 build). The history entries carry the person's answer a transition committed (``answer``: who decided what,
-on which version, to which request), read as data (``shared.workflow.approval.answer_of``).
+on which version, to which request), read as data (``Transition.answer``).
 """
 
 from __future__ import annotations
@@ -13,15 +13,14 @@ from typing import Any, Protocol
 
 from casekeeper import Answer, DocumentStore, Effect
 from casekeeper import Record as Case
+from casekeeper.checkpoints import CaseCheckpointStorage
 from casekeeper.records import Ledger
 from casekeeper.records import RecordRepository as CaseRepository
 from shared.views.rejected import rejected_events
 from shared.views.runs import CheckpointView, inspect_checkpoint
 from shared.views.text import short
 from shared.workflow.actions import money_position
-from shared.workflow.approval import answer_of
 from shared.workflow.build import WORKFLOW_NAME
-from shared.workflow.checkpoints import CaseCheckpointStorage
 from shared.workflow.fact_events import FACT_ORDER, SUPERSEDED
 
 AWAITING_APPROVAL = "awaiting_approval"
@@ -63,13 +62,12 @@ def case_document(reads: CaseReads, case: Case, *, with_ages: bool = False) -> d
     show`` adds the checkpoints. The money rule's numbers (``credit``) are ``None`` while the facts are
     incomplete. ``with_ages``: each effect's ``ageSeconds`` by the store's clock (one clock read, on Cosmos
     DB a round trip); without it the document changes only when the case or its effects do."""
-    effects = reads.ledger.for_case(case.id)
+    effects = reads.ledger.effects_for(case)
     now = reads.store.now() if effects and with_ages else None
     pending = case.data.get("pendingApproval") or None
     return {
         "case": case.summary(),
         "credit": _credit(case, effects),
-        "gate": case.gate.to_json() if case.gate is not None else None,
         "history": [
             {
                 "fromVersion": t.from_version,
@@ -82,7 +80,7 @@ def case_document(reads: CaseReads, case: Case, *, with_ages: bool = False) -> d
                 "proposedBy": t.proposed_by,
                 "changes": t.changes,
                 "deliveryId": t.delivery_id,
-                "answer": _answer_json(answer_of(case.id, t)),
+                "answer": _answer_json(t.answer),
                 "at": t.at,
             }
             for t in case.history
@@ -137,7 +135,7 @@ def approval_history(case: Case) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for t in case.history:
         reason = t.reason or ""
-        decision = answer_of(case.id, t)
+        decision = t.answer
         if t.status == AWAITING_APPROVAL and reason.startswith(_ASKED):
             events.append({"event": "requested", "onVersion": t.to_version, "detail": reason, "at": t.at})
         elif decision is not None:

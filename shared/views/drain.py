@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from casekeeper import Record as Case
+from casekeeper.checkpoints import CHECKPOINTS, CaseCheckpointStorage, CheckpointRecord
 from casekeeper.errors import ConcurrencyConflict
 from casekeeper.stores import CASES, Document, DocumentStore, Query, walk
 from shared.domain.invoice import Status
 from shared.views.runs import CheckpointView, inspect_checkpoint
 from shared.workflow import run_marker
 from shared.workflow.build import WORKFLOW_NAME
-from shared.workflow.checkpoints import CHECKPOINTS, CaseCheckpointStorage, CheckpointRecord
 
 PAGE = 200
 """Documents per page of the candidate queries."""

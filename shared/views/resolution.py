@@ -6,8 +6,9 @@ that neither reaches into the other. It records the outcome with the ledger's co
 ``started`` or ``needs_reconciliation`` only; ``resolution`` says who, why and when), then settles the case as
 a worker would have:
 
-- ``done``: the commit the effect's intent names is finished (``Reconciler.finish_commit``): the case gets
-  that status and its data, or goes to ``needs_review`` when it moved on since the decision;
+- ``done``: the commit the effect's intent names is written with the outcome (one write): the case gets
+  that status and its data, or goes to ``needs_review`` when it moved on since the decision (or when the
+  effect names no commit);
 - ``failed``: the case goes to ``needs_review`` with the reason (a note, if it is there already).
 
 It refuses (:class:`Refused`), changing nothing, an unknown key, an effect that already has an outcome, and a
@@ -34,10 +35,10 @@ from shared.views.text import age_text, short
 SOURCE = "operator"
 _MAX_REVIEW_ATTEMPTS = 8
 SETTLED_TEXT = {
-    "committed": "the commit the effect names is finished",
+    "committed": "the commit the effect names is made",
     "already": "it already showed the effect's commit",
     "needs_review": "it moved on since the decision: sent to needs_review for a person",
-    "no_intent": "the effect names no commit: unchanged",
+    "no_intent": "the effect names no commit: sent to needs_review for a person",
     "with_person": "it was handed to a person for this effect and stays so; "
     "'casekeeper send case.investigate ID' decides it again, counting this outcome",
     "sent_to_review": "sent to needs_review with the reason; 'casekeeper send case.investigate ID' decides it again",
@@ -125,8 +126,8 @@ def resolve(
     committed: str | None = None
     try:
         if result is not None:
-            # An effect on its case: the outcome and the commit are one write (the commit's data from the
-            # action's policy, as the reconciler writes it).
+            # The outcome and the commit are one write (the commit's data from the action's policy, as the
+            # reconciler writes it).
             plan = ops.reconciler.commit_plan(effect)
             recorded, committed = ops.ledger.record_done(
                 effect, result, commit=plan, source=SOURCE, resolution=resolution
@@ -137,10 +138,7 @@ def resolve(
             )
     except OutcomeAlreadyRecorded as exc:
         raise Refused(f"effect {short(key)} changed meanwhile (now {exc.recorded_status}); look again") from exc
-    if recorded.status is EffectStatus.DONE:
-        settled = committed if committed not in (None, "no_intent") else ops.reconciler.finish_commit(recorded)
-    else:
-        settled = _send_to_review(ops, recorded, by)
+    settled = committed if committed is not None else _send_to_review(ops, recorded, by)
     case = ops.cases.get(recorded.case_id)
     return {
         "effect": {

@@ -24,14 +24,14 @@ from typing import Any, Literal
 
 from agent_framework import Workflow
 
-from casekeeper.stores import DocumentStore
-from shared.workflow.checkpoints import (
+from casekeeper.checkpoints import (
     CHECKPOINTS,
     CaseCheckpointStorage,
     CheckpointRecord,
     CheckpointUnusable,
     UnusableKind,
 )
+from casekeeper.stores import DocumentStore
 from shared.workflow.deps import WorkflowDeps
 
 Build = Callable[[WorkflowDeps], Workflow]

@@ -202,9 +202,8 @@ def _events() -> dict[str, Any]:
                     "required": True,
                     "description": '`t=<unix seconds>,v2=<hex HMAC-SHA256 of "<t>.<delivery id>\\n<raw body>" keyed '
                     "by the secret>`; several `v2=` may be sent, any configured secret may match; refused more than "
-                    f"{TOLERANCE_SECONDS} s from now. The older `v1=` (no delivery id) counts only until "
-                    "`WEBHOOK_SIGNATURE_V1_UNTIL`",
-                    "schema": {"type": "string", "pattern": r"^t=[0-9]+(,v[12]=[0-9a-f]{64})+$"},
+                    f"{TOLERANCE_SECONDS} s from now",
+                    "schema": {"type": "string", "pattern": r"^t=[0-9]+(,v2=[0-9a-f]{64})+$"},
                 },
                 {
                     "name": DELIVERY_HEADER,
@@ -437,7 +436,7 @@ def _case_document() -> dict[str, Any]:
     nullable_object = {"type": ["object", "null"]}
     return {
         "type": "object",
-        "required": ["case", "credit", "gate", "history", "effects", "pendingApproval", "approvals", "notes"],
+        "required": ["case", "credit", "history", "effects", "pendingApproval", "approvals", "notes"],
         "properties": {
             "case": {
                 "type": "object",
@@ -458,7 +457,6 @@ def _case_document() -> dict[str, Any]:
                     for name in ("overBilled", "received", "outstanding", "remaining", "excess")
                 },
             },
-            "gate": nullable_object,
             "history": {
                 "type": "array",
                 "items": {

@@ -17,7 +17,6 @@ from decimal import Decimal
 from typing import Any
 
 from casekeeper import Effect, EffectStatus, Guard, GuardedEffect
-from casekeeper.records import ActionPolicy
 from shared.domain.credit import CreditRequest, Position, position
 from shared.domain.invoice import Action, InvoiceFacts, Status
 from shared.domain.money import amount_text, parse_amount
@@ -90,17 +89,6 @@ class CreditNoteCall:
             currency=str(args["currency"]),
         )
 
-    @classmethod
-    def from_effect(cls, effect: Effect) -> CreditNoteCall:
-        request = effect.request
-        return cls(
-            case_id=effect.case_id,
-            invoice_id=str(request["invoiceId"]),
-            supplier_id=str(request["supplierId"]),
-            amount=parse_amount(request["amount"], "amount"),
-            currency=str(request["currency"]),
-        )
-
 
 def credit_request_data(effect: Effect) -> dict[str, Any]:
     """The case ``data`` written with the ``credit_requested`` commit, by whoever finishes it (the worker,
@@ -167,15 +155,4 @@ def declare_credit_note(guard: Guard, supplier: Any) -> GuardedEffect:
         commit_data_from=credit_request_data,
         flat_request=True,
         review_on_refusal=False,
-        # Rows written before the args carried the case id: rebuild the very same call from the row.
-        retry_args=lambda effect: CreditNoteCall.from_effect(effect).args(),
-    )
-
-
-def credit_note_policy(supplier: Any) -> ActionPolicy:
-    """``supplier``: a ``SupplierPortal`` (``find_credit_note``, ``request_credit_note``)."""
-    return ActionPolicy(
-        lookup=supplier.find_credit_note,
-        retry_call=lambda effect: CreditNoteCall.from_effect(effect).bind(supplier),
-        commit_data=credit_request_data,
     )

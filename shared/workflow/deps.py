@@ -1,52 +1,21 @@
-"""What the workflow's executors are built from (the composition root makes one per process), and the port
-through which the workflow reports to telemetry (:class:`WorkflowTelemetry`)."""
+"""What the workflow's executors are built from (the composition root makes one per process), and what one run
+knows before it starts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from casekeeper import Guard, GuardedEffect, Record
 from casekeeper.records import AlertSink, Ledger
 from casekeeper.records import RecordRepository as CaseRepository
 from shared.domain.invoice import Rules
+from shared.ports import NoTelemetry, WorkflowTelemetry
 from shared.workflow.actions import declare_credit_note
 from shared.workflow.proposers import Proposer
-
-
-class WorkflowTelemetry(Protocol):
-    """What the workflow reports: spans around its stages (``propose``, ``commit_status``, ``workflow.run``,
-    and the guard's, to which ``span`` is handed as its ``trace``) and the status commits it lost to a race.
-    The app's ``shared.app.telemetry.Telemetry`` is one (OpenTelemetry); the workflow never imports it."""
-
-    def span(self, name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Any]:
-        """A context manager around one stage; what it yields takes ``set_attribute(key, value)``. An
-        exception raised inside marks the stage as failed and propagates."""
-        ...
-
-    def lost_commit(self, where: str) -> None:
-        """A status commit at ``where`` (``commit``, ``approval-gate``) lost to another writer."""
-        ...
-
-
-class _NoSpan:
-    def set_attribute(self, key: str, value: Any) -> None:
-        pass
-
-
-class NoTelemetry:
-    """Reports nothing: what a workflow built without the composition root's telemetry reports through (the
-    tests' harness, the benchmarks)."""
-
-    @contextmanager
-    def span(self, name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[_NoSpan]:
-        yield _NoSpan()
-
-    def lost_commit(self, where: str) -> None:
-        pass
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 The model proposes, code commits. Every executor may be replayed after a crash (a resume replays the
 whole superstep that was running), so each one is written to be safe to run twice:
 
-- intake reads, and finishes a status commit a crash left behind (idempotent, see ``CommitFinisher``);
+- intake only reads (and waits while an earlier effect's outcome is unknown);
 - propose only reads;
 - the gate's "awaiting approval" commit is conditional on the version, and a replay that finds it
   already applied asks again with the same deterministic request id;

@@ -156,11 +156,10 @@ class CommitOrder:
     supplier_id: str | None = None
     basis: dict[str, Any] = field(default_factory=dict)
     proposed_by: str | None = None
-    """Who proposed the decision (``rules``, ``model <deployment>``); ``None`` for a person's answer. A field
-    with a default, so a checkpoint written before it existed still restores."""
+    """Who proposed the decision (``rules``, ``model <deployment>``); ``None`` for a person's answer."""
     answer: dict[str, Any] | None = None
     """The person's answer this order commits (``Answer.to_json``: who decided what, on which version), or
-    ``None``. A plain default, so an order pickled before the field existed still restores."""
+    ``None``."""
 
     def __post_init__(self) -> None:
         # Plain strings only: an enum member would be pickled under its own type key, which the

@@ -17,7 +17,6 @@ import asyncio
 import json
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -27,6 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 from shared.domain.credit import Position, decide
 from shared.domain.invoice import Action, InvoiceFacts, Proposal, Rules, parse_amount
 from shared.errors import InvalidProposal, ModelUnavailable
+from shared.ports import ModelCall, ModelObserver
 from shared.workflow.model_client import ModelConfig, chat_client, classify
 
 if TYPE_CHECKING:
@@ -73,22 +73,6 @@ Given the facts of one case and where its money stands, propose exactly one acti
 - "await_credit" when credit notes already requested and outstanding cover what was over-billed;
 - "needs_review" when a person should look (under-billed, over-credited, or more requested than owed).
 Amounts are decimal strings with two decimals. Answer only with the JSON object."""
-
-
-@dataclass(frozen=True)
-class ModelCall:
-    """One answered model call, for telemetry: what it cost and who answered."""
-
-    case_id: str
-    deployment: str
-    model: str | None
-    input_tokens: int | None
-    output_tokens: int | None
-    outcome: str
-    """``proposed``, ``invalid`` (malformed, refused, filtered) or ``unavailable:<kind>``."""
-
-
-ModelObserver = Callable[[ModelCall], None]
 
 
 class AgentProposer:

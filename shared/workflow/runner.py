@@ -30,7 +30,7 @@ from casekeeper.checkpoints import (
     CheckpointRecord,
     CheckpointUnusable,
 )
-from shared.app.alerts import Alerter
+from casekeeper.records import AlertSink
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.deps import WorkflowDeps, run_knowing
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, RunOutcome
@@ -58,9 +58,9 @@ class WorkflowRunner:
         checkpoints_kept: int = CHECKPOINTS_KEPT,
         allowed_checkpoint_types: frozenset[str] = ALLOWED_CHECKPOINT_TYPES,
         checkpoint_max_bytes: int = MAX_DOCUMENT_BYTES,
-        alerts: Alerter | None = None,
+        alert: AlertSink | None = None,
     ) -> None:
-        """``alerts``: where a run rebuilt because its resume failed is alerted (none: only the note).
+        """``alert``: raises the alert of a run rebuilt because its resume failed (none: only the note).
 
         ``build`` makes the workflow objects, once each for as many runs as they can serve
         (:mod:`shared.workflow.reuse`), over ``deps``; what a run knows about its case is passed per run."""
@@ -70,7 +70,7 @@ class WorkflowRunner:
         self._checkpoints_kept = checkpoints_kept
         self._allowed_types = allowed_checkpoint_types
         self._checkpoint_max_bytes = checkpoint_max_bytes
-        self._alerts = alerts
+        self._alert = alert
         self.workflows = WorkflowPool(lambda: build(deps))
         # The running build's graph hash, compared with a checkpoint's before resuming it.
         self.graph_hash: str = self.workflows.graph_hash
@@ -184,11 +184,12 @@ class WorkflowRunner:
         """Say on the case that its run is rebuilt from the case document (rule R8), once per checkpoint; a
         failed resume (``kind="resume_failed"``) is also alerted, once per checkpoint: the checks before a
         resume missed something a developer must look at."""
-        if exc.kind == "resume_failed" and self._alerts is not None:
+        if exc.kind == "resume_failed" and self._alert is not None:
             fields = {"caseId": case_id, "checkpointId": exc.checkpoint_id, "reason": exc.reason}
             message = f"case {case_id}: resuming checkpoint {exc.checkpoint_id} failed; run rebuilt from the case"
+            alert = self._alert
             await asyncio.to_thread(
-                self._alerts.raise_alert, "resume_failed", message, fields, dedupe_key=f"{case_id}:{exc.checkpoint_id}"
+                lambda: alert("resume_failed", message, fields, dedupe_key=f"{case_id}:{exc.checkpoint_id}")
             )
         log.warning(
             "case %s: checkpoint %s unusable (%s); rebuilding from the case document",

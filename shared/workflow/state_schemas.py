@@ -1,7 +1,7 @@
 """The invoice workflow's state schema manifest and its check (rule R8).
 
 What a schema is, and which changes of a checkpointed type a checkpoint survives, is
-:mod:`casekeeper.state_schemas` (the names below are re-exported from it for older imports).
+:mod:`casekeeper.state_schemas`.
 :data:`MANIFEST` is the committed record of the schemas as the last release wrote them (like a lock file);
 ``tests/unit/test_state_schema_manifest.py`` fails when the code's schemas are incompatible with it, naming
 the fix, and asks for it to be regenerated (``python -m shared.workflow.state_schemas --write``) when they
@@ -18,18 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from casekeeper.state_schemas import (
-    FieldSpec,
-    Incompatibility,
-    Schemas,
-    TypeSchema,
-    current,
-    held_by,
-    incompatibilities,
-    resolve,
-    schema_of,
-    type_key,
-)
+from casekeeper.state_schemas import Schemas, current, incompatibilities
 
 MANIFEST: Final = Path(__file__).with_name("state_schemas.json")
 REGENERATE: Final = "python -m shared.workflow.state_schemas --write"
@@ -40,25 +29,7 @@ FIXES: Final = (
     f"the case document) and record the change with '{REGENERATE}'"
 )
 
-__all__ = [
-    "FIXES",
-    "MANIFEST",
-    "REGENERATE",
-    "FieldSpec",
-    "Incompatibility",
-    "Schemas",
-    "TypeSchema",
-    "build_schemas",
-    "current",
-    "held_by",
-    "incompatibilities",
-    "main",
-    "manifest_text",
-    "read_manifest",
-    "resolve",
-    "schema_of",
-    "type_key",
-]
+__all__ = ["FIXES", "MANIFEST", "REGENERATE", "build_schemas", "main", "manifest_text", "read_manifest"]
 
 
 def read_manifest(path: Path = MANIFEST) -> Schemas:

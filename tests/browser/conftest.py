@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from casekeeper.errors import OutcomeUnknown
+from casekeeper.capture import uninstall
 from shared.app import bootstrap
 from shared.app.settings import Settings
 from shared.domain.events import CaseEvent
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import encode
 from shared.messaging.sqlite_queue import LocalSessionQueue
-from shared.workflow.capture import uninstall
 from tests.support.dev_host import SECRET, DevHost
+from tests.support.downstream import leave_started
 from tests.support.supplier import running_supplier
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,12 +101,7 @@ def seed_stuck_work(data: Path, supplier: SupplierStub) -> str:
     try:
         svc.cases.create(ESCALATED_CASE, {"invoiceId": ESCALATED_CASE, "supplierId": "SUP-3", "poNumber": "PO-3"})
 
-        def unknown(_key: str) -> dict[str, Any]:
-            raise OutcomeUnknown("the supplier answered 503")
-
-        with pytest.raises(OutcomeUnknown):
-            svc.ledger.run(case_id=ESCALATED_CASE, action="request_credit_note", decided_on_version=1, call=unknown)
-        [effect] = svc.ledger.for_case(ESCALATED_CASE)
+        effect = leave_started(svc.ledger, ESCALATED_CASE)
         svc.ledger.mark_needs_reconciliation(effect, "three lookups failed: the supplier cannot say")
     finally:
         uninstall()

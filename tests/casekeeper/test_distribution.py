@@ -57,7 +57,7 @@ def test_the_wheel_holds_the_guard_and_nothing_else(wheel: Path) -> None:
         "__init__.py",
         "guard.py",
         "core/ledger.py",
-        "core/on_record.py",
+        "core/entries.py",
         "stores/sqlite.py",
         "stores/cosmos.py",
         "agent.py",

@@ -20,12 +20,12 @@ from casekeeper import (
     EffectFailed,
     EffectInFlight,
     Guard,
-    MissingCommitIntent,
     NeedsReconciliation,
     OutcomeUnknown,
     StaleApproval,
     StaleDecision,
 )
+from casekeeper.core.entries import CommitPlan
 from casekeeper.core.keys import effect_key
 from casekeeper.stores.sqlite import SqliteDocumentStore
 
@@ -106,7 +106,7 @@ def test_run_twice_calls_once_and_commits_once(store: SqliteDocumentStore, down:
     assert (second.commit, second.replayed) == ("already", True)
     assert first.key == effect_key("r1", "pay", 1) and down.requests == 1
     record = guard.get("r1")
-    assert record is not None and (record.status, record.version, record.gate) == ("paid", 2, None)
+    assert record is not None and (record.status, record.version) == ("paid", 2)
 
 
 def test_a_moved_record_is_refused_before_the_call(store: SqliteDocumentStore, down: Downstream) -> None:
@@ -118,53 +118,40 @@ def test_a_moved_record_is_refused_before_the_call(store: SqliteDocumentStore, d
     assert down.requests == 0
 
 
-def test_a_done_effect_without_a_commit_intent_is_an_error_not_a_silent_no_op(
-    store: SqliteDocumentStore, down: Downstream
+def test_an_effect_found_done_without_a_commit_intent_goes_to_a_person_not_a_silent_no_op(
+    store: SqliteDocumentStore, down: Downstream, now: list[float]
 ) -> None:
     escalated: list[dict[str, Any]] = []
     guard, _ = make(store, down, on_escalate=lambda message, fields: escalated.append(fields))
-    # A ledger row written without an intent (by code that bypassed the declaration): core's finisher would
-    # answer "no_intent" and write nothing, leaving the record's gate open for ever.
-    guard.ledger.run(case_id="r1", action="pay", decided_on_version=1, call=lambda key: {"ok": True})
-    with pytest.raises(MissingCommitIntent):
-        guard.decide("r1")
-    [result] = (guard.reconcile_effect("r1", effect_key("r1", "pay", 1)),)
+    # An entry claimed without an intent in its request (by code that bypassed the declaration), whose
+    # reply was lost: once the downstream is found to have it, nobody can tell what the record becomes.
+    key = effect_key("r1", "pay", 1)
+
+    def lost(key: str) -> dict[str, Any]:
+        down.paid[key] = {"amount": "10"}
+        raise OutcomeUnknown("reply lost")
+
+    with pytest.raises(OutcomeUnknown):
+        guard.ledger.run(case_id="r1", action="pay", decided_on_version=1, call=lost, commit=CommitPlan("paid"))
+    now[0] += 31
+    result = guard.reconcile_effect("r1", key)
     assert result.outcome == "no_intent"
+    record = guard.get("r1")
+    assert record is not None and record.status == "needs_review"
+    assert [t.effect_key for t in record.history] == [key]
     assert escalated and escalated[0]["recordId"] == "r1"
 
 
 def test_a_crash_right_after_the_outcome_finds_the_commit_already_landed(
     store: SqliteDocumentStore, down: Downstream, now: list[float]
 ) -> None:
-    """F5 of the two-container layout (done, not committed) cannot happen: the outcome and the commit are
-    one write, so a crash right after it (where the probe still says F5) finds the record committed."""
+    """ "Done but not committed" cannot happen: the outcome and the commit are one write, so a crash right
+    after it (F5) finds the record committed."""
     guard, pay = make(store, down, probe=crash_at("F5"))
     with pytest.raises(Crash):
         pay.run(guard.decide("r1"), {"amount": "10"})
     assert guard.get("r1").status == "paid"  # type: ignore[union-attr]
     decision = Guard(store).decide("r1")
-    assert (decision.record.status, decision.version) == ("paid", 2)
-    assert [e.key for e in decision.done("pay")] == [effect_key("r1", "pay", 1)]
-    assert down.requests == 1
-
-
-def test_decide_first_finishes_a_commit_a_crash_left_in_the_two_container_layout(
-    store: SqliteDocumentStore, down: Downstream, now: list[float]
-) -> None:
-    """A store written by the earlier layout: a done row in ``effects`` and the record's gate open on it
-    (the run died between the two writes). Deciding finishes the commit from the row's intent."""
-    guard, _ = make(store, down)
-    # The record as the earlier layout wrote it (schema 1), then its run through the two-container sequence.
-    store.update_if("cases", "r1", "r1", where={}, set_fields={"schemaVersion": 1})
-    guard.ledger.run(
-        case_id="r1",
-        action="pay",
-        decided_on_version=1,
-        call=lambda key: down.pay(key, {"amount": "10"}),
-        request={"commit": {"status": "paid"}},
-    )
-    assert guard.get("r1").gate is not None  # type: ignore[union-attr]
-    decision = Guard(store).decide("r1")  # a new process: no declarations needed to finish it
     assert (decision.record.status, decision.version) == ("paid", 2)
     assert [e.key for e in decision.done("pay")] == [effect_key("r1", "pay", 1)]
     assert down.requests == 1
@@ -246,7 +233,7 @@ def test_a_definite_refusal_raises_and_hands_the_record_to_a_person(store: Sqlit
     with pytest.raises(EffectFailed, match="card expired"):
         pay.run(guard.decide("r1"), {})
     record = guard.get("r1")
-    assert record is not None and record.status == "needs_review" and record.gate is None
+    assert record is not None and record.status == "needs_review"
 
 
 @pytest.mark.parametrize("amount", [math.nan, 2**60], ids=["nan", "int-beyond-2^53"])

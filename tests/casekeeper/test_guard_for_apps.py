@@ -113,28 +113,9 @@ def test_a_crash_right_after_the_outcome_leaves_settle_nothing_to_finish(
     guard, pay = flat(store, down, probe=crash_at("F5"))
     with pytest.raises(Crash):
         pay.run_on("r1", 1, {"amount": "10"})
-    settled = guard.settle("r1")
-    assert settled.finished == ()  # the outcome and the commit were one write
+    settled = guard.settle("r1")  # the outcome and the commit were one write
     assert (settled.record.status, settled.record.version) == ("paid", 2)
-
-
-def test_settle_finishes_a_crash_left_commit_and_says_so(store: SqliteDocumentStore, down: Downstream) -> None:
-    """A record of the two-container layout whose run died between the outcome and the commit."""
-    guard, _ = flat(store, down)
-    # The record as the earlier layout wrote it (schema 1), then its run through the two-container sequence.
-    store.update_if("cases", "r1", "r1", where={}, set_fields={"schemaVersion": 1})
-    guard.ledger.run(
-        case_id="r1",
-        action="pay",
-        decided_on_version=1,
-        call=lambda key: {"ok": True},
-        request={"amount": "10", "commit": {"status": "paid"}},
-    )
-    settled = guard.settle("r1")
-    [(effect, outcome)] = settled.finished
-    assert outcome == "committed" and effect.key == effect_key("r1", "pay", 1)
-    assert (settled.record.status, settled.record.version) == ("paid", 2)
-    assert guard.settle("r1").finished == ()  # harmless to repeat
+    assert [e.status.value for e in settled.effects] == ["done"]
 
 
 def test_settle_refuses_while_an_outcome_is_unknown_even_on_the_current_version_when_asked(
@@ -144,51 +125,12 @@ def test_settle_refuses_while_an_outcome_is_unknown_even_on_the_current_version_
     down.lose_reply = True
     with pytest.raises(OutcomeUnknown):
         pay.run_on("r1", 1, {"amount": "10"})
-    assert guard.settle("r1").finished == ()  # its own decision's effect: left out by default
+    guard.settle("r1")  # its own decision's effect: left out by default
     with pytest.raises(EffectInFlight):
         guard.settle("r1", include_current=True)
     now[0] += 31  # past the call timeout: the outcome is unknown
     with pytest.raises(NeedsReconciliation):
         guard.settle("r1", include_current=True)
-
-
-def test_a_same_key_retry_rebuilds_its_args_from_an_old_row(store: SqliteDocumentStore, now: list[float]) -> None:
-    calls: list[dict[str, Any]] = []
-    paid: dict[str, dict[str, Any]] = {}
-
-    def pay(key: str, args: Any) -> dict[str, Any]:
-        calls.append(dict(args))
-        return paid.setdefault(key, {"ok": True})
-
-    guard = Guard(store, call_timeout=30.0)
-    guard.register(
-        "pay",
-        pay,
-        commit="paid",
-        lookup=paid.get,
-        retry_same_key=True,
-        flat_request=True,
-        retry_args=lambda effect: {**effect.request, "recordId": effect.case_id},  # what old rows lacked
-    )
-    guard.create("r1", {"amount": "10"})
-    # A row as an older release wrote it: claimed, its reply lost, its args without the record id.
-    with pytest.raises(OutcomeUnknown):
-        guard.ledger.run(
-            case_id="r1",
-            action="pay",
-            decided_on_version=1,
-            call=_lost,
-            request={"amount": "10", "commit": {"status": "paid", "reason": "pay done"}},
-        )
-    now[0] += 31
-    [result] = guard.reconcile()
-    assert result.outcome == "retried"
-    assert calls == [{"amount": "10", "commit": {"status": "paid", "reason": "pay done"}, "recordId": "r1"}]
-    assert guard.get("r1").status == "paid"  # type: ignore[union-attr]
-
-
-def _lost(key: str) -> dict[str, Any]:
-    raise OutcomeUnknown("reply lost")
 
 
 def test_the_trace_hook_wraps_the_call_and_then_the_commit(store: SqliteDocumentStore, down: Downstream) -> None:
@@ -236,8 +178,8 @@ def test_an_approval_is_asked_on_the_version_after_the_decision_and_answered_as_
     assert answered is not None and answered.answer == Answer(request.request_id, True, "ann", 2)
 
 
-def test_effect_rows_read_back_as_effects(store: SqliteDocumentStore, down: Downstream) -> None:
+def test_effect_entries_read_back_as_effects(store: SqliteDocumentStore, down: Downstream) -> None:
     guard, pay = flat(store, down)
     pay.run_on("r1", 1, {"amount": "10"})
     [effect] = guard.ledger.for_case("r1")
-    assert isinstance(effect, Effect) and guard.finish_commit(effect) == "already"
+    assert isinstance(effect, Effect) and effect.status.value == "done" and effect.request["amount"] == "10"

@@ -19,7 +19,6 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from casekeeper.capture import (
     KIND_CHECKPOINT_FAILURE,
-    LEGACY_FAILURE_PARTITION,
     METRIC_NAME,
     RUNNER_LOGGER,
     CheckpointFailureCapture,
@@ -32,7 +31,7 @@ from casekeeper.capture import (
     uninstall,
 )
 from casekeeper.checkpoints import CaseCheckpointStorage, type_key
-from casekeeper.core.ports import Document, DocumentStore
+from casekeeper.core.ports import Document, DocumentStore, Query
 from casekeeper.errors import StoreUnavailable
 from casekeeper.stores import HEALTH
 from shared.localhost.cosmos_server import INSECURE_REQUEST_WARNING_FILTER
@@ -327,24 +326,9 @@ def test_failures_since_and_mark_alerted(store: DocumentStore, capture: Checkpoi
     assert failures_since(store, None, case_id="case-2") == []
 
 
-def test_failures_are_spread_over_partitions_by_case_and_the_older_layout_is_still_read(store: DocumentStore) -> None:
+def test_failures_are_spread_over_partitions_by_case(store: DocumentStore) -> None:
     """An incident failing thousands of saves must not put every record in one logical partition (20 GB,
-    10,000 RU/s): the records go to one of 16 shards by case id. A record of the older layout (every failure
-    in partition ``checkpoint_failure``) is still found, by case too, and marked alerted once."""
+    10,000 RU/s): the records go to one of 16 shards by case id."""
     shards = {failure_partition(f"case-{i}", "") for i in range(200)}
     assert len(shards) == 16 and all(s.startswith(f"{KIND_CHECKPOINT_FAILURE}-") for s in shards)
-    old = {
-        "id": "old-1",
-        "kind": LEGACY_FAILURE_PARTITION,
-        "caseId": "case-9",
-        "iteration": 3,
-        "error": {"type": "TypeError", "message": "old"},
-        "at": "2026-01-01T00:00:00+00:00",
-        "alerted": False,
-    }
-    store.create(HEALTH, LEGACY_FAILURE_PARTITION, "old-1", old)
-    [found] = failures_since(store, None, alerted=False)
-    assert (found.id, found.partition) == ("old-1", LEGACY_FAILURE_PARTITION)
-    assert [f.id for f in failures_since(store, None, case_id="case-9")] == ["old-1"]
-    assert mark_alerted(store, found) is True and mark_alerted(store, found) is False
-    assert failures_since(store, None, alerted=False) == []
+    assert store.query(HEALTH, Query(partition=KIND_CHECKPOINT_FAILURE)) == []

@@ -23,7 +23,7 @@ STATUSES = ("open", "closed", "needs_review")
 def seed(store: DocumentStore, n: int) -> dict[str, str]:
     statuses = {f"c{i:03d}": STATUSES[i % 3] for i in range(n)}
     for case_id, status in statuses.items():
-        store.create("cases", case_id, case_id, {"id": case_id, "status": status, "gateOpen": status == "open"})
+        store.create("cases", case_id, case_id, {"id": case_id, "status": status, "openEffects": status == "open"})
     return statuses
 
 
@@ -35,7 +35,7 @@ def test_counts_agree_with_the_documents_and_ignore_limits(store: DocumentStore)
         assert store.count("cases", Query(equals={"status": status}, limit=2, order_by_ts="asc")) == expected
     assert store.count("cases", Query()) == 23
     assert store.count("cases", Query(partition="c001")) == 1
-    assert store.count("cases", Query(equals={"gateOpen": True})) == 8
+    assert store.count("cases", Query(equals={"openEffects": True})) == 8
     assert store.count("cases", Query(equals={"status": "nothing"})) == 0
     assert store.count("effects", Query()) == 0
 

@@ -1,6 +1,6 @@
 """The retention policy's stamping writes on every backend (SQLite and the Cosmos DB test server).
 
-A case's effects and pause checkpoint get their ``ttl`` by patches when it closes, and its effects lose it
+A case's archived effects and pause checkpoint get their ``ttl`` by patches when it closes, and its effects lose it
 when it reopens: all through the real SDK here. That the documents then expire is checked on SQLite
 (tests/contract/test_time_to_live.py); the test server keeps them whatever their ttl.
 """
@@ -28,9 +28,10 @@ def test_the_retention_policy_stamps_through_either_store(store: DocumentStore) 
 
     # A credit-note request, counted while the case is open, stamped when it closes.
     cases.create("c1", {})
-    assert cases.pass_gate("c1", 1, effect_key="e1") is not None  # a partial update (patch)
-    retaining.create("effects", "c1", "e1", effect("c1", "e1", status="started"))
-    retaining.update_if("effects", "c1", "e1", where={"status": "started"}, set_fields={"status": "done"})
+    # A partial update (patch) of the case, then an archived effect of it, patched too.
+    assert retaining.update_if("cases", "c1", "c1", where={"version": 1}, set_fields={"openEffects": False})
+    retaining.create("effects", "c1", "e1", effect("c1", "e1", status="failed"))
+    retaining.update_if("effects", "c1", "e1", where={"status": "failed"}, set_fields={"status": "done"})
     assert cases.commit_status("c1", 1, "credit_requested", effect_key="e1")
     assert ttl("effects", "c1", "e1") is None
     assert cases.commit_status("c1", 2, "closed")
@@ -43,7 +44,6 @@ def test_the_retention_policy_stamps_through_either_store(store: DocumentStore) 
         "checkpoints", "c2", "p1", {"id": "p1", "caseId": "c2", "kind": "checkpoint", "pendingRequestIds": ["r1"]}
     )
     assert ttl("checkpoints", "c2", "p1") == 90 * DAY
-    assert cases.pass_gate("c2", 2, effect_key="e2") is not None
     retaining.create("effects", "c2", "e2", effect("c2", "e2", status="done"))
     assert cases.commit_status("c2", 2, "approved", effect_key="e2")
     assert ttl("checkpoints", "c2", "p1") == 7 * DAY and ttl("effects", "c2", "e2") == 90 * DAY

@@ -108,20 +108,6 @@ def test_expired_rows_are_purged_without_reusing_a_seq(
     assert rows(store.path) == ["c", "e", "kept"]
 
 
-def test_a_store_file_without_the_expiry_index_gets_it_when_opened(tmp_path: Path) -> None:
-    path = tmp_path / "store.sqlite"
-    SqliteDocumentStore(path).close()
-    with sqlite3.connect(path) as conn:
-        conn.execute("DROP INDEX documents_by_expiry")
-    SqliteDocumentStore(path).close()
-    with sqlite3.connect(path) as conn:
-        plan = conn.execute(
-            "EXPLAIN QUERY PLAN DELETE FROM documents WHERE json_extract(body, '$.ttl') > 0 "
-            "AND (ts + json_extract(body, '$.ttl')) <= 5"
-        ).fetchall()
-    assert any("documents_by_expiry" in str(row) for row in plan), plan
-
-
 @pytest.mark.cosmos
 def test_the_cosmos_test_server_keeps_documents_whatever_their_ttl(cosmos_server: object) -> None:
     from shared.localhost.cosmos_server import make_cosmos_store

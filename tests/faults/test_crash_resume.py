@@ -18,12 +18,10 @@ from casekeeper.core.cases import CaseRepository
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.keys import effect_key
 from casekeeper.core.ledger import EffectStatus, Ledger
-from casekeeper.core.reconcile import Reconciler
 from shared.localhost.supplier_stub import Faults, SupplierStub
-from shared.supplier.portal import SupplierPortal
-from shared.workflow.actions import credit_note_policy
 from tests.conftest import StoreSpec
 from tests.support.crash import DIED, run_crash_worker
+from tests.support.reconciling import credit_note_reconciler
 from tests.support.supplier import posts
 
 # Long enough that the redelivery's worker, a new Python process, starts and reads the claim inside it on
@@ -68,10 +66,8 @@ def reconcile(spec: StoreSpec, supplier: SupplierStub) -> str:
     """What the reconciler function does on a re-check, in this process."""
     store = spec.open()
     try:
-        cases = CaseRepository(store, ManualClock())
-        ledger = Ledger(store, cases, call_timeout=CALL_TIMEOUT)
-        policy = credit_note_policy(SupplierPortal(supplier.url, timeout=2.0))
-        return Reconciler(ledger, cases, store, {"request_credit_note": policy}).recheck("C-crash", KEY).outcome
+        reconciler = credit_note_reconciler(store, supplier.url, call_timeout=CALL_TIMEOUT)
+        return reconciler.recheck("C-crash", KEY).outcome
     finally:
         store.close()
 

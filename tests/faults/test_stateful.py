@@ -78,6 +78,7 @@ from hypothesis.stateful import (
 )
 
 import function_app
+from casekeeper.capture import failures_since, uninstall
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ports import Document, DocumentStore, Query
 from casekeeper.errors import StoreUnavailable
@@ -103,7 +104,6 @@ from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
-from shared.workflow.capture import failures_since, uninstall
 from tests.support.money import money_violations
 
 SECRET = "stateful-secret"

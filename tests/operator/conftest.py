@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from casekeeper.capture import uninstall
 from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.localhost.supplier_stub import SupplierStub
-from shared.workflow.capture import uninstall
 from tests.support.app import Harness, make_harness
 
 

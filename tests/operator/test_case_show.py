@@ -26,7 +26,7 @@ def test_a_credit_requested_case_shows_its_history_effect_and_checkpoints(app: H
         "id": "C-1",
         "status": "credit_requested",
         "version": 2,
-        "schemaVersion": 2,
+        "schemaVersion": 1,
         "facts": app.cases.require("C-1").facts,
     }
     [step] = view["history"]
@@ -43,7 +43,7 @@ def test_a_credit_requested_case_shows_its_history_effect_and_checkpoints(app: H
 
     text = run(main, "show", "C-1")
     assert text.code == 0
-    assert text.out.startswith("case C-1: credit_requested at v2 (schema v2)")
+    assert text.out.startswith("case C-1: credit_requested at v2 (schema v1)")
     assert "v1 -> credit_requested" in text.out and f"[effect {key[:12]}]" in text.out
     assert f"{key[:12]}  request_credit_note  done  decided on v1  attempts 1" in text.out
     assert 'result: {"creditNoteId": "CN-000001"' in text.out

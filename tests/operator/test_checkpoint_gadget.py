@@ -1,6 +1,6 @@
 """A value planted in a stored checkpoint cannot run code through a framework class: checkpoint decoding
 admits only the types the checkpoints contain, refuses the rest and raises an alert
-(``shared.workflow.checkpoint_decoding``)."""
+(``casekeeper.checkpoint_decoding``)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from agent_framework import FileCheckpointStorage
 
+from casekeeper.checkpoint_decoding import FRAMEWORK_CHECKPOINT_TYPES, decode_checkpoint_value
+from casekeeper.checkpoints import CHECKPOINTS, KIND_CHECKPOINT
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ports import Query
 from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.alerts import Alerter
 from shared.domain import events as ev
 from shared.operator.drain import main
-from shared.workflow.checkpoint_decoding import FRAMEWORK_CHECKPOINT_TYPES, decode_checkpoint_value
-from shared.workflow.checkpoints import CHECKPOINTS, KIND_CHECKPOINT
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 from tests.operator.conftest import Ran
 from tests.support.app import Harness

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from casekeeper import capture
 from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.operations import Operations
 from shared.operator import alerts
 from shared.operator.context import open_operations
-from shared.workflow import capture
 
 
 def test_from_settings_opens_the_configured_store(

@@ -1,4 +1,4 @@
-"""Deploying the four changes a release makes over paused and in-flight runs (rule R8, issue 22).
+"""Deploying the four changes a release makes over paused and in-flight runs (rule R8).
 
 Each test is an operator's deploy, both builds on one store (the local host's SQLite file): the old build
 leaves a run paused for an approval and a run interrupted mid-superstep (it died right after its effect's
@@ -24,13 +24,19 @@ from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
 from shared.operator.drain import main as drain
-from shared.operator.runs import Build
+from shared.views.runs import Build
 from shared.workflow.build import build_workflow
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
 from tests.operator.conftest import Ran
 from tests.operator.test_drain import answer, interrupt, pause_for_approval
 from tests.support.app import Harness, make_harness
-from tests.support.changed_build import build_v2, build_with_check, deploy_approvers_field, deploy_renamed_request
+from tests.support.changed_build import (
+    build_v2,
+    build_with_check,
+    deploy_approvers_field,
+    deploy_renamed_request,
+    deploy_request_summary,
+)
 
 REBUILT = "run rebuilt from the case document"
 PAUSED, IN_FLIGHT = "C-paused", "C-inflight"
@@ -144,24 +150,24 @@ def test_a_deploy_rebuilds_what_drain_check_names_and_resumes_the_rest(
 def test_a_resume_that_fails_where_no_check_looked_is_rebuilt_with_a_note_and_an_alert(
     store: SqliteDocumentStore, supplier: SupplierStub, run: Callable[..., Ran]
 ) -> None:
-    """The previous release stored no state schemas, so neither drain check nor the check before resuming
-    can see the ``default_factory`` field: the resume itself fails. It is rebuilt, not redelivered."""
+    """The new build computes a value when a request is made and reads it when the answer is decided: no field,
+    type or graph changed, so neither drain check nor the check before resuming can see it, and the resume
+    itself fails. It is rebuilt from the case document (where the request is made anew), not redelivered."""
     old = make_harness(store, supplier.url)
     pending = pause_for_approval(old, PAUSED)
-    strip_state_schemas(store, PAUSED)
-    change = CHANGES["default_factory field added"]
-    with change.deployed() as allowed:
-        assert drain_check(run, change.build, allowed)[0] == 0  # nothing to compare: it cannot tell
+    with pytest.MonkeyPatch.context() as patch:
+        allowed = deploy_request_summary(patch)
+        assert drain_check(run, build_workflow, allowed)[0] == 0  # nothing to see
         new = make_harness(store, supplier.url, allowed_checkpoint_types=allowed)
         answer(new, PAUSED, pending)  # raises nothing: handled on its first delivery
         assert_committed_once(new, supplier, PAUSED)
         [note] = [n for n in new.cases.require(PAUSED).notes if n.get("text") == REBUILT]
-        assert note["kind"] == "resume_failed" and "AttributeError" in note["reason"] and "approvers" in note["reason"]
+        assert note["kind"] == "resume_failed" and "AttributeError" in note["reason"] and "summary" in note["reason"]
     assert alerts(store) == ["resume_failed"]
 
 
 def strip_state_schemas(store: SqliteDocumentStore, case_id: str) -> None:
-    """Make the case's checkpoints look as a build before state schemas wrote them."""
+    """Take the state schemas out of the case's checkpoint documents."""
     for doc in store.query("checkpoints", Query(partition=case_id, equals={"kind": "checkpoint"})):
         body = {k: v for k, v in doc.body.items() if k != "stateSchemas"}
         store.replace("checkpoints", case_id, doc.id, body, etag=doc.etag)
@@ -222,15 +228,17 @@ def test_a_checkpoint_records_the_schemas_of_the_types_it_holds(
     assert set(paused) | set(in_flight) <= ALLOWED_CHECKPOINT_TYPES
 
 
-def test_a_checkpoint_without_schemas_from_an_older_build_still_resumes(
+def test_a_checkpoint_document_without_its_schemas_is_refused_and_the_run_rebuilt(
     store: SqliteDocumentStore, supplier: SupplierStub
 ) -> None:
+    """Every checkpoint this build writes stores its state schemas: one without them is malformed (edited, or
+    written by something else), so it is not resumed on trust; the run is rebuilt from the case document."""
     app = make_harness(store, supplier.url)
     pending = pause_for_approval(app, PAUSED)
     strip_state_schemas(store, PAUSED)
     answer(app, PAUSED, pending)
     assert_committed_once(app, supplier, PAUSED)
-    assert rebuild_notes(app, PAUSED) == []
+    assert rebuild_notes(app, PAUSED) == ["schema_changed"]
 
 
 def test_drain_check_names_the_type_and_the_field_in_its_text(

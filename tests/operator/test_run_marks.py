@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from casekeeper import Query
+from casekeeper.checkpoints import CHECKPOINTS
 from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.domain import events as ev
 from shared.operator.drain import main
-from shared.workflow.checkpoints import CHECKPOINTS
 from shared.workflow.run_marker import KIND_RUN_MARKER, MARKER_ID
 from tests.operator.conftest import Ran
 from tests.operator.test_drain import answer, pause_for_approval

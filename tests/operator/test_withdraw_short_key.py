@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 import pytest
 
+from casekeeper.capture import uninstall
 from casekeeper.core.ledger import EffectStatus
 from shared.domain import events as ev
 from shared.operator.cases import main as case_main
 from shared.operator.requests import main as requests_main
-from shared.workflow.capture import uninstall
 from tests.operator.conftest import Ran
 from tests.support.app import Harness
 from tests.support.invoices import invoice

@@ -9,6 +9,7 @@ from typing import Any
 
 from agent_framework import Workflow
 
+from casekeeper.capture import install as install_capture
 from casekeeper.core.cases import CaseRepository
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ledger import Ledger
@@ -18,7 +19,6 @@ from shared.domain.events import CaseEvent
 from shared.domain.invoice import Rules
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.build import build_workflow
-from shared.workflow.capture import install as install_capture
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import Proposer, RulesProposer
 from shared.workflow.runner import WorkflowRunner
@@ -64,7 +64,7 @@ def make_harness(
         probe=probe or (lambda point: None),
     )
     install_capture(store)  # what the composition root does: checkpoint failures are recorded in this store
-    kwargs: dict[str, Any] = {"build": build, "alerts": Alerter(store, ManualClock())}
+    kwargs: dict[str, Any] = {"build": build, "alert": Alerter(store, ManualClock()).raise_alert}
     if allowed_checkpoint_types is not None:
         kwargs["allowed_checkpoint_types"] = allowed_checkpoint_types
     return Harness(store, CaseWorker(WorkflowRunner(deps, store, **kwargs)), deps)

@@ -1,6 +1,7 @@
 """ "Next builds" of the workflow for deploy-safety tests (rule R8), one per kind of change a release makes:
 an executor class renamed (:func:`build_v2`), an executor added between two others
-(:func:`build_with_check`), and a state type changed (:func:`deploy_state_type`)."""
+(:func:`build_with_check`), and a state type changed (:func:`deploy_state_type`), in ways the checks before
+a resume see and in one they cannot (:func:`deploy_request_summary`)."""
 
 from __future__ import annotations
 
@@ -126,6 +127,34 @@ def deploy_approvers_field(monkeypatch: pytest.MonkeyPatch) -> frozenset[str]:
         await decide(self, request, answer, ctx)
 
     monkeypatch.setattr(executors.ApprovalGate, "_decide", decide_if_listed)
+    return allowed
+
+
+@dataclass
+class ApprovalRequestWithSummary(messages.ApprovalRequest):
+    """``ApprovalRequest`` with the same fields and a value computed when one is made (``__post_init__``):
+    nothing a check before resuming compares changes, but an object restored from a checkpoint (no
+    ``__init__`` runs) lacks the value."""
+
+    def __post_init__(self) -> None:
+        self.summary = f"{self.amount} {self.currency}"
+
+
+ApprovalRequestWithSummary.__qualname__ = ApprovalRequestWithSummary.__name__ = "ApprovalRequest"
+ApprovalRequestWithSummary.__module__ = messages.__name__
+
+
+def deploy_request_summary(monkeypatch: pytest.MonkeyPatch) -> frozenset[str]:
+    """The release that computes ``ApprovalRequest.summary`` when a request is made and reads it when an
+    answer is decided. Returns the allow-list (unchanged: the type kept its name and fields)."""
+    allowed = deploy_state_type(monkeypatch, ApprovalRequestWithSummary, replaces=messages.ApprovalRequest)
+    decide = executors.ApprovalGate._decide
+
+    async def decide_with_summary(self: Any, request: Any, answer: Any, ctx: Any) -> None:
+        assert request.summary  # an AttributeError for a request restored from a checkpoint
+        await decide(self, request, answer, ctx)
+
+    monkeypatch.setattr(executors.ApprovalGate, "_decide", decide_with_summary)
     return allowed
 
 

@@ -40,22 +40,28 @@ class CountingDownstream:
 
 
 def leave_started(ledger: Any, case_id: str, *, request: Mapping[str, Any] | None = None, version: int = 1) -> Any:
-    """Claim a credit-note effect whose call ends with an unknown outcome: the row stays ``started``.
+    """Claim a credit-note effect on its case whose call ends with an unknown outcome: the entry stays
+    ``started``. ``request``: the effect's stored request (the app's credit-note args); it gets the case id
+    and the commit intent the app's declaration writes (``credit_requested``) unless it names them.
 
     Returns that effect. (What a worker leaves when the supplier times out, or the process dies mid-call.)
     """
     from casekeeper.errors import OutcomeUnknown
+    from casekeeper.records import CommitPlan
 
     def unknown(key: str) -> Mapping[str, Any]:
         raise OutcomeUnknown("reset by the test")
 
+    stored = {"caseId": case_id, **(request or {})}
+    stored.setdefault("commit", {"status": "credit_requested", "reason": "credit note requested"})
     try:
         ledger.run(
             case_id=case_id,
             action="request_credit_note",
             decided_on_version=version,
             call=unknown,
-            request=dict(request or {}),
+            commit=CommitPlan.from_intent(stored["commit"]),
+            request=stored,
         )
     except OutcomeUnknown:
         pass

@@ -14,6 +14,7 @@ import azure.functions as func
 import pytest
 
 import function_app
+from casekeeper.capture import uninstall
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ports import DocumentStore
 from shared.app import bootstrap
@@ -23,7 +24,6 @@ from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
-from shared.workflow.capture import uninstall
 
 SECRET = "test-secret-one"
 QUEUE = "case-events"

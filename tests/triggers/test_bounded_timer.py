@@ -1,6 +1,6 @@
 """The timer's duties cost what a tick may spend, and the next tick resumes (issue: work bounded by what is
 stuck): an incident's overdue effects are scheduled a page at a time within the budget, none twice and none
-skipped; the lagging-runs check moves its cursor page by page; a cursor of the older layout is still read."""
+skipped; the lagging-runs check moves its cursor page by page."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import dataclasses
 from casekeeper.core.clock import ManualClock
 from shared.app.bootstrap import Services
 from shared.handlers.health import CURSOR_ID, run_health_checks
+from tests.support.downstream import leave_started
 from tests.triggers.conftest import INVOICE
 from tests.triggers.test_timer import PAUSED, ReadCounter, clock, timed
 
@@ -16,13 +17,11 @@ __all__ = ["clock", "timed"]  # the fixtures this module borrows
 
 
 def started(svc: Services, n: int) -> list[str]:
-    """``n`` effects claimed and never settled (a supplier outage), written straight into the ledger."""
+    """``n`` cases whose effect was claimed and never settled (a supplier outage)."""
     keys = []
     for i in range(n):
-        key = f"{i:064x}"
-        body = {"id": key, "kind": "effect", "caseId": f"OUT-{i}", "action": "request_credit_note", "caseVersion": 1}
-        svc.store.create("effects", f"OUT-{i}", key, {**body, "status": "started", "attempts": 1})
-        keys.append(key)
+        svc.cases.create(f"OUT-{i}", INVOICE)
+        keys.append(leave_started(svc.ledger, f"OUT-{i}").key)
     return keys
 
 
@@ -40,11 +39,11 @@ def test_an_outage_is_swept_a_page_per_tick_and_every_effect_once(
         report = run_health_checks(health)
         sizes.append(len(report.rechecks_scheduled))
         scheduled.extend(report.rechecks_scheduled)
-        assert len(counter.returned.get("effects", [])) <= 10  # a tick reads one page, not the outage
+        assert len(counter.returned.get("cases", [])) <= 10 + 10  # a page of open entries (and of open cases)
     assert sizes == [10, 10, 5]
     assert sorted(scheduled) == sorted(keys)  # none skipped, none twice
     fourth = run_health_checks(health)  # a new pass: what is still stuck is scheduled again
-    assert fourth.rechecks_scheduled == sorted(keys)[:10]
+    assert fourth.rechecks_scheduled == scheduled[:10]
 
 
 def test_the_lagging_runs_check_moves_its_cursor_page_by_page(
@@ -65,21 +64,3 @@ def test_the_lagging_runs_check_moves_its_cursor_page_by_page(
         cursor = svc.store.read("health", "cursor", CURSOR_ID)
         assert cursor is not None and cursor.body["after"][1] == lagging[-1]
     assert lagging == [f"L-{i}" for i in range(7)]
-
-
-def test_a_cursor_of_the_older_layout_is_read(timed: tuple[Services, ReadCounter], clock: ManualClock) -> None:
-    svc, _ = timed
-    svc.cases.create("OLD", INVOICE)
-    assert svc.cases.commit_status("OLD", 1, "awaiting_approval", reason="above tolerance", data=PAUSED)
-    clock.advance(svc.settings.checkpoint_lag + 5)
-    svc.cases.create("NEW", INVOICE)
-    assert svc.cases.commit_status("NEW", 1, "awaiting_approval", reason="above tolerance", data=PAUSED)
-    old = svc.store.read("cases", "OLD", "OLD")
-    assert old is not None
-    # An older build examined up to just after OLD: its cursor is a window end.
-    body = {"id": CURSOR_ID, "kind": "cursor", "casesTs": old.ts + 2.0}
-    svc.store.upsert("health", "cursor", CURSOR_ID, body)
-    clock.advance(svc.settings.checkpoint_lag + 1)
-    assert run_health_checks(svc.health).lagging_cases == ["NEW"]
-    cursor = svc.store.read("health", "cursor", CURSOR_ID)
-    assert cursor is not None and cursor.body["after"][1] == "NEW"

@@ -64,24 +64,12 @@ def test_the_answer_a_transition_committed_is_in_its_history_entry(functions: di
     assert document["approvals"]["history"][1]["by"] == answered["answer"]["by"]
 
 
-def test_a_transition_written_before_answers_were_fields_shows_the_answer_read_from_its_prose(
-    functions: dict[str, Any], svc: Services
-) -> None:
-    awaiting_then_answered(svc, "INV-2", None, "approved by bob (commit finished by reconciliation)")
-    document = get_case(functions, "INV-2")
-    case_document_schema().validate(document)
-    answered = document["history"][1]["answer"]
-    assert (answered["by"], answered["approved"], answered["onVersion"]) == ("bob", True, 2)
-    assert "reason" not in answered
-
-
 def test_an_answer_that_is_not_the_described_shape_fails_the_schema() -> None:
     """The schema is not a blank cheque: the test above would catch a document the description refuses."""
     entry = {"fromVersion": 2, "toVersion": 3, "status": "needs_review", "at": 1.0, "answer": {"by": "ana"}}
     document = {
         "case": {"id": "C", "status": "open", "version": 3, "schemaVersion": 1, "facts": {}},
         "credit": None,
-        "gate": None,
         "history": [entry],
         "effects": [],
         "pendingApproval": None,

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from casekeeper.capture import uninstall
 from casekeeper.core.clock import ManualClock
 from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app import bootstrap
@@ -16,7 +17,6 @@ from shared.localhost.supplier_stub import Faults, SupplierStub
 from shared.messaging import encode
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
-from shared.workflow.capture import uninstall
 from tests.support.downstream import leave_started
 from tests.triggers.conftest import INVOICE, QUEUE, settings_for, user_function
 

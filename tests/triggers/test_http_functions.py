@@ -273,7 +273,7 @@ def test_get_case_shows_the_case_its_effects_and_the_pending_approval(functions:
         "id": "INV-1",
         "status": "open",
         "version": 1,
-        "schemaVersion": 2,
+        "schemaVersion": 1,
         "facts": {"invoiceId": "INV-1"},
     }
     assert body["effects"] == [] and body["pendingApproval"] is None

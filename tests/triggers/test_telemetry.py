@@ -21,6 +21,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import function_app
+from casekeeper.capture import uninstall
+from casekeeper.core.entries import CommitPlan
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.telemetry import Telemetry, configure
@@ -29,7 +31,6 @@ from shared.handlers.case_events import handle_case_message
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import TRACE_PROPERTY, encode
 from shared.messaging.sqlite_queue import LocalSessionQueue
-from shared.workflow.capture import uninstall
 from tests.triggers.conftest import INVOICE, QUEUE, deliver, settings_for, signed_request, user_function
 
 
@@ -90,7 +91,13 @@ def test_stale_decisions_and_replays_are_counted(observed: Any) -> None:
     svc.cases.create("C-2", INVOICE)
     svc.cases.update_facts("C-2", 1, {"poAmount": "900.00"}, reason="po edited")
     with pytest.raises(Exception, match="stale"):
-        svc.ledger.run(case_id="C-2", action="request_credit_note", decided_on_version=1, call=lambda k: {})
+        svc.ledger.run(
+            case_id="C-2",
+            action="request_credit_note",
+            decided_on_version=1,
+            call=lambda k: {},
+            commit=CommitPlan("credit_requested"),
+        )
     assert counts(reader)["casekeeper.decisions.stale"] == 1
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from casekeeper.core.clock import ManualClock
+from casekeeper.core.entries import CommitPlan
 from casekeeper.core.ports import Document, DocumentStore, Query
 from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.app.bootstrap import Services
@@ -20,6 +21,7 @@ from shared.handlers.health import HealthChecksFailed, run_health_checks
 from shared.localhost.schedule import timer_request
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
+from tests.support.downstream import leave_started
 from tests.support.supplier import posts
 from tests.triggers.conftest import INVOICE, QUEUE, on_the_local_queue, settings_for, user_function
 
@@ -71,30 +73,6 @@ def deliver_all(functions: dict[str, Any], svc: Services) -> list[dict[str, Any]
     return bodies
 
 
-def test_a_commit_the_change_feed_never_delivered_is_finished_through_the_open_gate(
-    functions: dict[str, Any], timed: tuple[Services, ReadCounter], clock: ManualClock
-) -> None:
-    svc, _ = timed
-    svc.cases.create("C-5", INVOICE)
-    svc.ledger.run(
-        case_id="C-5",
-        action="request_credit_note",
-        decided_on_version=1,
-        call=lambda k: {"creditNoteId": "CN-9"},
-        request=REQUEST,
-    )  # died at F5, and the feed's batch was lost
-    assert svc.cases.require("C-5").gate is not None
-    tick(functions)
-    assert deliver_all(functions, svc) == []  # younger than the call timeout: the worker may still commit it
-    clock.advance(121)
-    tick(functions)
-    [recheck] = deliver_all(functions, svc)
-    assert recheck["type"] == "effect.recheck"
-    case = svc.cases.require("C-5")
-    assert case.status == "credit_requested" and case.data["creditRequest"]["creditNoteId"] == "CN-9"
-    assert case.gate is None
-
-
 def test_the_sweep_reads_what_is_stuck_not_what_is_done(
     functions: dict[str, Any], timed: tuple[Services, ReadCounter], clock: ManualClock
 ) -> None:
@@ -108,23 +86,16 @@ def test_the_sweep_reads_what_is_stuck_not_what_is_done(
             action="request_credit_note",
             decided_on_version=1,
             call=lambda k: {"creditNoteId": k[:6]},
+            commit=CommitPlan.from_intent(COMMIT),
             request=REQUEST,
         )
-        assert svc.cases.commit_status(
-            case_id, 1, "credit_requested", effect_key=outcome.effect.key, expected=outcome.case
-        )
+        assert outcome.commit == "committed"
     svc.cases.create("STUCK", INVOICE)
-    svc.ledger.run(
-        case_id="STUCK",
-        action="request_credit_note",
-        decided_on_version=1,
-        call=lambda k: {"creditNoteId": "CN-1"},
-        request=REQUEST,
-    )
+    stuck = leave_started(svc.ledger, "STUCK", request=REQUEST)
     clock.advance(121)
     counter.returned.clear()
     report = run_health_checks(svc.health)
-    assert report.gates_rechecked == ["STUCK"]
+    assert report.rechecks_scheduled == [stuck.key]
     assert counter.returned.get("effects", []) == []
     assert set(counter.returned["cases"]) == {"STUCK"}
 
@@ -148,9 +119,7 @@ def test_each_duty_runs_on_its_own_and_a_malformed_document_is_skipped_and_recor
     functions: dict[str, Any], timed: tuple[Services, ReadCounter], clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     svc, _ = timed
-    svc.store.create(
-        "effects", "C-8", "broken", {"id": "broken", "caseId": "C-8", "kind": "effect", "status": "started"}
-    )
+    svc.store.create("cases", "broken", "broken", {"id": "broken", "kind": "case", "openEffects": True})
     svc.cases.create("C-9", INVOICE)
     clock.advance(121)
 
@@ -292,7 +261,6 @@ def test_an_unknown_outcome_on_the_case_is_swept_by_its_claim_time_however_many_
     """The effect's entry lives on the case (casekeeper.core.entries). Notes keep moving the case's ``_ts``, but
     the first write after the claim froze the entry's time, so the timer's sweep of ``openEffects`` still
     finds it past the call timeout, and the re-check settles it by key: one request, committed."""
-    from casekeeper.core.entries import CommitPlan
     from casekeeper.core.keys import effect_key
     from casekeeper.errors import OutcomeUnknown
 
@@ -303,13 +271,13 @@ def test_an_unknown_outcome_on_the_case_is_swept_by_its_claim_time_however_many_
         raise OutcomeUnknown("reset by the test")
 
     with pytest.raises(OutcomeUnknown):
-        svc.ledger.run_on_record(
+        svc.ledger.run(
             case_id="E-1",
             action="request_credit_note",
             decided_on_version=1,
             call=unknown,
             commit=CommitPlan.from_intent(COMMIT),
-            request=REQUEST,
+            request={**REQUEST, "caseId": "E-1"},
         )
     for i in range(4):
         clock.advance(40)

@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from casekeeper.capture import uninstall
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
 from shared.app.telemetry import Telemetry
@@ -28,7 +29,6 @@ from shared.domain.events import CaseEvent
 from shared.localhost.supplier_stub import SupplierStub
 from shared.messaging import TRACE_PROPERTY, encode, message_properties, sender_context
 from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
-from shared.workflow.capture import uninstall
 from tests.support.downstream import leave_started
 from tests.triggers.conftest import settings_for, signed_request, user_function
 

@@ -10,7 +10,7 @@ from typing import Any
 import azure.functions as func
 import pytest
 
-from casekeeper.core.keys import effect_key
+from casekeeper.capture import failure_partition
 from casekeeper.core.ports import Query
 from shared.app.bootstrap import Services
 from shared.domain.events import CaseEvent
@@ -75,45 +75,6 @@ def test_an_event_for_an_unknown_case_is_set_aside(
     assert "unknown case" in rejected.body["reason"]
 
 
-def test_the_reconciler_finishes_a_commit_and_schedules_rechecks(
-    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
-) -> None:
-    svc.cases.create("C-1", INVOICE)
-    key = effect_key("C-1", "request_credit_note", 1)
-    commit = {"status": "credit_requested", "reason": "over-billed", "clearPendingApproval": False}
-    request = {"amount": "100.00", "currency": "EUR", "invoiceId": "INV-1", "supplierId": "S-1", "commit": commit}
-    outcome = svc.ledger.run(
-        case_id="C-1",
-        action="request_credit_note",
-        decided_on_version=1,
-        call=lambda k: {"creditNoteId": "CN-7"},
-        request=request,
-    )  # F5: no commit yet
-    svc.cases.create("C-2", INVOICE)
-    started = leave_started(svc.ledger, "C-2", request=request)
-    docs = func.DocumentList(
-        [
-            func.Document.from_dict(
-                {
-                    **svc.store.read("effects", e.case_id, e.key).body,
-                    "_ts": int(e.ts),  # type: ignore[union-attr]
-                    "_etag": e.etag,
-                }
-            )
-            for e in (outcome.effect, started)
-        ]
-    )
-    user_function(functions, "reconciler")(docs)
-    case = svc.cases.require("C-1")
-    assert case.status == "credit_requested" and case.data["creditRequest"]["creditNoteId"] == "CN-7"
-    assert case.transition_from(1).effect_key == key  # type: ignore[union-attr]
-    [recheck] = queue.peek(QUEUE)
-    assert recheck.session_id == "C-2" and json.loads(recheck.body)["type"] == "effect.recheck"
-    assert recheck.scheduled_enqueue_time == pytest.approx(started.ts + 120 + 5, abs=1.5)
-    user_function(functions, "reconciler")(docs)  # the feed is at-least-once: a second delivery is harmless
-    assert len(queue.peek(QUEUE)) == 1 and svc.cases.require("C-1").version == 2
-
-
 def test_the_reconciler_schedules_a_recheck_for_a_started_entry_on_a_changed_case(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:
@@ -132,7 +93,7 @@ def test_the_reconciler_schedules_a_recheck_for_a_started_entry_on_a_changed_cas
 
     for case_id, call in (("C-3", unknown), ("C-4", lambda k: {"creditNoteId": "CN-8"})):
         with pytest.raises(OutcomeUnknown) if call is unknown else _nothing():
-            svc.ledger.run_on_record(
+            svc.ledger.run(
                 case_id=case_id,
                 action="request_credit_note",
                 decided_on_version=1,
@@ -160,9 +121,11 @@ def _nothing() -> Any:
 
 
 def test_the_timer_alerts_each_checkpoint_failure_once(functions: dict[str, Any], svc: Services) -> None:
+    partition = failure_partition("C-1", "f-1")
     failure = {
         "id": "f-1",
-        "kind": "checkpoint_failure",
+        "kind": partition,
+        "record": "checkpoint_failure",
         "caseId": "C-1",
         "workflowName": "w",
         "iteration": 3,
@@ -171,7 +134,7 @@ def test_the_timer_alerts_each_checkpoint_failure_once(functions: dict[str, Any]
         "at": "2026-12-02T10:00:00+00:00",
         "alerted": False,
     }
-    svc.store.create("health", "checkpoint_failure", "f-1", failure)
+    svc.store.create("health", partition, "f-1", failure)
     for _ in range(3):
         user_function(functions, "checkpoint_health")(timer_request(past_due=False, schedule_status=None))
     [alert] = svc.alerts.recent()

@@ -98,9 +98,10 @@ def test_the_stored_forms_refuse_what_the_strict_parser_refuses(loose: object) -
         CreditRequest.from_json({**REQUEST, "amount": loose})
     with pytest.raises(ValueError, match="amount"):
         ApprovalRequest.from_json({**APPROVAL, "amount": loose})
-    effect = ledger_row({"invoiceId": "I", "supplierId": "S", "amount": loose, "currency": "EUR"})
+    args = {"caseId": "C-1", "invoiceId": "I", "supplierId": "S", "amount": loose, "currency": "EUR"}
+    effect = ledger_row(args)
     with pytest.raises(ValueError, match="amount"):
-        CreditNoteCall.from_effect(effect)
+        CreditNoteCall.from_args(args)
     with pytest.raises(ValueError, match="amount"):
         credit_requests([effect])
     assert CreditRequest.from_json(REQUEST).to_json() == REQUEST

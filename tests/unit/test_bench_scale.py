@@ -29,7 +29,7 @@ def test_the_views_and_a_tick_cost_the_same_over_ten_times_the_cases(supplier_ur
         assert few.what == many.what
         assert (few.round_trips, few.documents_read) == (many.round_trips, many.documents_read), few.what
     reads = {m.what: m.documents_read for m in large.measures}
-    # What is read follows the stuck cases: 4 paused, 4 with a started effect, 2 with an open gate.
+    # What is read follows the stuck cases: 4 paused, 4 with a started effect, 2 left open.
     assert reads["ops page counts"] <= 6 * 20  # at most a short page per status, whatever the counts
     assert reads["drain check"] <= 4 + 4 + 4 * 2  # the marks, the waiting cases, then their checkpoints
     assert reads["timer tick"] < 100

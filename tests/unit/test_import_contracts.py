@@ -47,7 +47,8 @@ INJECTED = [
     ("no-local-host", "shared/handlers/health.py", "import shared.localhost.send"),
     ("no-commands", "shared/handlers/door.py", "from shared.operator import events"),
     ("views", "shared/views/cases.py", "from shared.handlers import http"),
-    ("workflow-telemetry", "shared/workflow/deps.py", "from shared.app.telemetry import Telemetry"),
+    ("workflow-below-app", "shared/workflow/runner.py", "from shared.app.alerts import Alerter"),
+    ("telemetry-port", "shared/app/telemetry.py", "from shared.workflow import proposers"),
     # ledger.py imports keys.py; keys.py importing ledger.py back closes a cycle.
     ("acyclic", "casekeeper/core/keys.py", "from casekeeper.core import ledger"),
     ("guard", "casekeeper/checkpoints.py", "from shared.workflow import messages"),

@@ -32,7 +32,6 @@ POLICY = Retention(
     [
         ("cases", {"status": "closed"}, 90),
         ("cases", {"status": "approved"}, 90),
-        ("cases", {"status": "closed", "gateOpen": True}, None),  # an effect may still be in flight
         ("cases", {"status": "closed", "openEffects": True}, None),  # an effect on it is still open
         ("cases", {"status": "open"}, None),
         ("cases", {"status": "awaiting_approval"}, None),
@@ -45,10 +44,8 @@ POLICY = Retention(
         ("effects", {"status": "needs_reconciliation"}, None),
         ("checkpoints", {"kind": "checkpoint", "pendingRequestIds": []}, 7),
         ("checkpoints", {"kind": "checkpoint", "pendingRequestIds": ["r1"]}, 90),
-        ("health", {"kind": "alert", "notified": False}, None),
-        ("health", {"kind": "alert", "notified": True}, 30),
-        ("health", {"kind": "checkpoint_failure", "alerted": False}, None),
-        ("health", {"kind": "checkpoint_failure", "alerted": True}, 20),
+        ("health", {"kind": "alert-03", "record": "alert", "notified": False}, None),
+        ("health", {"kind": "alert-03", "record": "alert", "notified": True}, 30),
         ("health", {"kind": "checkpoint_failure-07", "record": "checkpoint_failure", "alerted": False}, None),
         ("health", {"kind": "checkpoint_failure-07", "record": "checkpoint_failure", "alerted": True}, 20),
         ("health", {"kind": "rejected_event"}, 20),
@@ -69,7 +66,9 @@ def test_what_expires_and_what_is_kept(container: str, body: dict[str, Any], day
 def test_zero_keeps_forever_and_fractions_round_to_seconds() -> None:
     forever = Retention(closed_case_days=0)
     assert forever.ttl("cases", {"status": "closed"}) is None
-    assert Retention(alert_days=0.5).ttl("health", {"kind": "alert", "notified": True}) == DAY // 2
+    assert (
+        Retention(alert_days=0.5).ttl("health", {"kind": "alert-01", "record": "alert", "notified": True}) == DAY // 2
+    )
 
 
 class World:
@@ -122,7 +121,6 @@ def ttl_of(world: World, container: str, partition: str, doc_id: str) -> Any:
 
 def test_a_case_that_closes_stamps_its_settled_effects_and_keeps_the_rest(world: World) -> None:
     world.cases.create("c1", {})
-    assert world.cases.pass_gate("c1", 1, effect_key="e1") is not None
     effect_of(world, "c1", "e1", "done")
     effect_of(world, "c1", "e2", "needs_reconciliation")
     assert world.cases.commit_status("c1", 1, "credit_requested", effect_key="e1")
@@ -137,7 +135,6 @@ def test_a_case_that_closes_stamps_its_settled_effects_and_keeps_the_rest(world:
 
 def test_reopening_a_case_unstamps_its_effects(world: World) -> None:
     world.cases.create("c1", {})
-    assert world.cases.pass_gate("c1", 1, effect_key="e1") is not None
     effect_of(world, "c1", "e1", "done")
     assert world.cases.commit_status("c1", 1, "approved", effect_key="e1")
     assert ttl_of(world, "effects", "c1", "e1") == 60 * DAY
@@ -150,7 +147,6 @@ def test_reopening_a_case_unstamps_its_effects(world: World) -> None:
 
 def test_a_failed_unstamping_fails_the_case_write_for_a_retry(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     world.cases.create("c1", {})
-    assert world.cases.pass_gate("c1", 1, effect_key="e1") is not None
     effect_of(world, "c1", "e1", "done")
     assert world.cases.commit_status("c1", 1, "approved", effect_key="e1")
 
@@ -200,10 +196,10 @@ def test_an_alert_is_kept_until_notified_then_expires(world: World) -> None:
     alerter.raise_alert("effect_escalated", "effect e1 needs a person", {"caseId": "c1"}, dedupe_key="e1")
     [doc] = world.sqlite.query("health", Query(equals={"record": "alert"}))
     assert doc.body["notified"] is True and doc.body["ttl"] == 30 * DAY  # no webhook: notified by logging
-    unnotified = {"id": "a2", "kind": "alert", "notified": False, "at": 0.0}
-    world.store.create("health", "alert", "a2", unnotified)
+    unnotified = {"id": "a2", "kind": "alert-01", "record": "alert", "notified": False, "at": 0.0}
+    world.store.create("health", "alert-01", "a2", unnotified)
     world.later(365)
-    assert [d.id for d in world.store.query("health", Query(partition="alert"))] == ["a2"]
+    assert [d.id for d in world.store.query("health", Query(equals={"record": "alert"}))] == ["a2"]
 
 
 def test_the_wrapper_passes_the_backend_through(world: World) -> None:

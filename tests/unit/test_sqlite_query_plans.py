@@ -23,7 +23,7 @@ def plan(conn: sqlite3.Connection, where: str, args: list[object]) -> str:
     return " ".join(str(row[-1]) for row in conn.execute(sql, args).fetchall())
 
 
-@pytest.mark.parametrize("name", ["status", "gateOpen", "kind", "caseId"])
+@pytest.mark.parametrize("name", ["status", "openEffects", "kind", "caseId"])
 def test_a_field_across_partitions_is_read_from_its_index(conn: sqlite3.Connection, name: str) -> None:
     where, args = _where_fields({name: "x"})
     assert f"USING INDEX documents_by_{name}" in plan(conn, where, args)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from casekeeper.state_schemas import incompatibilities
 from shared.operator.drain import main as drain
 from shared.workflow import messages, state_schemas
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES
-from shared.workflow.state_schemas import FIXES, MANIFEST, REGENERATE, build_schemas, incompatibilities, read_manifest
+from shared.workflow.state_schemas import FIXES, MANIFEST, REGENERATE, build_schemas, read_manifest
 from tests.support.changed_build import (
     ApprovalRequestWithOptionalApprovers,
     deploy_approvers_field,

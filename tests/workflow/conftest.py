@@ -4,9 +4,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from casekeeper.capture import uninstall
 from casekeeper.core.ports import DocumentStore, Query
 from shared.localhost.supplier_stub import SupplierStub
-from shared.workflow.capture import uninstall
 from tests.support.app import Harness, make_harness
 
 

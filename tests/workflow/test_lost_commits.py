@@ -9,7 +9,6 @@ from casekeeper.core.ports import DocumentStore
 from casekeeper.core.reconcile import Reconciler
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import SupplierStub
-from shared.workflow.actions import credit_note_policy
 from tests.support.app import make_harness
 from tests.support.downstream import leave_started
 from tests.support.invoices import invoice
@@ -36,11 +35,9 @@ def test_a_writer_between_the_effect_and_its_commit_sends_the_case_to_review(
     [effect] = app.ledger.for_case("C-1")
     assert app.cases.require("C-1").history[-1].effect_key == effect.key  # the escalation names the effect
     # Reconciliation finding the same done effect later does not escalate it again.
-    reconciler = Reconciler(
-        app.ledger, app.cases, store, {"request_credit_note": credit_note_policy(app.deps.supplier)}
-    )
+    guard, _ = app.deps.guarded
     version = app.cases.require("C-1").version
-    assert reconciler.finish_commit(effect) == "with_person"  # the effect's escalation is there already
+    assert guard.reconcile_effect("C-1", effect.key).outcome == "settled"
     assert app.cases.require("C-1").version == version
     assert len(posts(supplier)) == 1
 
@@ -76,9 +73,7 @@ def test_a_case_with_many_po_edits_never_reopens_an_effect_whose_commit_landed(
     case = app.cases.require("C-3")
     assert len(case.history) == 100
     assert [t.effect_key for t in case.transitions_of(effect.key)] == [effect.key]
-    reconciler = Reconciler(
-        app.ledger, app.cases, store, {"request_credit_note": credit_note_policy(app.deps.supplier)}
-    )
-    assert reconciler.finish_commit(effect) == "already"
+    guard, _ = app.deps.guarded
+    assert guard.reconcile_effect("C-3", effect.key).outcome == "settled"
     assert app.cases.require("C-3").version == case.version
     assert len(posts(supplier)) == 1

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from casekeeper.capture import uninstall
 from casekeeper.core.ports import DocumentStore
 from shared.app import bootstrap
 from shared.app.telemetry import Telemetry
@@ -32,7 +33,6 @@ from shared.errors import ModelUnavailable
 from shared.localhost.model_stub import ModelStub
 from shared.localhost.supplier_stub import SupplierStub
 from shared.operator.cases import _transition_line
-from shared.workflow.capture import uninstall
 from shared.workflow.model_client import ModelConfig
 from shared.workflow.proposers import AgentProposer
 from tests.support.app import make_harness

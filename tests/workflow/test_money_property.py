@@ -24,19 +24,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from casekeeper.capture import uninstall
 from casekeeper.core.clock import ManualClock
 from casekeeper.core.ledger import EffectStatus
-from casekeeper.core.reconcile import Reconciler
 from casekeeper.errors import CasekeeperError
 from casekeeper.stores.sqlite import SqliteDocumentStore
 from shared.domain import events as ev
 from shared.localhost.supplier_stub import Faults, SupplierStub
-from shared.supplier.portal import SupplierPortal
-from shared.workflow.actions import REQUEST_CREDIT_NOTE, credit_note_policy
-from shared.workflow.capture import uninstall
 from tests.support.app import Harness, make_harness
 from tests.support.invoices import invoice
 from tests.support.money import money_violations
+from tests.support.reconciling import credit_note_reconciler
 
 CALL_TIMEOUT = 30.0
 _ids = itertools.count()
@@ -83,10 +81,7 @@ class World:
         self.clock = ManualClock()
         self.store = SqliteDocumentStore(directory / f"store-{next(_ids)}.sqlite", clock=self.clock.now)
         self.app: Harness = make_harness(self.store, stub.url, call_timeout=CALL_TIMEOUT)
-        portal = SupplierPortal(stub.url, timeout=5.0)
-        self.reconciler = Reconciler(
-            self.app.ledger, self.app.cases, self.store, {REQUEST_CREDIT_NOTE: credit_note_policy(portal)}
-        )
+        self.reconciler = credit_note_reconciler(self.store, stub.url, call_timeout=CALL_TIMEOUT)
         self.stub = stub
         self.case_id = f"P-{next(_ids)}"
         self.initial = invoice_facts

@@ -1,4 +1,4 @@
-"""The workflow reports to telemetry through a port (``shared.workflow.deps.WorkflowTelemetry``, issue 27):
+"""The workflow reports to telemetry through a port (``shared.ports.WorkflowTelemetry``, issue 27):
 what it reports reaches whatever the composition root passes, the app's OpenTelemetry ``Telemetry`` among
 them, and ``shared.workflow`` imports nothing of ``shared.app.telemetry`` (the import-linter contract
 ``workflow-telemetry``; ``tests/unit/test_import_contracts.py`` shows it can fail)."""
@@ -24,8 +24,9 @@ from shared.domain import events as ev
 from shared.domain.events import CaseEvent
 from shared.domain.invoice import Rules
 from shared.localhost.supplier_stub import SupplierStub
+from shared.ports import NoTelemetry, WorkflowTelemetry
 from shared.supplier.portal import SupplierPortal
-from shared.workflow.deps import NoTelemetry, WorkflowDeps, WorkflowTelemetry
+from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import RulesProposer
 from shared.workflow.runner import WorkflowRunner
 from shared.workflow.worker import CaseWorker
@@ -72,7 +73,7 @@ def run_one_case(store: DocumentStore, supplier: SupplierStub, telemetry: Workfl
         rules=Rules(),
         **({"telemetry": telemetry} if telemetry is not None else {}),
     )
-    worker = CaseWorker(WorkflowRunner(deps, store, alerts=Alerter(store, ManualClock())))
+    worker = CaseWorker(WorkflowRunner(deps, store, alert=Alerter(store, ManualClock()).raise_alert))
     result = asyncio.run(worker.handle(CaseEvent(ev.INVOICE_RECEIVED, "C-1", invoice("1100.00"))))
     return result.outcome
 
