@@ -1,20 +1,24 @@
-"""``casekeeper demo``: the breaks of docs/design.md#breaks that the ledger and the case store cover, live.
+"""``casekeeper demo``: the breaks of docs/design.md#breaks that the guard covers, live.
 
 What it does, in one process and in a few seconds:
 
 - opens a **fresh** SQLite store (in a temporary directory, or ``--data DIR``: the demo then owns
   ``DIR/demo.sqlite`` and ``DIR/supplier.jsonl`` and recreates both on every run);
-- starts a real :class:`~shared.localhost.supplier_stub.SupplierStub` on a free loopback port; every guarded
+- starts a real :class:`~devhost.supplier_stub.SupplierStub` on a free loopback port; every guarded
   call goes through :class:`~shared.supplier.portal.SupplierPortal` over that socket;
+- builds the guard as any user of the library does (``Guard(open_sqlite(...), call_timeout=...)``, the
+  credit-note request declared on it with ``guard.register``) and runs every effect through its public
+  API: ``guard.decide``, ``effect.run(decision, args)``, ``guard.commit``, ``guard.reconcile_effect``;
 - drives five scenarios, each on its own case, and prints one table row per scenario:
   ``scenario | requests the supplier received | outcome``.
 
 Every number in the table is measured: request counts come from the stub's request log (filtered by the
-scenario's idempotency key), states from the ledger's rows and the case documents, commit counts from
-``commit_status`` results. Each scenario also checks its invariant; a violation is printed and makes
-:func:`main` return 1. :func:`main` returns 0 when every invariant held.
+scenario's idempotency key), states from the record's effects (``guard.effects_of``) and the records
+themselves, commit counts from what ``run`` and ``guard.commit`` returned. Each scenario also checks its
+invariant; a violation is printed and makes :func:`main` return 1. :func:`main` returns 0 when every
+invariant held.
 
-The ledger's call timeout is :data:`DEMO_CALL_TIMEOUT` (2 s, the default is 120 s) so that the
+The guard's call timeout is :data:`DEMO_CALL_TIMEOUT` (2 s, the default is 120 s) so that the
 unknown-outcome scenario can age past it while you watch; the output says so.
 """
 
@@ -32,37 +36,43 @@ from pathlib import Path
 from typing import Any
 
 from casekeeper import (
+    Decision,
     Effect,
     EffectInFlight,
+    EffectResult,
     EffectStatus,
+    Guard,
     NeedsReconciliation,
     OutcomeUnknown,
+    Record,
     StaleDecision,
     effect_key,
+    open_sqlite,
 )
-from casekeeper import Record as Case
-from casekeeper.records import EffectOutcome
-from casekeeper.stores.sqlite import SqliteDocumentStore
-from shared.app.bootstrap import build_operations
-from shared.app.settings import Settings
-from shared.domain.credit import decide, position
-from shared.domain.invoice import Action, InvoiceFacts
 from shared.localhost.supplier_stub import NOTES_PATH, Faults, SupplierStub
+from shared.domain.credit import decide, position
+from shared.domain.invoice import Action, InvoiceFacts, Rules
+from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall
-from shared.workflow.proposers import RulesProposer
 
 DEMO_CALL_TIMEOUT = 2.0
-"""The ledger's call timeout in the demo, in seconds (production default: 120 s)."""
+"""The guard's call timeout in the demo, in seconds (production default: 120 s)."""
 
 # The portal must give up well inside the call timeout (see SupplierPortal): pool + connect + write +
 # read is at most about 4 x this, which stays under DEMO_CALL_TIMEOUT.
 _PORTAL_TIMEOUT = 0.45
+# What of the call timeout must be left after the version gate for the call to be sent: what sending can
+# take (the portal's pool, connect and write phases) plus a second, at most half the timeout, as the app
+# sets it (shared.app.bootstrap.send_margin).
+_SEND_MARGIN = min(3 * _PORTAL_TIMEOUT + 1.0, DEMO_CALL_TIMEOUT / 2)
 # How long the stub holds its reply in the two-runs scenario, so the second run really finds the
 # first one mid-call instead of after it.
 _HOLD_SECONDS = 0.25
 _BACKOFF_CAP = 0.05
 _SETTLE_DEADLINE = 10.0
 _COMMITTERS = 8
+# A little margin past the in-flight window, for the store clock's resolution.
+_CLOCK_MARGIN = 0.2
 
 ACTION = REQUEST_CREDIT_NOTE
 DECIDED = "credit_note_requested"
@@ -73,10 +83,10 @@ HEADER = """\
 Casekeeper demo: what happens when an agent run is resumed, retried or run twice.
 
 An agent workflow that calls a supplier can repeat that call when a superstep is replayed, when two
-runs handle one case, or when it acts on facts that changed. Casekeeper's effect ledger and versioned
-case store stop that. Each scenario below is one such break, on its own case, against a real supplier
-stub over HTTP. "Supplier received" counts what the supplier's request log shows for that case's
-idempotency key: POST = a credit note request, lookup = a GET by key."""
+runs handle one case, or when it acts on facts that changed. Casekeeper's guard (its effect ledger and
+versioned records) stops that. Each scenario below is one such break, on its own case, against a real
+supplier stub over HTTP. "Supplier received" counts what the supplier's request log shows for that
+case's idempotency key: POST = a credit note request, lookup = a GET by key."""
 
 
 @dataclass
@@ -109,7 +119,8 @@ class _Invoice:
 
 
 class _Demo:
-    """The wiring shared by the scenarios: one store, one ledger, one stub, one portal client."""
+    """The wiring shared by the scenarios: one store, one guard with the credit-note request declared on
+    it, one stub, one portal client."""
 
     def __init__(self, data_dir: Path) -> None:
         self.db_path = data_dir / DB_NAME
@@ -118,25 +129,24 @@ class _Demo:
         for stale in (self.db_path, Path(f"{self.db_path}-wal"), Path(f"{self.db_path}-shm"), self.log_path):
             stale.unlink(missing_ok=True)
         self.stub = SupplierStub(port=0, log_path=self.log_path).start()
-        # The app's own wiring (the composition root), on the demo's store, stub and short call timeout.
-        settings = Settings.from_mapping(
-            {
-                "CASEKEEPER_STORE": "sqlite",
-                "CASEKEEPER_SQLITE_PATH": str(self.db_path),
-                "CASEKEEPER_QUEUE": "local",
-                "CALL_TIMEOUT_SECONDS": str(DEMO_CALL_TIMEOUT),
-                "SUPPLIER_TIMEOUT_SECONDS": str(_PORTAL_TIMEOUT),
-                "SUPPLIER_PORTAL_URL": self.stub.url,
-            },
-            receives_events=False,
+        self.portal = SupplierPortal(self.stub.url, timeout=_PORTAL_TIMEOUT)
+        self.rules = Rules()
+        self.store = open_sqlite(self.db_path)
+        self.guard = Guard(self.store, call_timeout=DEMO_CALL_TIMEOUT, send_margin=_SEND_MARGIN)
+        # The guarded call, declared once: the key goes to the supplier as its Idempotency-Key; an unknown
+        # outcome is looked up by that key, and what the lookup did not find is asked again with it.
+        self.credit = self.guard.register(
+            ACTION,
+            self.request_credit_note,
+            commit=DECIDED,
+            lookup=self.portal.find_credit_note,
+            retry_same_key=True,
+            commit_data=lambda result: {"creditNoteId": result.get("creditNoteId")},
         )
-        self.ops = build_operations(settings, store=SqliteDocumentStore(self.db_path), proposer=RulesProposer())
-        self.rules = settings.rules
-        self.store, self.cases, self.ledger = self.ops.store, self.ops.cases, self.ops.ledger
-        self.portal = self.ops.supplier
 
     def close(self) -> None:
-        self.ops.close()
+        self.portal.close()
+        self.store.close()
         self.stub.stop()
 
     # --- helpers ------------------------------------------------------------------------------
@@ -147,13 +157,12 @@ class _Demo:
             f"INV-{1000 + number}", "SUP-ACME", f"PO-{1000 + number}", Decimal("1250.00"), Decimal("1000.00"), "EUR"
         )
         inv = _Invoice(f"demo-{number}", facts)
-        self.cases.create(inv.case_id, facts.to_dict())
+        self.guard.create(inv.case_id, facts.to_dict())
         return inv
 
-    def call_for(self, inv: _Invoice) -> Callable[[str], Mapping[str, Any]]:
-        """The guarded call: ask the supplier, over HTTP, for the credit note the money rule asks for."""
-
-        return self.credit_note(inv).bind(self.portal)
+    def request_credit_note(self, key: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """The guarded call: ask the supplier, over HTTP, for the credit note ``args`` describe."""
+        return dict(CreditNoteCall.from_args(args).bind(self.portal)(key))
 
     def credit_note(self, inv: _Invoice) -> CreditNoteCall:
         """The request the app itself would decide on the case's first facts: the domain's rule
@@ -164,43 +173,30 @@ class _Demo:
             raise RuntimeError(f"the demo's invoice should ask for a credit note; the rule says {proposal}")
         return CreditNoteCall(inv.case_id, facts.invoice_id, facts.supplier_id, proposal.amount, facts.currency)
 
-    def run(self, inv: _Invoice, version: int) -> EffectOutcome:
-        return self.ledger.run(
-            case_id=inv.case_id,
-            action=ACTION,
-            decided_on_version=version,
-            call=self.call_for(inv),
-            # What reconciliation needs to look the effect up, retry it, and finish the commit.
-            request=self.credit_note(inv).record(commit={"status": DECIDED, "reason": "credit note requested"}),
-        )
+    def run(self, inv: _Invoice, decision: Decision | Mapping[str, Any]) -> EffectResult:
+        """Run the credit-note request for ``decision`` (or its ``to_json()``, as a resumed run carries it)
+        through the guard: at most one call per decision, and the status commit with it."""
+        return self.credit.run(decision, self.credit_note(inv).args(), reason="credit note requested")
 
-    def run_until_settled(self, inv: _Invoice, version: int) -> tuple[EffectOutcome, int]:
+    def run_until_settled(self, inv: _Invoice, decision: Decision) -> tuple[EffectResult, int]:
         """What a well-behaved worker does: on ``EffectInFlight``, back off and re-read; never call again.
-        Returns the outcome and how many times it backed off."""
+        Returns the result and how many times it backed off."""
         backoffs = 0
         give_up = time.monotonic() + _SETTLE_DEADLINE
         while True:
             try:
-                return self.run(inv, version), backoffs
+                return self.run(inv, decision), backoffs
             except EffectInFlight as exc:
                 if time.monotonic() > give_up:
                     raise
                 backoffs += 1
                 time.sleep(min(exc.retry_after, _BACKOFF_CAP))
 
-    def commit(self, inv: _Invoice, version: int, effect: Effect, *, expected: Case | None = None) -> bool:
-        """The status commit after a ``done`` effect, conditional on ``version`` (False: the case moved)."""
-        result = effect.result or {}
-        committed = self.cases.commit_status(
-            inv.case_id,
-            version,
-            DECIDED,
-            reason="credit note requested",
-            effect_key=effect.key,
-            data={"creditNoteId": result.get("creditNoteId")},
-            expected=expected,
-        )
-        return committed is not None
+    def record(self, inv: _Invoice) -> Record:
+        found = self.guard.get(inv.case_id)
+        if found is None:
+            raise AssertionError(f"no record {inv.case_id}")
+        return found
 
     def supplier_requests(self, key: str) -> tuple[int, int]:
         """(POSTs, lookups) the stub recorded for ``key``: the supplier's own account, not ours."""
@@ -212,10 +208,14 @@ class _Demo:
     def notes_for(self, key: str) -> list[dict[str, Any]]:
         return [n for n in self.stub.notes if n["idempotencyKey"] == key]
 
+    def effect_or_none(self, inv: _Invoice, key: str) -> Effect | None:
+        """The record's effect with ``key`` as the guard reads it, or ``None`` when none was claimed."""
+        return next((e for e in self.guard.effects_of(self.record(inv)) if e.key == key), None)
+
     def effect(self, inv: _Invoice, key: str) -> Effect:
-        found = self.ledger.get(inv.case_id, key)
+        found = self.effect_or_none(inv, key)
         if found is None:
-            raise AssertionError(f"no ledger row for {key}")
+            raise AssertionError(f"no effect {key} on {inv.case_id}")
         return found
 
 
@@ -239,26 +239,28 @@ def replayed_step(demo: _Demo, number: int) -> ScenarioResult:
     key = effect_key(inv.case_id, ACTION, 1)
     check = _Checks()
 
-    first = demo.run(inv, 1)
-    first_committed = demo.commit(inv, 1, first.effect, expected=first.case)
-    # The resume: the checkpoint predates the superstep, so it decides on v1 again and runs the same call.
-    second = demo.run(inv, 1)
-    second_committed = demo.commit(inv, 1, second.effect, expected=second.case)
-    case = demo.cases.require(inv.case_id)
-    applied = case.transition_from(1)
+    decision = demo.guard.decide(inv.case_id)
+    first = demo.run(inv, decision)
+    # The resume: the checkpoint predates the superstep, so it runs the same call on the decision it carried.
+    second = demo.run(inv, decision.to_json())
+    record = demo.record(inv)
+    applied = record.transition_from(1)
 
     posts, lookups = demo.supplier_requests(key)
+    first_committed = first.commit == "committed"
     check.expect(posts == 1, f"supplier received {posts} POSTs, expected 1")
     check.expect(not first.replayed and second.replayed, "second run should replay the recorded result")
     check.expect(first.result == second.result, "second run returned a different result")
-    check.expect(first_committed and not second_committed, "status should commit exactly once")
+    check.expect(first_committed and second.commit == "already", "status should commit exactly once")
     check.expect(applied is not None and applied.effect_key == key, "case history lacks the committed effect")
-    check.expect(case.version == 2, f"case at v{case.version}, expected v2")
+    check.expect(record.version == 2, f"case at v{record.version}, expected v2")
     how = "the recorded" if second.replayed else "a NEW call's"
-    seen = "saw the status already applied" if applied is not None and not second_committed else "COMMITTED AGAIN"
+    seen = {"already": "saw the status already applied", "committed": "COMMITTED AGAIN"}.get(
+        second.commit, f"ended {second.commit}"
+    )
     outcome = [
         f"run 1 called, got {first.result['creditNoteId']}"
-        + (f", committed (v1 -> v{case.version});" if first_committed else ", did NOT commit;"),
+        + (f", committed (v1 -> v{record.version});" if first_committed else ", did NOT commit;"),
         f"run 2 (the replay) got {how} {second.result['creditNoteId']}"
         + (", no second call;" if posts == 1 else f"; the supplier got {posts} POSTs;"),
         f"its commit {seen}.",
@@ -272,14 +274,14 @@ def two_runs(demo: _Demo, number: int) -> ScenarioResult:
     key = effect_key(inv.case_id, ACTION, 1)
     check = _Checks()
     barrier = threading.Barrier(2)
-    results: dict[int, tuple[EffectOutcome, int, bool]] = {}
+    results: dict[int, tuple[EffectResult, int]] = {}
     errors: dict[int, Exception] = {}
 
     def worker(i: int) -> None:
         try:
+            decision = demo.guard.decide(inv.case_id)  # each run decides, on the case as it finds it (v1)
             barrier.wait()
-            outcome, backoffs = demo.run_until_settled(inv, 1)
-            results[i] = (outcome, backoffs, demo.commit(inv, 1, outcome.effect, expected=outcome.case))
+            results[i] = demo.run_until_settled(inv, decision)
         except Exception as exc:  # reported as a violation, not lost in a thread
             errors[i] = exc
 
@@ -300,7 +302,7 @@ def two_runs(demo: _Demo, number: int) -> ScenarioResult:
         check.expect(False, f"run {i} raised {type(exc).__name__}: {exc}")
     notes = {r[0].result["creditNoteId"] for r in results.values()}
     check.expect(len(results) == 2 and len(notes) == 1, f"the two runs saw different results: {sorted(notes)}")
-    commits = sum(1 for r in results.values() if r[2])
+    commits = sum(1 for r in results.values() if r[0].commit == "committed")
     check.expect(commits == 1, f"{commits} status commits, expected exactly 1")
     callers = [r for r in results.values() if not r[0].replayed]
     check.expect(len(callers) == 1, f"{len(callers)} runs called the supplier, expected 1")
@@ -321,28 +323,29 @@ def stale_decision(demo: _Demo, number: int) -> ScenarioResult:
     inv = demo.new_case(number)
     key = effect_key(inv.case_id, ACTION, 1)
     check = _Checks()
-    edited = demo.cases.update_facts(inv.case_id, 1, {"poAmount": "1200.00"}, reason="PO edited")
+    decision = demo.guard.decide(inv.case_id)
+    edited = demo.guard.update(inv.case_id, 1, {"poAmount": "1200.00"}, reason="PO edited")
     check.expect(edited is not None, "the PO edit did not commit")
 
     refused: StaleDecision | None = None
     try:
-        demo.run(inv, 1)
+        demo.run(inv, decision)
     except StaleDecision as exc:
         refused = exc
-    row = demo.effect(inv, key)
+    claimed = demo.effect_or_none(inv, key)
 
     posts, lookups = demo.supplier_requests(key)
     check.expect(posts == 0, f"supplier received {posts} POSTs, expected 0")
     check.expect(refused is not None, "the call on a stale decision was not refused")
-    closed = row.status is EffectStatus.FAILED and row.stale
-    check.expect(closed, f"the refused claim is {row.status.value}, expected failed (stale)")
+    # The claim is the version gate: on a moved record it is never written, so nothing is left open.
+    check.expect(claimed is None, f"the refused decision left a claim ({claimed.status.value if claimed else ''})")
     current = refused.current_version if refused is not None else None
     refusal = f"StaleDecision (decided on v1, case at v{current})" if refused is not None else "NOT refused"
-    state = f"closed ({row.status.value}, stale)" if closed else f"left {row.status.value}"
+    state = "no claim was written" if claimed is None else f"a claim was left {claimed.status.value}"
     outcome = [
         f"{refusal}, " + ("nothing sent;" if posts == 0 else f"{posts} POST sent;"),
-        f"the claim is {state}: nothing for",
-        "reconciliation to retry later." if closed else "reconciliation would misread it.",
+        f"{state}: nothing for",
+        "reconciliation to retry later." if claimed is None else "reconciliation would misread it.",
     ]
     return ScenarioResult(number, "stale decision (PO edited)", posts, lookups, outcome, check.violations)
 
@@ -353,10 +356,11 @@ def unknown_outcome(demo: _Demo, number: int) -> ScenarioResult:
     key = effect_key(inv.case_id, ACTION, 1)
     check = _Checks()
     steps: list[str] = []
+    decision = demo.guard.decide(inv.case_id)
 
     demo.stub.set_faults(Faults(fail_after_create=1))
     try:
-        demo.run(inv, 1)
+        demo.run(inv, decision)
         check.expect(False, "the 503 was not reported as an unknown outcome")
     except OutcomeUnknown as exc:
         post = next((r for r in demo.stub.requests if r["idempotencyKey"] == key and r["method"] == "POST"), {})
@@ -366,24 +370,24 @@ def unknown_outcome(demo: _Demo, number: int) -> ScenarioResult:
     finally:
         demo.stub.set_faults(Faults())
 
+    # How long the claim stays in flight, by the store's clock, as the guard judges it.
+    in_flight_for = 0.0
     try:
-        demo.run(inv, 1)
+        demo.run(inv, decision)
         check.expect(False, "a re-run inside the call timeout was not refused as in flight")
-    except EffectInFlight:
+    except EffectInFlight as exc:
+        in_flight_for = exc.retry_after
         steps.append("re-run at once -> EffectInFlight;")
 
-    started = demo.effect(inv, key)
-    # By the store's clock, as the ledger judges it; a little margin for the clock's resolution.
-    wait = (demo.ledger.in_flight_for(started) or 0.0) + 0.2
-    time.sleep(wait)
+    time.sleep(in_flight_for + _CLOCK_MARGIN)
     try:
-        demo.run(inv, 1)
+        demo.run(inv, decision)
         check.expect(False, "a re-run after the call timeout did not ask for reconciliation")
     except NeedsReconciliation:
         steps.append(f"re-run after the {DEMO_CALL_TIMEOUT:.0f} s call timeout -> NeedsReconciliation;")
 
-    # Reconciliation (R3), the real reconciler: never retry blindly; ask the supplier by the same key.
-    recheck = demo.ops.reconciler.recheck(inv.case_id, key)
+    # Reconciliation (R3), the guard's own: never retry blindly; ask the supplier by the same key.
+    recheck = demo.guard.reconcile_effect(inv.case_id, key)
     final = demo.effect(inv, key)
     found = final.result if recheck.outcome == "recorded" else None
     committed = recheck.committed
@@ -394,11 +398,12 @@ def unknown_outcome(demo: _Demo, number: int) -> ScenarioResult:
         steps.append(f"reconciler: {recheck.outcome} ({recheck.detail}).")
 
     posts, lookups = demo.supplier_requests(key)
+    record = demo.record(inv)
     check.expect(posts == 1, f"supplier received {posts} POSTs, expected 1")
     check.expect(len(demo.notes_for(key)) == 1, "the supplier should hold exactly one note for the key")
     check.expect(found is not None, "the lookup by key did not find the note the supplier created")
     check.expect(final.status is EffectStatus.DONE, f"the effect ended {final.status.value}, expected done")
-    check.expect(committed, "the case status was not committed after reconciliation")
+    check.expect(committed and record.status == DECIDED, "the case status was not committed after reconciliation")
     return ScenarioResult(number, "unknown outcome (503 after create)", posts, lookups, _wrap(steps), check.violations)
 
 
@@ -410,12 +415,12 @@ def concurrent_commits(demo: _Demo, number: int) -> ScenarioResult:
     results: list[bool] = []
     errors: list[Exception] = []
     lock = threading.Lock()
+    decision = demo.guard.decide(inv.case_id)
 
     def committer(i: int) -> None:
         try:
             barrier.wait()
-            committed = demo.cases.commit_status(inv.case_id, 1, f"decided-by-{i}", reason=f"committer {i}")
-            ok = committed is not None
+            ok = demo.guard.commit(decision, f"decided-by-{i}", reason=f"committer {i}") is not None
         except Exception as exc:  # reported as a violation, not lost in a thread
             with lock:
                 errors.append(exc)
@@ -428,7 +433,7 @@ def concurrent_commits(demo: _Demo, number: int) -> ScenarioResult:
         t.start()
     for t in threads:
         t.join()
-    case: Case = demo.cases.require(inv.case_id)
+    case = demo.record(inv)
 
     wins = results.count(True)
     for exc in errors:
@@ -520,7 +525,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every scenario and print the table. Returns 0 when every invariant held, 1 otherwise."""
+    """Drive the failure modes against a local supplier and print what the supplier saw.
+
+    Runs every scenario and prints the table. Returns 0 when every invariant held, 1 otherwise."""
     args = build_parser().parse_args(argv)
     print(HEADER)
     print()
@@ -531,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             where = f"{demo.db_path}" + (" (kept)" if args.data is not None else " (temporary)")
             print(f"Store:    SQLite, fresh file {where}")
             print(f"Supplier: SupplierStub at {demo.stub.url} (real HTTP, request log {demo.log_path.name})")
+            print("Guard:    casekeeper.Guard over that store, through its public API only")
             print(
                 f"Call timeout: {DEMO_CALL_TIMEOUT:.0f} s for this demo (production default 120 s), so scenario 4 "
                 "can outlive it."

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from casekeeper.core.keys import effect_key
-from casekeeper.core.ledger import Effect, EffectOutcome
+from casekeeper import EffectResult, effect_key
 from shared.localhost import demo
 
 # A scenario's first table line: | n | title | N POST [+ M lookup] | outcome...
@@ -50,7 +49,7 @@ def test_demo_table_reports_one_request_per_decision(tmp_path: Path, capsys: pyt
     assert len(notes) == 1  # both runs saw the same credit note
     assert table[3][:2] == (0, 0)
     assert "StaleDecision" in table[3][2]
-    assert "closed" in table[3][2]
+    assert "no claim was written" in table[3][2]  # the claim is the version gate: nothing left to reconcile
     assert table[4][:2] == (1, 1)  # one POST, one lookup by key: never a second POST
     for step in ("stays started", "EffectInFlight", "NeedsReconciliation", "case committed"):
         assert step in table[4][2]
@@ -77,11 +76,14 @@ def test_a_rerun_on_the_same_data_dir_starts_fresh(
 def test_the_counts_are_measured_so_a_broken_guard_fails_the_demo(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def unguarded_run(self: Any, inv: Any, version: int) -> EffectOutcome:
-        # No ledger: every run calls the supplier (same key), as an unguarded workflow would on replay.
-        key = effect_key(inv.case_id, demo.ACTION, version)
-        result = dict(self.call_for(inv)(key))
-        return EffectOutcome(cast(Effect, SimpleNamespace(key=key, result=result)), replayed=False)
+    def unguarded_run(self: Any, inv: Any, decision: Any) -> EffectResult:
+        # No guard around the call: every run calls the supplier (same key), as an unguarded workflow would on
+        # replay, then commits the status conditionally on the decided-on version.
+        pinned = self.guard.pin(decision)
+        key = effect_key(inv.case_id, demo.ACTION, pinned.version)
+        result = self.request_credit_note(key, self.credit_note(inv).args())
+        committed = self.guard.commit(pinned, demo.DECIDED) is not None
+        return EffectResult(key, result, replayed=False, commit="committed" if committed else "stale", record=None)
 
     monkeypatch.setattr(demo, "SCENARIOS", (demo.replayed_step,))
     monkeypatch.setattr(demo._Demo, "run", unguarded_run)
@@ -134,3 +136,21 @@ def test_the_readmes_demo_table_is_what_the_demo_prints(tmp_path: Path, capsys: 
         )
     ]
     assert shown == printed
+
+
+def test_the_demo_uses_the_guard_through_its_public_api_only() -> None:
+    """What a stranger to the code can write: names from ``casekeeper`` itself, never its policy
+    (``casekeeper.core``), its record types' module or a private module."""
+    tree = ast.parse(Path(demo.__file__).read_text())
+    guard_imports = sorted(
+        {
+            node.module if isinstance(node, ast.ImportFrom) and node.module else alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+            if ((node.module or "") if isinstance(node, ast.ImportFrom) else alias.name).startswith("casekeeper")
+        }
+    )
+    assert guard_imports == ["casekeeper"]
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert {"Guard", "open_sqlite"} <= names
