@@ -389,7 +389,10 @@ class LocalHost:
             signal.signal(sig, lambda *_: done.set())
         self.start()
         print(self.describe(), flush=True)
-        done.wait()
+        # Any thread may take the signal, and Python runs the handler only on the main thread, between
+        # bytecodes: a wait without a timeout could sleep through it. Short waits let the handler run.
+        while not done.wait(0.5):
+            pass
         log.info("shutting down")
         self.stop()
 

@@ -224,7 +224,8 @@ async def _with_retries(
     what is not retryable, and a retryable error once its retry window is spent."""
     backoff = deps.backoff
     error: CasekeeperError | None = None
-    for wait in (*backoff.in_place, None):
+    number_in_place = 0
+    for number_in_place, wait in enumerate((*backoff.in_place, None), start=1):
         try:
             return await attempt()
         except EffectInFlight:
@@ -235,28 +236,14 @@ async def _with_retries(
             error = exc
         if wait is None or not error.wait_in_place:
             break
-        log.info(
-            "case %s: %s (%s); retrying in %.2fs",
-            event.case_id,
-            type(error).__name__,
-            error,
-            wait,
-            extra={"caseId": event.case_id},
-        )
+        log.info(waiting_in_place(event, error, wait, number_in_place + 1), extra={"caseId": event.case_id})
         await asyncio.sleep(wait)
     assert error is not None  # the loop only ends here after a retryable error
     now = deps.clock.now()
     first = envelope.first_failed_at if envelope.first_failed_at is not None else now
     if backoff.gives_up(now - first):
         await _note_model_failure(deps, event, error, f"still failing after {now - first:.0f}s: left to the queue")
-        log.error(
-            "case %s: %s still failing after %.0fs of retries (%s): left to the queue's redeliveries",
-            event.case_id,
-            event.type,
-            now - first,
-            error,
-            extra={"caseId": event.case_id},
-        )
+        log.error(handed_to_the_broker(event, error, now - first), extra={"caseId": event.case_id})
         raise error
     number = envelope.retry + 1
     delay = backoff.delay(number, seed=envelope.root_or(""))
@@ -273,16 +260,42 @@ async def _with_retries(
     await _note_model_failure(deps, event, error, f"event retried in {delay:.1f}s (attempt {number})")
     deps.telemetry.deferred(type(error).__name__)
     log.warning(
-        "case %s: %s failed (%s: %s); copy %s scheduled in %.1fs",
-        event.case_id,
-        event.type,
-        type(error).__name__,
-        error,
-        copy_id,
-        at - now,
+        deferred(event, error, copy_id, at - now, attempts=number_in_place),
         extra={"caseId": event.case_id, "messageId": copy_id},
     )
     return Settlement("deferred", f"{type(error).__name__}: copy {copy_id} scheduled", scheduled_at=at)
+
+
+# What the log says after a failed attempt: exactly one of these three, and each says what happens next.
+
+
+def waiting_in_place(event: ev.CaseEvent, error: CasekeeperError, wait: float, next_attempt: int) -> str:
+    """Another attempt follows in this delivery, after a short wait, the message held."""
+    return (
+        f"case {event.case_id}: {event.type} attempt {next_attempt - 1} failed ({type(error).__name__}: {error});"
+        f" waiting {wait:.2f}s in place before attempt {next_attempt}"
+    )
+
+
+def deferred(event: ev.CaseEvent, error: CasekeeperError, copy_id: str, delay: float, *, attempts: int) -> str:
+    """No attempt follows in this delivery: a delayed copy of the event is scheduled, this message completes."""
+    why = (
+        f"after {attempts} attempts in place"
+        if error.wait_in_place
+        else f"not retried in place ({type(error).__name__} is never waited on)"
+    )
+    return (
+        f"case {event.case_id}: {event.type} failed ({type(error).__name__}: {error}); {why}: deferred,"
+        f" copy {copy_id} scheduled in {delay:.1f}s"
+    )
+
+
+def handed_to_the_broker(event: ev.CaseEvent, error: CasekeeperError, failing_for: float) -> str:
+    """Past the retry window: nothing is scheduled; the error goes to the broker's redeliveries and DLQ."""
+    return (
+        f"case {event.case_id}: {event.type} still failing after {failing_for:.0f}s ({type(error).__name__}:"
+        f" {error}): no copy scheduled; handed to the queue's redeliveries, then its dead-letter queue"
+    )
 
 
 async def _note_model_failure(deps: CaseEventDeps, event: ev.CaseEvent, error: CasekeeperError, then: str) -> None:

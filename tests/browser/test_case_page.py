@@ -1,25 +1,22 @@
-"""The case page, the approval page's states and a phone's width, in a real browser against a real local
-host and supplier stub (the module's shared host: each test uses its own case)."""
+"""The case page, the approval page's states, and every page at a phone's width and a laptop's, in a real browser
+against a real local host and supplier stub (the module's shared host: each test uses its own case)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 try:
     from playwright.sync_api import expect
 except ImportError:  # the browser fixture skips, or fails under CI, with the reason
     expect = None
 
-from tests.browser.conftest import APPROVER, DOCS
-from tests.browser.test_pages import open_from_list, send_invoice
+from tests.browser.conftest import APPROVER, DOCS, ESCALATED_CASE
+from tests.browser.test_pages import OVER_THRESHOLD, open_from_list, send_invoice
 from tests.support.dev_host import DevHost
 
 PHONE = {"width": 390, "height": 844}
-
-
-def overflow(page: Any) -> int:
-    """How many pixels the page is wider than the window: 0 when nothing needs a sideways scroll."""
-    return int(page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
 
 
 def widest(page: Any) -> list[str]:
@@ -27,8 +24,8 @@ def widest(page: Any) -> list[str]:
     return list(
         page.evaluate(
             """() => Array.from(document.querySelectorAll("body *"))
-                .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1
-                    && e.parentElement.getBoundingClientRect().right <= document.documentElement.clientWidth + 1)
+                .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1
+                    && e.parentElement.getBoundingClientRect().right <= window.innerWidth + 1)
                 .slice(0, 5).map(e => e.tagName + "." + e.className + ": " + (e.textContent || "").slice(0, 60))"""
         )
     )
@@ -85,20 +82,51 @@ def test_a_refresh_that_fails_says_so_and_keeps_what_was_read(page: Any, host: D
     expect(failed).to_be_hidden(timeout=15_000)
 
 
-def test_at_a_phones_width_no_page_scrolls_sideways(browser: Any, host: DevHost, escalated_key: str) -> None:
-    send_invoice(host, "INV-C3")
+DESKTOP = {"width": 1280, "height": 900}
+FITS = "document.documentElement.scrollWidth <= window.innerWidth"
+
+
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390px", "1280px"])
+def test_no_page_scrolls_sideways_and_what_happens_next_is_on_screen(
+    browser: Any, host: DevHost, escalated_key: str, viewport: dict[str, int]
+) -> None:
+    """Every page at a phone's width and a laptop's: the document is never wider than the window (a wide table
+    shows its rows as cards, long keys break), and on the ops page each pending effect's "what happens next"
+    lies within the window's width, not in a column scrolled out of sight."""
+    width = viewport["width"]
+    waiting, requested = f"INV-W{width}", f"INV-R{width}"
+    send_invoice(host, waiting)
+    below = {"invoiceId": requested, **OVER_THRESHOLD, "invoiceAmount": "2250.00", "currency": "EUR"}
+    assert host.post_event("invoice.received", requested, below).status_code == 202
+    host.wait_for(requested, lambda v: v["case"]["status"] == "credit_requested")
     # Not is_mobile: a mobile viewport would zoom out to fit a too-wide page and hide the overflow.
-    context = browser.new_context(viewport=PHONE)
+    context = browser.new_context(viewport=viewport)
     try:
         page = context.new_page()
         page.set_default_timeout(15_000)
-        open_from_list(page, host, "INV-C3")
+        open_from_list(page, host, waiting)
         assert page.locator("#approve").is_visible()
-        assert overflow(page) == 0, f"the approval page scrolls sideways at 390 px: {widest(page)}"
-        page.screenshot(path=str(DOCS / "approval-page-phone.png"), full_page=True)
-        for path in ("/api/approvals", "/api/cases/INV-C3/page", "/api/ops"):
+        assert page.evaluate(FITS), f"the approval page scrolls sideways at {width} px: {widest(page)}"
+        if width == PHONE["width"]:
+            page.screenshot(path=str(DOCS / "approval-page-phone.png"), full_page=True)
+        for path, picture in (
+            ("/api/approvals", None),
+            (f"/api/cases/{requested}/page", "case-page-phone.png"),
+            (f"/api/cases/{ESCALATED_CASE}/page", None),
+            ("/api/ops", "ops-page-phone.png"),
+        ):
             page.goto(host.url + path)
             page.wait_for_selector("h1")
-            assert overflow(page) == 0, f"{path} scrolls sideways at 390 px: {widest(page)}"
+            assert page.evaluate(FITS), f"{path} scrolls sideways at {width} px: {widest(page)}"
+            if picture and width == PHONE["width"]:
+                page.screenshot(path=str(DOCS / picture), full_page=True)
+        # The ops page is the last one open: the seeded escalation is among its effects without an outcome.
+        window = int(page.evaluate("window.innerWidth"))
+        cells = page.locator("#pending-effects td.next")
+        assert cells.count() >= 1
+        for i in range(cells.count()):
+            box = cells.nth(i).bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= window, (width, box)
+            assert cells.nth(i).is_visible() and cells.nth(i).inner_text().strip()
     finally:
         context.close()

@@ -56,7 +56,7 @@ def test_make_run_prints_the_url_and_the_waiting_approval_can_be_approved(
 ) -> None:
     port, data, out = make_run
     deadline = time.monotonic() + 60
-    while "sent INV-2002" not in out.read_text():
+    while "Sent INV-2002" not in out.read_text():
         assert time.monotonic() < deadline, out.read_text()
         time.sleep(0.2)
     printed = out.read_text()

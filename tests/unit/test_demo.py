@@ -117,6 +117,27 @@ def test_the_demo_asks_for_what_the_domains_money_rule_asks_for(tmp_path: Path) 
         wiring.close()
 
 
+def test_the_readmes_demo_table_is_what_the_demo_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README shows the demo's table in short: the same scenarios, in order, with what the supplier received."""
+    assert demo.main(["--data", str(tmp_path)]) == 0
+    printed = [
+        (int(m[1]), m[2].strip(), f"{m[3]} POST" + (f" + {m[4]} lookup" if m[4] else ""))
+        for m in map(ROW.match, capsys.readouterr().out.splitlines())
+        if m
+    ]
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### `make demo`", 1)[1].split("\n## ", 1)[0]
+    shown = [
+        (int(cells[0]), cells[1], cells[2])
+        for cells in (
+            [c.strip() for c in line.strip("|").split("|")]
+            for line in section.splitlines()
+            if re.match(r"^\| \d+ \|", line)
+        )
+    ]
+    assert shown == printed
+
+
 def test_the_demo_uses_the_guard_through_its_public_api_only() -> None:
     """What a stranger to the code can write: names from ``casekeeper`` itself, never its policy
     (``casekeeper.core``), its record types' module or a private module."""

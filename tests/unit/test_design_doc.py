@@ -110,7 +110,7 @@ def test_every_rule_names_the_tests_that_pin_it_and_they_exist() -> None:
         assert any(re.search(r"^def test_", (ROOT / f).read_text(), re.M) for f in files), f"R{n}: no tests in {files}"
 
 
-def test_the_readme_links_the_design() -> None:
-    readme = (ROOT / "README.md").read_text()
-    intro, layout = readme.split("## Two commands")[0], readme.split("## Project layout")[1]
-    assert "docs/design.md" in intro and "docs/design.md" in layout
+def test_the_readme_and_the_layout_link_the_design() -> None:
+    intro = (ROOT / "README.md").read_text().split("## Two commands")[0]
+    layout = (ROOT / "docs" / "layout.md").read_text()
+    assert "](docs/design.md)" in intro and "](design.md)" in layout and "docs/design.md" in layout
