@@ -68,7 +68,7 @@ INJECTED = [
     ("guard", "casekeeper/checkpoints.py", "from shared.workflow import messages"),
     ("public-guard", "shared/views/runs.py", "from casekeeper.core import ledger"),
     ("public-guard", "devhost/demo.py", "from casekeeper.core import ledger"),
-    ("public-guard", "chaos/collect.py", "import casekeeper._reconcile"),
+    ("public-guard", "chaos/collect.py", "import casekeeper._numbers"),
     # checks.py runs consistency.py's checks; consistency.py importing checks.py back closes a cycle, even
     # from inside a function.
     ("acyclic", "chaos/consistency.py", "def _injected() -> None:\n    from chaos import checks"),
