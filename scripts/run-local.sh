@@ -105,7 +105,7 @@ done
 # Just after Ctrl-C the last run's processes may still be stopping: when the lock is the only problem,
 # give them a few seconds before calling it one.
 if [ -n "$lock_held" ] && [ ${#PROBLEMS[@]} -eq 0 ]; then
-  echo "make run: waiting for the last make run on $DATA to stop..." >&2
+  echo "make run: another make run holds $DATA; if it is stopping (a Ctrl-C just now), waiting up to 15 s for it..." >&2
   flock -w 15 "$DATA/$MARKER" true && lock_held=
 fi
 if [ -n "$lock_held" ]; then

@@ -12,7 +12,7 @@ CPU, sets the pace. The writes of one instance's threads therefore go through on
 one at a time, each in a ``SAVEPOINT`` of a shared ``BEGIN IMMEDIATE`` transaction: a write whose body
 raises is rolled back to its savepoint alone; a write that succeeded returns only once the transaction
 holding it has committed. The transaction commits when no other thread is waiting to write (or after
-:attr:`SqliteConnections.MAX_BATCH` writes), so an uncontended write commits at once, as before, and
+:attr:`SqliteConnections.MAX_BATCH` writes), so an uncontended write commits at once, and
 writes that queued up behind a commit share the next one. Each write is still atomic and isolated
 (the writes of a batch run one after another), and durable once acknowledged: if the commit fails,
 every write of its batch raises and none of them happened. A write that raises (a conflict, say) also

@@ -20,7 +20,7 @@ for every object the pool builds.
 
 The reset reaches into Agent Framework's runner (``Workflow._runner``, ``_previous_checkpoint_id``), which
 is not public API: :func:`reusable` checks that those attributes exist on the installed version, and where
-they do not, the pool builds a new object for every run, as before (``tests/workflow/test_workflow_reuse.py``
+they do not, the pool builds a new object for every run (``tests/workflow/test_workflow_reuse.py``
 pins the behaviour on the installed version).
 """
 
@@ -104,7 +104,7 @@ def build_only_needed_checkpoints(workflow: Workflow) -> Workflow:
     were most of the framework's CPU in a run. The runner asks its context ``has_checkpointing()`` just
     before it builds one; here that answer also asks the storage whether this one is needed, from the
     messages in flight and the requests pending, which is all that decides it. Every checkpoint that is
-    written is built as before; a storage without ``needs_checkpoint`` gets every one. Left as it is when
+    written is built in full; a storage without ``needs_checkpoint`` gets every one. Left as it is when
     the installed Agent Framework's runner context does not look as expected."""
     context: Any = workflow._runner.context
     effective = getattr(context, "_get_effective_checkpoint_storage", None)

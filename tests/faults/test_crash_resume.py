@@ -80,7 +80,7 @@ def test_crash_after_the_effect_is_recorded_decides_again_without_a_second_reque
     """No checkpoint is written mid-run without a pause or a model call, so the redelivered event decides
     again from the case and its effects (rule R9). The outcome and the commit are one write of the case, so
     after F5 (right after that write) as after F6 the case already shows the commit: nothing to do, and
-    nothing left to finish (the done-but-uncommitted state of the two-container layout cannot arise)."""
+    nothing left to finish: a done-but-uncommitted state cannot arise."""
     code, _ = run_worker(store_spec, supplier, die_at=point)
     assert code == DIED
     code, result = run_worker(store_spec, supplier)  # the redelivered event, in a new process
