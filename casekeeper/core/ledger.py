@@ -46,7 +46,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from casekeeper.core import entries
 from casekeeper.core.cases import CASES, Case, CaseRepository
@@ -79,6 +79,7 @@ from casekeeper.core.errors import (
 )
 from casekeeper.core.keys import effect_key
 from casekeeper.core.ports import DocumentStore, OnMalformed, Query, decode_all, walk
+from casekeeper.core.watch import AlertSink
 
 DEFAULT_CALL_TIMEOUT = 120.0
 DEFAULT_SEND_MARGIN_FRACTION = 0.25
@@ -92,12 +93,6 @@ Call = Callable[[str], Mapping[str, Any]]
 """A guarded call: receives the effect key (to forward as ``Idempotency-Key``) and returns a JSON
 object. It raises ``DownstreamRejected`` for a definite refusal and ``OutcomeUnknown`` (or anything
 else) when it cannot tell whether the effect happened."""
-
-
-class AlertSink(Protocol):
-    """Raises an alert: recorded once per kind and ``dedupe_key`` (the app's ``Alerter.raise_alert``)."""
-
-    def __call__(self, alert_kind: str, message: str, fields: Mapping[str, Any], *, dedupe_key: str) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -731,7 +726,7 @@ class Ledger:
                 self._store.create(EFFECTS, read.id, str(entry["id"]), entries.archive_body(entry))
         if archived:
             updated = entries.without(updated, {str(e["id"]) for e in archived})
-        return Case.from_document(self._store.replace(CASES, read.id, read.id, updated.to_body(), etag=read.etag))
+        return self._cases.replace(read, updated)
 
 
 def intent_plan(effect: Effect) -> CommitPlan | None:
