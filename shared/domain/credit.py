@@ -141,6 +141,11 @@ class Position:
         return money.total(counted)
 
     @property
+    def asked(self) -> Decimal:
+        """Every request a person did not withdraw, at the amount asked: what the approval threshold sums."""
+        return money.total(line.request.amount for line in self.lines if line.state is not RequestState.WITHDRAWN)
+
+    @property
     def owed(self) -> Decimal:
         """Over-billed less the credits that answer none of our requests (external), never below zero."""
         ours = money.total(line.received_amount or ZERO for line in self.lines)
@@ -163,6 +168,7 @@ class Position:
             "remaining": money.amount_text(self.remaining),
             "excess": money.amount_text(self.excess),
             "requested": money.amount_text(self.requested),
+            "asked": money.amount_text(self.asked),
             "owed": money.amount_text(self.owed),
             "requests": [
                 {
@@ -293,12 +299,13 @@ def over_requested(pos: Position) -> OverRequest | None:
     return OverRequest(owed, requested, money.sub(requested, owed), pos.currency)
 
 
-def needs_approval(proposal: Proposal, rules: Rules) -> bool:
-    return (
-        proposal.action is Action.REQUEST_CREDIT_NOTE
-        and proposal.amount is not None
-        and proposal.amount > rules.approval_threshold
-    )
+def needs_approval(proposal: Proposal, rules: Rules, *, asked: Decimal) -> bool:
+    """A person approves a credit-note request when the case's total asked (``asked``: every earlier
+    request not withdrawn, done or outstanding) plus this one would cross the threshold: the threshold is
+    cumulative, so splitting a request never avoids it."""
+    if proposal.action is not Action.REQUEST_CREDIT_NOTE or proposal.amount is None:
+        return False
+    return money.add(asked, proposal.amount) > rules.approval_threshold
 
 
 def status_for(action: Action) -> Status:

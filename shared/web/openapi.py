@@ -420,7 +420,7 @@ def _components() -> dict[str, Any]:
     }
 
 
-_SUMS = ("excess", "requested", "owed")
+_SUMS = ("excess", "requested", "asked", "owed")
 """The money rule's sums over many requests: decimal strings that may run past one amount's bound."""
 
 
