@@ -559,6 +559,10 @@ class Ledger:
                 target = entries.escalate(case, updated, refusal_review, f"{updated.action} refused: {reason}", now)
             else:
                 target = entries.put(case, updated)
+            if late:
+                # Before the write, as for a left version: once the late done is written, a repeat of this call
+                # replays it and would never raise the alert (it is deduplicated by the key).
+                self._late_outcome_recorded(current)
             try:
                 after = self._write(case, target)
             except ConcurrencyConflict:
@@ -566,8 +570,6 @@ class Ledger:
                 continue
             written = entries.entry_of(after, claimed.key)
             assert written is not None
-            if late:
-                self._late_outcome_recorded(current)
             return written, True, commit, after
         raise ConcurrencyConflict(f"case {case.id!r} kept changing during an outcome", container=CASES, doc_id=case.id)
 
@@ -680,8 +682,8 @@ class Ledger:
         )
 
     def _late_outcome_recorded(self, closed: Effect) -> None:
-        """A late ``done`` was recorded over ``closed``: the log and the ``late_outcome`` alert (deduplicated by
-        the key)."""
+        """A late ``done`` is being recorded over ``closed``: the log and the ``late_outcome`` alert (deduplicated
+        by the key)."""
         log.warning(
             "effect %s: late outcome recorded over %s",
             closed.key,
