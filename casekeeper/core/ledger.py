@@ -26,6 +26,8 @@ State machine of an entry::
                                                           \\--reconciler/person--> needs_reconciliation
                                                                                   --person--> done | failed
 
+    failed | needs_reconciliation --an earlier attempt's call succeeded--> done (late; ``late_outcome`` alert)
+
 Sequence of one guarded effect on the happy path (two store round trips)::
 
     replace case (+entry started, If-Match) -> call(key) -> replace case (entry done + commit, If-Match)
