@@ -34,15 +34,16 @@ from casekeeper import approvals
 from casekeeper._numbers import inexact_numbers
 from casekeeper.approvals import ApprovalRequest
 from casekeeper.clock import SystemClock
-from casekeeper.core.cases import Answer, CaseRepository
+from casekeeper.core.cases import Answer, CaseRepository, Watch
 from casekeeper.core.clock import Clock
 from casekeeper.core.effect import OPEN_STATUSES, Effect
 from casekeeper.core.entries import CommitPlan
 from casekeeper.core.errors import EffectInFlight, NeedsReconciliation
 from casekeeper.core.keys import canonical_json, effect_key
-from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, AlertSink, Ledger
+from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, Ledger
 from casekeeper.core.ports import DocumentStore
 from casekeeper.core.reconcile import ActionPolicy, RecheckResult, Reconciler
+from casekeeper.core.watch import AlertSink
 from casekeeper.effects import (
     Call,
     CommitData,
@@ -77,8 +78,11 @@ class Guard:
     hears what is not an escalation: an effect found done on a version the record left, a late outcome,
     re-checks given up. ``send_margin``: how much of ``call_timeout`` must be left after the version gate
     for the call to be sent (default a quarter), measured by ``monotonic`` (this process's clock; a test
-    moves its own). ``lookup_backoff``: seconds before a failed lookup is tried again. ``probe`` is a test
-    hook, called at the failure points F1, F2, F4, F5 and F6 (docs/design.md#failure-points)."""
+    moves its own). ``watch(record)``: your judgment of every record the guard is about to write, whoever
+    writes it (a decision, a fact update, an outcome recorded late, a person, reconciliation): the
+    :class:`~casekeeper.records.Finding` s it returns are raised through ``alert`` before the write, once
+    each (``casekeeper.core.watch``). ``lookup_backoff``: seconds before a failed lookup is tried again.
+    ``probe`` is a test hook, called at the failure points F1, F2, F4, F5 and F6 (docs/design.md#failure-points)."""
 
     def __init__(
         self,
@@ -95,8 +99,9 @@ class Guard:
         lookup_backoff: float = 30.0,
         trace: Trace | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        watch: Watch | None = None,
     ) -> None:
-        records = CaseRepository(store, clock or SystemClock())
+        records = CaseRepository(store, clock or SystemClock(), watch=watch, alert=alert)
         ledger = Ledger(
             store,
             records,

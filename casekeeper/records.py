@@ -8,22 +8,24 @@ decides on them (``decision.done()``), but writes through :class:`~casekeeper.Gu
 
 :class:`RecordRepository` (``guard.records``) and :class:`Ledger` (``guard.ledger``) are the guard's two
 parts. An application that configures them itself (its telemetry observer, crash-test probes, alert sink,
-send margin) builds them and assembles its guard with :meth:`~casekeeper.Guard.from_parts`; it reads
-through them (``records.get``, ``ledger.for_case``) and notes on a record (``records.note``).
+send margin, the :data:`Watch` that judges every record before it is written) builds them and assembles its
+guard with :meth:`~casekeeper.Guard.from_parts`; it reads through them (``records.get``, ``ledger.for_case``)
+and notes on a record (``records.note``).
 :class:`Reconciler` (``guard.reconciler``) re-checks effects with one :class:`ActionPolicy` per declared
 effect; an operator tool that records an outcome a person established finishes its commit with it.
 """
 
 from __future__ import annotations
 
-from casekeeper.core.cases import Answer, Transition
+from casekeeper.core.cases import Answer, Transition, Watch
 from casekeeper.core.cases import CaseRepository as RecordRepository
 from casekeeper.core.effect import OPEN_STATUSES, Effect, EffectStatus
 from casekeeper.core.entries import CLOSED_KEPT, CommitPlan
 from casekeeper.core.entries import effects_of as entries_of
 from casekeeper.core.keys import approval_request_id, effect_key
-from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, AlertSink, EffectOutcome, Ledger
+from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, EffectOutcome, Ledger
 from casekeeper.core.reconcile import RECONCILED_SUFFIX, ActionPolicy, RecheckResult, Reconciler
+from casekeeper.core.watch import AlertSink, Finding
 
 __all__ = [
     "CLOSED_KEPT",
@@ -37,11 +39,13 @@ __all__ = [
     "Effect",
     "EffectOutcome",
     "EffectStatus",
+    "Finding",
     "Ledger",
     "RecheckResult",
     "Reconciler",
     "RecordRepository",
     "Transition",
+    "Watch",
     "approval_request_id",
     "effect_key",
     "entries_of",

@@ -11,7 +11,9 @@
    earlier requests (keys first posted before R whose note the supplier created; each at its requested
    amount, or at the received amount if F(v) shows its note received; not at all if F(v) shows it
    withdrawn by a person) + the external credits in F(v) must not exceed F(v)'s invoice amount - PO
-   amount.
+   amount, unless the over-ask is visible: an ``over_requested`` alert record names the case with an
+   ``excess`` at least as large as this one (money asked beyond what the facts owe that a person was told
+   of; a decision made on facts a newer one replaced, or an over-ask nobody was told of, still breaks it).
 5. **No 5xx to a valid signed request outside a kill window.** Every ``POST`` the driver made (events,
    approval answers; all valid and signed) that got a 5xx or no answer at all, at a time when its host
    was not inside a kill window (from just before the kill until the restarted host answered its
@@ -105,6 +107,7 @@ def check_no_request_for_existing_note(evidence: Evidence) -> list[Violation]:
 def check_money(evidence: Evidence, timelines: dict[str, Timeline]) -> list[Violation]:
     violations = []
     notes = _created_notes(evidence)
+    alerted = _over_requested_alerts(evidence)
     for case_id, requests in _first_requests_by_case(evidence).items():
         view = evidence.view(case_id)
         timeline = timelines.get(case_id)
@@ -137,7 +140,7 @@ def check_money(evidence: Evidence, timelines: dict[str, Timeline]) -> list[Viol
                 if credit_id not in case_notes:  # a credit for none of the case's requests: external
                     total += credit
                     parts.append(f"external {credit_id} {credit}")
-            if total > facts.justified:
+            if total > facts.justified and not _alerted(alerted, case_id, total - facts.justified):
                 violations.append(
                     Violation(
                         2,
@@ -156,6 +159,21 @@ def check_money(evidence: Evidence, timelines: dict[str, Timeline]) -> list[Viol
                     )
                 )
     return violations
+
+
+def _over_requested_alerts(evidence: Evidence) -> dict[str, list[Decimal]]:
+    """Case id -> the excesses its ``over_requested`` alert records name."""
+    found: dict[str, list[Decimal]] = defaultdict(list)
+    for alert in evidence.alerts:
+        fields = alert.get("fields") or {}
+        if alert.get("kind") == "over_requested" and fields.get("caseId") is not None:
+            found[str(fields["caseId"])].append(Decimal(str(fields.get("excess", "0"))))
+    return found
+
+
+def _alerted(alerted: dict[str, list[Decimal]], case_id: str, excess: Decimal) -> bool:
+    """Whether an ``over_requested`` alert names ``case_id`` with at least ``excess``: a person was told."""
+    return any(named >= excess for named in alerted.get(case_id, ()))
 
 
 def _first_requests_by_case(evidence: Evidence) -> dict[str, list[dict[str, Any]]]:

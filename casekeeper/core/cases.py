@@ -13,13 +13,14 @@ The status values are the domain's business: this module treats them as opaque s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from casekeeper.core.clock import Clock
 from casekeeper.core.errors import AlreadyExists, CaseNotFound, ConcurrencyConflict
 from casekeeper.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
+from casekeeper.core.watch import AlertSink, Finding
 
 CASES = "cases"
 CASE_SCHEMA_VERSION = 1
@@ -223,12 +224,26 @@ class Case:
         }
 
 
-class CaseRepository:
-    """Create, read and conditionally change cases over any :class:`DocumentStore`."""
+Watch = Callable[[Case], Iterable[Finding]]
+"""The application's judgment of a case about to be written (``casekeeper.core.watch``)."""
 
-    def __init__(self, store: DocumentStore, clock: Clock) -> None:
+
+class CaseRepository:
+    """Create, read and conditionally change cases over any :class:`DocumentStore`.
+
+    ``watch`` judges every case this repository is about to write (every write of a case goes through it:
+    its own methods and the ledger's, :meth:`replace`); each :class:`Finding` the case as read did not
+    already warrant is raised through ``alert`` before the write (``casekeeper.core.watch``)."""
+
+    def __init__(
+        self, store: DocumentStore, clock: Clock, *, watch: Watch | None = None, alert: AlertSink | None = None
+    ) -> None:
+        if watch is not None and alert is None:
+            raise ValueError("a watch needs an alert sink to raise what it finds")
         self._store = store
         self._clock = clock
+        self._watch = watch
+        self._alert = alert
 
     def now(self) -> float:
         """The time this repository stamps on what it writes (its clock), for a caller that records it too."""
@@ -250,6 +265,7 @@ class CaseRepository:
             "history": [],
             "notes": [],
         }
+        self._judge(None, Case.from_document(Document(CASES, case_id, case_id, body, "", 0.0)))
         return Case.from_document(self._store.create(CASES, case_id, case_id, body))
 
     def create_if_absent(
@@ -415,16 +431,33 @@ class CaseRepository:
             case = self.require(case_id)
             entry = {"text": text, "at": self._clock.now(), "atVersion": case.version, **fields}
             notes = ((*case.notes, entry))[-_HISTORY_LIMIT:]
-            updated = _replace(case, notes=notes)
             try:
-                return Case.from_document(
-                    self._store.replace(CASES, case_id, case_id, updated.to_body(), etag=case.etag)
-                )
+                return self.replace(case, _replace(case, notes=notes))
             except ConcurrencyConflict:
                 continue
         raise ConcurrencyConflict(
             f"case {case_id!r} kept changing while adding a note", container=CASES, doc_id=case_id
         )
+
+    def replace(self, read: Case, updated: Case) -> Case:
+        """Write ``updated`` over ``read`` (``If-Match`` on ``read``'s ETag) and return the case as written:
+        the one write of an existing case, after the watch's alerts. Raises ``ConcurrencyConflict`` on a 412
+        (the caller re-reads and re-applies)."""
+        self._judge(read, updated)
+        return Case.from_document(self._store.replace(CASES, read.id, read.id, updated.to_body(), etag=read.etag))
+
+    def _judge(self, read: Case | None, updated: Case) -> None:
+        """Raise what the watch finds on ``updated`` and did not find on ``read``: a case in the store has had
+        its findings raised before it was written, so only what this write adds is new."""
+        if self._watch is None or self._alert is None:
+            return
+        found = list(self._watch(updated))
+        if not found:
+            return
+        held = {(f.kind, f.dedupe_key) for f in self._watch(read)} if read is not None else set()
+        for finding in found:
+            if (finding.kind, finding.dedupe_key) not in held:
+                self._alert(finding.kind, finding.message, finding.fields, dedupe_key=finding.dedupe_key)
 
     def _conditional(
         self, case_id: str, version: int, mutate: Callable[[Case], Case], *, expected: Case | None = None
@@ -433,11 +466,8 @@ class CaseRepository:
         for _ in range(_MAX_CONFLICT_RETRIES):
             if case.version != version:
                 return None
-            updated = mutate(case)
             try:
-                return Case.from_document(
-                    self._store.replace(CASES, case_id, case_id, updated.to_body(), etag=case.etag)
-                )
+                return self.replace(case, mutate(case))
             except ConcurrencyConflict:
                 # Someone wrote meanwhile: a commit (version moved: we lost) or a note (retry).
                 case = self.require(case_id)

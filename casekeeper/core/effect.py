@@ -145,11 +145,11 @@ def left_version_alert(effect: Effect, case_version: int, reason: str) -> tuple[
 
 
 def superseded_by_ignorance(current: Effect) -> bool:
-    """Closed by someone who did not know our call's outcome: a stale refusal (which called nothing)
-    or an escalation."""
-    return current.status is EffectStatus.NEEDS_RECONCILIATION or (
-        current.status is EffectStatus.FAILED and current.stale
-    )
+    """Closed by someone who did not know that our call succeeded: a stale refusal (which called nothing),
+    an escalation, a person's ``failed`` (they found no note, and ours was still on its way), or a later
+    attempt's refusal. Only a ``done`` stands against a success: the effect happened, so the record must say
+    so, and the money rule must count it."""
+    return current.status in (EffectStatus.NEEDS_RECONCILIATION, EffectStatus.FAILED)
 
 
 def _evolve(effect: Effect, *, history_entry: dict[str, Any], **changes: Any) -> Effect:

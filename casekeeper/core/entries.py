@@ -26,10 +26,10 @@ once stamped: reconciliation may come later than the claim's true age says, neve
 ones are moved to the ``effects`` container, the archive (the same body shape): the archive document is
 created first (``AlreadyExists``: already there), then the next case write drops the entry and counts it in
 ``effectsArchived``, so a reader queries the archive only when there is something in it. Open entries, stale
-ones (a late outcome may still be recorded over them) and those of the case's current version (a claim on
-that version must find them) are never archived. An entry is a few hundred bytes to a few KB (its request,
-result and a short history), so 16 closed entries plus the open ones keep the effects far below Cosmos DB's
-2 MB document limit, however many effects a case has over its life.
+ones and those a person closed as failed (a late outcome may still be recorded over them), and those of the
+case's current version (a claim on that version must find them) are never archived. An entry is a few
+hundred bytes to a few KB (its request, result and a short history), so 16 closed entries plus the open ones
+keep the effects far below Cosmos DB's 2 MB document limit, however many effects a case has over its life.
 """
 
 from __future__ import annotations
@@ -168,14 +168,17 @@ def escalate(case: Case, effect: Effect, review_status: str, reason: str, at: fl
 def over_bound(case: Case) -> list[dict[str, Any]]:
     """The closed entries beyond :data:`CLOSED_KEPT`, oldest first: what to archive before the next write.
 
-    Kept on the case whatever their number: a ``failed`` entry closed as stale (a call that was in flight may
-    still report it happened, and that late outcome is recorded over the entry:
+    Kept on the case whatever their number: a ``failed`` entry closed as stale or by a person (a call that
+    was in flight may still report it happened, and that late outcome is recorded over the entry:
     ``casekeeper.core.effect.superseded_by_ignorance``), and the entries of the case's current version (a
     claim on that version looks for its key among the case's entries)."""
     closed = [
         e
         for e in case.entries
-        if e.get("status") not in _OPEN and not e.get("stale") and e.get("caseVersion") != case.version
+        if e.get("status") not in _OPEN
+        and not e.get("stale")
+        and not (e.get("status") == "failed" and e.get("resolution"))
+        and e.get("caseVersion") != case.version
     ]
     excess = len(closed) - CLOSED_KEPT
     return closed[:excess] if excess > 0 else []

@@ -26,6 +26,8 @@ State machine of an entry::
                                                           \\--reconciler/person--> needs_reconciliation
                                                                                   --person--> done | failed
 
+    failed | needs_reconciliation --an earlier attempt's call succeeded--> done (late; ``late_outcome`` alert)
+
 Sequence of one guarded effect on the happy path (two store round trips)::
 
     replace case (+entry started, If-Match) -> call(key) -> replace case (entry done + commit, If-Match)
@@ -46,7 +48,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from casekeeper.core import entries
 from casekeeper.core.cases import CASES, Case, CaseRepository
@@ -79,6 +81,7 @@ from casekeeper.core.errors import (
 )
 from casekeeper.core.keys import effect_key
 from casekeeper.core.ports import DocumentStore, OnMalformed, Query, decode_all, walk
+from casekeeper.core.watch import AlertSink
 
 DEFAULT_CALL_TIMEOUT = 120.0
 DEFAULT_SEND_MARGIN_FRACTION = 0.25
@@ -92,12 +95,6 @@ Call = Callable[[str], Mapping[str, Any]]
 """A guarded call: receives the effect key (to forward as ``Idempotency-Key``) and returns a JSON
 object. It raises ``DownstreamRejected`` for a definite refusal and ``OutcomeUnknown`` (or anything
 else) when it cannot tell whether the effect happened."""
-
-
-class AlertSink(Protocol):
-    """Raises an alert: recorded once per kind and ``dedupe_key`` (the app's ``Alerter.raise_alert``)."""
-
-    def __call__(self, alert_kind: str, message: str, fields: Mapping[str, Any], *, dedupe_key: str) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -564,6 +561,10 @@ class Ledger:
                 target = entries.escalate(case, updated, refusal_review, f"{updated.action} refused: {reason}", now)
             else:
                 target = entries.put(case, updated)
+            if late:
+                # Before the write, as for a left version: once the late done is written, a repeat of this call
+                # replays it and would never raise the alert (it is deduplicated by the key).
+                self._late_outcome_recorded(current)
             try:
                 after = self._write(case, target)
             except ConcurrencyConflict:
@@ -571,8 +572,6 @@ class Ledger:
                 continue
             written = entries.entry_of(after, claimed.key)
             assert written is not None
-            if late:
-                self._late_outcome_recorded(current)
             return written, True, commit, after
         raise ConcurrencyConflict(f"case {case.id!r} kept changing during an outcome", container=CASES, doc_id=case.id)
 
@@ -685,8 +684,8 @@ class Ledger:
         )
 
     def _late_outcome_recorded(self, closed: Effect) -> None:
-        """A late ``done`` was recorded over ``closed``: the log and the ``late_outcome`` alert (deduplicated by
-        the key)."""
+        """A late ``done`` is being recorded over ``closed``: the log and the ``late_outcome`` alert (deduplicated
+        by the key)."""
         log.warning(
             "effect %s: late outcome recorded over %s",
             closed.key,
@@ -731,7 +730,7 @@ class Ledger:
                 self._store.create(EFFECTS, read.id, str(entry["id"]), entries.archive_body(entry))
         if archived:
             updated = entries.without(updated, {str(e["id"]) for e in archived})
-        return Case.from_document(self._store.replace(CASES, read.id, read.id, updated.to_body(), etag=read.etag))
+        return self._cases.replace(read, updated)
 
 
 def intent_plan(effect: Effect) -> CommitPlan | None:

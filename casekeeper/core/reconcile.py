@@ -39,8 +39,9 @@ from casekeeper.core.errors import (
     OutcomeUnknown,
     StaleDecision,
 )
-from casekeeper.core.ledger import AlertSink, Call, Ledger
+from casekeeper.core.ledger import Call, Ledger
 from casekeeper.core.ports import DocumentStore
+from casekeeper.core.watch import AlertSink
 
 log = logging.getLogger("casekeeper.reconcile")
 

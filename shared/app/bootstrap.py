@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from casekeeper import Clock, DocumentStore, Guard, SystemClock, checkpoint_decoding
+from casekeeper import Clock, DocumentStore, Effect, Guard, Record, SystemClock, checkpoint_decoding
 from casekeeper.capture import install as install_capture
 from casekeeper.records import Ledger, Reconciler
 from casekeeper.records import RecordRepository as CaseRepository
@@ -36,6 +36,7 @@ from shared.supplier.portal import SupplierPortal
 from shared.views.case import CaseRecords
 from shared.views.resolution import Settler
 from shared.views.runs import graph_hash_of
+from shared.workflow.actions import money_watch
 from shared.workflow.build import build_workflow
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import AgentProposer, Proposer, RulesProposer
@@ -179,8 +180,14 @@ def build_operations(
     telemetry = telemetry or Telemetry()
     store = store if store is not None else open_store(settings)
     clock = clock or SystemClock()
-    cases = CaseRepository(store, clock)
     alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url, notify_grace=settings.alert_notify_grace)
+
+    def effects_for(case: Record) -> list[Effect]:
+        return ledger.effects_for(case)  # the ledger below: made before any case is written
+
+    # Every write of a case is judged by the money rule before it lands, whoever writes it: more requested than
+    # the facts owe raises an over_requested alert (docs/design.md#money).
+    cases = CaseRepository(store, clock, watch=money_watch(effects_for), alert=alerts.raise_alert)
     ledger = Ledger(
         store,
         cases,

@@ -14,6 +14,16 @@ outstanding
 remaining
     over-billed - received - outstanding: **the most a decision may request**. Negative means the credit
     notes requested and received already exceed what the facts justify: the excess.
+requested
+    what we asked for and a person did not withdraw: each request at its received note's amount once the
+    note arrived, else at the amount asked (``done``, unknown, or done late over a closed entry alike).
+owed
+    what the newest facts say the supplier owes in credit beyond what it gave uninvited: over-billed -
+    external credits (notes answering none of our requests), never below zero.
+over-requested
+    requested - owed, when positive: money asked for that the facts no longer justify. Whatever path
+    made it so (a PO edit after a request, an external note on top of one, an outcome recorded late), a
+    person must hear of it: :func:`over_requested` is what the app's watch raises an alert on.
 
 A decision never requests while a request's outcome is unknown (the workflow's intake waits for
 reconciliation first), and never requests more than ``remaining``. So at every request::
@@ -121,6 +131,28 @@ class Position:
         return max(ZERO, money.neg(self.remaining))
 
     @property
+    def requested(self) -> Decimal:
+        """Every request a person did not withdraw: at its received note's amount, else at the amount asked."""
+        counted = [
+            line.received_amount if line.received_amount is not None else line.request.amount
+            for line in self.lines
+            if line.state is not RequestState.WITHDRAWN
+        ]
+        return money.total(counted)
+
+    @property
+    def asked(self) -> Decimal:
+        """Every request a person did not withdraw, at the amount asked: what the approval threshold sums."""
+        return money.total(line.request.amount for line in self.lines if line.state is not RequestState.WITHDRAWN)
+
+    @property
+    def owed(self) -> Decimal:
+        """Over-billed less the credits that answer none of our requests (external), never below zero."""
+        ours = money.total(line.received_amount or ZERO for line in self.lines)
+        external = money.sub(self.received, ours)
+        return max(ZERO, money.sub(self.over_billed, external))
+
+    @property
     def unknown(self) -> tuple[CreditRequest, ...]:
         return tuple(line.request for line in self.lines if line.state is RequestState.UNKNOWN)
 
@@ -135,6 +167,9 @@ class Position:
             "outstanding": money.amount_text(self.outstanding),
             "remaining": money.amount_text(self.remaining),
             "excess": money.amount_text(self.excess),
+            "requested": money.amount_text(self.requested),
+            "asked": money.amount_text(self.asked),
+            "owed": money.amount_text(self.owed),
             "requests": [
                 {
                     **line.request.to_json(),
@@ -246,12 +281,31 @@ def validate(proposal: Proposal, *, case_id: str, status: str, pos: Position, ru
     return proposal
 
 
-def needs_approval(proposal: Proposal, rules: Rules) -> bool:
-    return (
-        proposal.action is Action.REQUEST_CREDIT_NOTE
-        and proposal.amount is not None
-        and proposal.amount > rules.approval_threshold
-    )
+@dataclass(frozen=True)
+class OverRequest:
+    """Requested exceeds owed (see the module docstring): the numbers a person is told."""
+
+    owed: Decimal
+    requested: Decimal
+    excess: Decimal
+    currency: str
+
+
+def over_requested(pos: Position) -> OverRequest | None:
+    """What was requested beyond what the newest facts owe, or ``None`` when requested is within it."""
+    requested, owed = pos.requested, pos.owed
+    if requested <= owed:
+        return None
+    return OverRequest(owed, requested, money.sub(requested, owed), pos.currency)
+
+
+def needs_approval(proposal: Proposal, rules: Rules, *, asked: Decimal) -> bool:
+    """A person approves a credit-note request when the case's total asked (``asked``: every earlier
+    request not withdrawn, done or outstanding) plus this one would cross the threshold: the threshold is
+    cumulative, so splitting a request never avoids it."""
+    if proposal.action is not Action.REQUEST_CREDIT_NOTE or proposal.amount is None:
+        return False
+    return money.add(asked, proposal.amount) > rules.approval_threshold
 
 
 def status_for(action: Action) -> Status:

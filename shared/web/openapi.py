@@ -420,6 +420,10 @@ def _components() -> dict[str, Any]:
     }
 
 
+_SUMS = ("excess", "requested", "asked", "owed")
+"""The money rule's sums over many requests: decimal strings that may run past one amount's bound."""
+
+
 def _schema_name(event_type: str) -> str:
     return "".join(part.capitalize() for part in event_type.replace("_", ".").split(".")) + "Event"
 
@@ -453,8 +457,8 @@ def _case_document() -> dict[str, Any]:
                 **nullable_object,
                 "description": "the money rule's numbers (null while the facts are incomplete)",
                 "properties": {
-                    name: {"$ref": "#/components/schemas/Amount"} if name != "excess" else {"type": "string"}
-                    for name in ("overBilled", "received", "outstanding", "remaining", "excess")
+                    name: {"$ref": "#/components/schemas/Amount"} if name not in _SUMS else {"type": "string"}
+                    for name in ("overBilled", "received", "outstanding", "remaining", *_SUMS)
                 },
             },
             "history": {

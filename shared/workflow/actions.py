@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from casekeeper import Effect, EffectStatus, Guard, GuardedEffect
-from shared.domain.credit import CreditRequest, Position, position
+from casekeeper import Effect, EffectStatus, Guard, GuardedEffect, Record
+from casekeeper.records import Finding
+from shared.domain.credit import CreditRequest, Position, over_requested, position
 from shared.domain.invoice import Action, InvoiceFacts, Status
 from shared.domain.money import amount_text, parse_amount
 from shared.workflow.messages import PENDING_APPROVAL
@@ -132,6 +133,56 @@ def credit_requests(effects: Iterable[Effect]) -> tuple[CreditRequest, ...]:
 def money_position(facts: Mapping[str, Any], effects: Iterable[Effect]) -> Position:
     """The money rule's numbers for a case's facts and its ledger effects (the case view's ``credit``)."""
     return position(InvoiceFacts.from_dict(dict(facts)), credit_requests(effects))
+
+
+OVER_REQUESTED = "over_requested"
+"""The alert kind: a case requested more than its newest facts owe."""
+
+
+def money_watch(effects_for: Callable[[Record], Iterable[Effect]]) -> Callable[[Record], list[Finding]]:
+    """The guard's watch over the money rule (``casekeeper.records.Watch``): for a case about to be written,
+    an ``over_requested`` finding when what it requested exceeds what its facts owe, once per excess
+    (the dedupe key is the case and the excess). Every write of a case goes through the guard's watch, so
+    whichever path made the excess (a decision, a fact, an outcome recorded late, a person, reconciliation)
+    raises it; a case without an invoice yet has no money to judge.
+
+    ``effects_for(case)``: the case's effects as the decision reads them (its entries, and the archive when
+    some were moved there)."""
+
+    def watch(case: Record) -> list[Finding]:
+        # Nothing requested, nothing over-requested: most writes are judged without parsing anything.
+        if (
+            not any(
+                e.get("action") == REQUEST_CREDIT_NOTE and e.get("status") != EffectStatus.FAILED.value
+                for e in case.entries
+            )
+            and not case.effects_archived
+        ):
+            return []
+        try:
+            over = over_requested(money_position(case.facts, effects_for(case)))
+        except (KeyError, TypeError, ValueError, ArithmeticError):
+            # Facts that do not parse (none pass the door) cannot be judged here; the decision that reads
+            # them hands the case to a person with the reason. The write itself must not fail for it.
+            return []
+        if over is None:
+            return []
+        owed, requested, excess = amount_text(over.owed), amount_text(over.requested), amount_text(over.excess)
+        message = (
+            f"case {case.id}: {requested} {over.currency} requested where its facts owe {owed}: {excess} "
+            "over-requested; a person checks the supplier's notes and withdraws what is not owed"
+        )
+        fields = {
+            "caseId": case.id,
+            "owed": owed,
+            "requested": requested,
+            "excess": excess,
+            "currency": over.currency,
+            "caseVersion": case.version,
+        }
+        return [Finding(OVER_REQUESTED, message, f"{case.id}:{excess}", fields)]
+
+    return watch
 
 
 def declare_credit_note(guard: Guard, supplier: Any) -> GuardedEffect:

@@ -36,6 +36,7 @@ from casekeeper import (
 from casekeeper import Record as Case
 from shared.domain.credit import CreditRequest, needs_approval, position, status_for, validate
 from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Status
+from shared.domain.money import parse_amount
 from shared.errors import InvalidProposal
 from shared.workflow.actions import REQUEST_CREDIT_NOTE, CreditNoteCall, credit_requests
 from shared.workflow.approval import pending_request
@@ -169,7 +170,9 @@ class ApprovalGate(Executor):
         if action is not Action.REQUEST_CREDIT_NOTE:
             order = CommitOrder(snap.case_id, snap.version, status_for(action), p.rationale, proposed_by=p.proposed_by)
             await ctx.send_message(order)
-        elif needs_approval(Proposal(action, amount=p.amount, currency=p.currency), self._deps.rules):
+        elif (asked := _asked(p.basis)) is None or needs_approval(
+            Proposal(action, amount=p.amount, currency=p.currency), self._deps.rules, asked=asked
+        ):
             await self._ask(p, ctx)
         else:
             # The proposer's step parsed these facts (and would have sent an invalid proposal had they not
@@ -468,3 +471,12 @@ def _answer_extra(answer: ApprovalAnswer) -> dict[str, Any]:
     if answer.reason:
         extra["reason"] = answer.reason
     return extra
+
+
+def _asked(basis: dict[str, Any] | None) -> Decimal | None:
+    """The case's total asked before this proposal (``asked`` of the money rule's numbers the proposal was
+    validated against): what the cumulative approval threshold adds the proposal to. ``None`` when the
+    numbers do not say: then a person is asked, never the threshold skipped."""
+    if not basis or basis.get("asked") is None:
+        return None
+    return parse_amount(basis["asked"], "asked")

@@ -87,6 +87,32 @@ def test_a_request_within_the_variance_holds() -> None:
     assert violations(story.done(), 2) == []
 
 
+def over_requested(case_id: str, excess: str) -> dict[str, object]:
+    """An ``over_requested`` alert record as ``casekeeper alerts --json`` lists it."""
+    fields = {"caseId": case_id, "owed": "100.00", "requested": "200.00", "excess": excess, "currency": "EUR"}
+    return {"id": f"over_requested:{case_id}:{excess}", "kind": "over_requested", "fields": fields}
+
+
+def test_an_over_ask_is_excused_only_by_an_over_requested_alert_naming_the_case_and_the_excess() -> None:
+    """100.00 asked, then asked again (a late success after a person resolved the first one failed):
+    [100.00, 100.00] for 100.00 owed. A person told of it, by an alert naming this case and an excess at
+    least as large, makes it visible; an alert for another case, or for a smaller excess, does not."""
+
+    def story(*alerts: dict[str, object]) -> list[Violation]:
+        told = Story(invoice="1100.00", po="1000.00")
+        told.request("a", "100.00")
+        told.transition("needs_review", "resolved failed by a person")
+        told.request("b", "100.00")
+        told.evidence.alerts.extend(alerts)
+        return violations(told.done(), 2)
+
+    assert len(story()) == 1
+    assert story(over_requested("C-1", "100.00")) == []
+    assert len(story(over_requested("C-2", "100.00"))) == 1
+    assert len(story(over_requested("C-1", "50.00"))) == 1
+    assert len(story({**over_requested("C-1", "100.00"), "kind": "late_outcome"})) == 1
+
+
 # --- 3: accepted events are reflected ------------------------------------------------------------
 
 

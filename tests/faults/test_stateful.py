@@ -937,7 +937,10 @@ class CaseMachine(RuleBasedStateMachine):
         svc = world.services
         case = svc.cases.require(self.case_id)
         initial = dict(self.sent[0].data)
-        problems = money_violations(initial, case, svc.ledger.for_case(self.case_id), evidence.supplier)
+        told = [a.fields for a in svc.alerts.recent(limit=10_000) if a.alert_kind == "over_requested"]
+        problems = money_violations(
+            initial, case, svc.ledger.for_case(self.case_id), evidence.supplier, over_requested=told
+        )
         assert problems == [], problems
         self._check_the_newest_facts_stand(evidence.view(self.case_id))
         unalerted = failures_since(world.store, None, alerted=False)

@@ -10,14 +10,16 @@ from typing import Any
 from agent_framework import Workflow
 
 from casekeeper.capture import install as install_capture
-from casekeeper.core.cases import CaseRepository
+from casekeeper.core.cases import Case, CaseRepository
 from casekeeper.core.clock import ManualClock
+from casekeeper.core.effect import Effect
 from casekeeper.core.ledger import Ledger
 from casekeeper.core.ports import DocumentStore
 from shared.app.alerts import Alerter
 from shared.domain.events import CaseEvent
 from shared.domain.invoice import Rules
 from shared.supplier.portal import SupplierPortal
+from shared.workflow.actions import money_watch
 from shared.workflow.build import build_workflow
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.proposers import Proposer, RulesProposer
@@ -54,17 +56,24 @@ def make_harness(
     probe: Callable[[str], None] | None = None,
     allowed_checkpoint_types: frozenset[str] | None = None,
 ) -> Harness:
-    cases = CaseRepository(store, ManualClock())
+    alerts = Alerter(store, ManualClock())
+
+    def effects_for(case: Case) -> list[Effect]:
+        return ledger.effects_for(case)
+
+    # As the composition root wires it: every case write judged by the money rule (shared.app.bootstrap).
+    cases = CaseRepository(store, ManualClock(), watch=money_watch(effects_for), alert=alerts.raise_alert)
+    ledger = Ledger(store, cases, call_timeout=call_timeout, probe=probe)
     deps = WorkflowDeps(
         cases=cases,
-        ledger=Ledger(store, cases, call_timeout=call_timeout, probe=probe),
+        ledger=ledger,
         supplier=SupplierPortal(supplier_url, timeout=min(10.0, call_timeout / 2)),
         proposer=proposer or RulesProposer(),
         rules=rules or Rules(),
         probe=probe or (lambda point: None),
     )
     install_capture(store)  # what the composition root does: checkpoint failures are recorded in this store
-    kwargs: dict[str, Any] = {"build": build, "alert": Alerter(store, ManualClock()).raise_alert}
+    kwargs: dict[str, Any] = {"build": build, "alert": alerts.raise_alert}
     if allowed_checkpoint_types is not None:
         kwargs["allowed_checkpoint_types"] = allowed_checkpoint_types
     return Harness(store, CaseWorker(WorkflowRunner(deps, store, **kwargs)), deps)

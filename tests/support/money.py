@@ -10,7 +10,9 @@ For every credit note the supplier created for a case (one per key), decided on 
     received(v) + outstanding before it (v) + its amount  <=  invoice - PO at v
 
 where ``received(v)`` sums the credit notes recorded in the facts at ``v`` and ``outstanding`` sums the
-earlier requests whose note is not among them and that no person had withdrawn by ``v``.
+earlier requests whose note is not among them and that no person had withdrawn by ``v``. A request that
+breaks it is excused only when the over-ask was made visible: an ``over_requested`` alert names the case
+with an excess at least as large (docs/design.md#money).
 """
 
 from __future__ import annotations
@@ -36,9 +38,16 @@ def facts_by_version(initial: Mapping[str, Any], case: Case) -> dict[int, dict[s
 
 
 def money_violations(
-    initial: Mapping[str, Any], case: Case, effects: Iterable[Effect], supplier_requests: Iterable[Mapping[str, Any]]
+    initial: Mapping[str, Any],
+    case: Case,
+    effects: Iterable[Effect],
+    supplier_requests: Iterable[Mapping[str, Any]],
+    *,
+    over_requested: Iterable[Mapping[str, Any]] = (),
 ) -> list[str]:
-    """Each request that broke the invariant, in words (empty: it held)."""
+    """Each request that broke the invariant, in words (empty: it held). ``over_requested``: the fields of the
+    ``over_requested`` alerts raised (``caseId``, ``excess``)."""
+    told = [Decimal(str(fields["excess"])) for fields in over_requested if fields.get("caseId") == case.id]
     version_of = {e.key: e.case_version for e in effects}
     created: dict[str, tuple[Decimal, str]] = {}  # key -> (amount, note id), for notes the supplier created
     for record in supplier_requests:
@@ -73,7 +82,8 @@ def money_violations(
         )
         amount = created[key][0]
         justified = Decimal(str(facts["invoiceAmount"])) - Decimal(str(facts["poAmount"]))
-        if received + outstanding + amount > justified:
+        excess = received + outstanding + amount - justified
+        if excess > 0 and not any(named >= excess for named in told):
             problems.append(
                 f"request {key[:12]} for {amount} on v{version}: received {received} + outstanding {outstanding} "
                 f"+ {amount} exceeds invoice - PO = {justified}"
