@@ -13,12 +13,13 @@ The status values are the domain's business: this module treats them as opaque s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from casekeeper.core.clock import Clock
-from casekeeper.core.errors import AlreadyExists, CaseNotFound, ConcurrencyConflict
+from casekeeper.core.errors import AlreadyExists, CaseNotFound, CaseTooLarge, ConcurrencyConflict
 from casekeeper.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
 
 CASES = "cases"
@@ -30,6 +31,46 @@ A document of any other schema version is refused as malformed, never read as if
 
 _HISTORY_LIMIT = 100
 _MAX_CONFLICT_RETRIES = 8
+
+MAX_CASE_BYTES = 1_000_000
+"""The bound of a case document, well under Cosmos DB's 2 MB item limit (docs/design.md#case-bounds). A write
+that would take a case's reserved size (:func:`reserved_bytes`) past it is refused with :class:`CaseTooLarge`
+and writes nothing: new facts, a decision, bookkeeping about the facts, the claim of a new effect. What
+records something that already happened is never refused: an effect's outcome with the status commit that
+goes with it, a hand-over to a person (an escalation), a note. Those have the rest of the 2 MB: the
+outcomes of the open effects were reserved (:data:`OUTCOME_ROOM_BYTES` each), the history holds at most
+``_HISTORY_LIMIT`` transitions and the notes at most ``_HISTORY_LIMIT`` notes, each text cut at
+:data:`MAX_TEXT_CHARS`."""
+OUTCOME_ROOM_BYTES = 4096
+"""The room a refusable write leaves for the outcome of each open effect on the case (its result, reason and
+the commit that goes with it), so an outcome is always recordable."""
+MAX_TEXT_CHARS = 2000
+"""A note's text and a transition's reason are cut here (marked as cut): they are never refused, so each
+must be small."""
+
+
+def case_bytes(body: Mapping[str, Any]) -> int:
+    """A case document's size: the body as compact UTF-8 JSON (what a store holds, without its system
+    fields)."""
+    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def reserved_bytes(body: Mapping[str, Any]) -> int:
+    """What :data:`MAX_CASE_BYTES` bounds: the document's size plus :data:`OUTCOME_ROOM_BYTES` for each open
+    effect (its outcome is still to be written, and may not be refused)."""
+    open_effects = sum(1 for e in body.get("effects") or () if e.get("status") in _OPEN_ENTRY_STATUSES)
+    return case_bytes(body) + OUTCOME_ROOM_BYTES * open_effects
+
+
+def checked_body(case: Case, *, limit: int | None) -> dict[str, Any]:
+    """``case.to_body()``; raises ``CaseTooLarge`` when ``limit`` is set and the body's reserved size
+    (:func:`reserved_bytes`) is over it (``None``: a write that may not be refused)."""
+    body = case.to_body()
+    if limit is not None:
+        size = reserved_bytes(body)
+        if size > limit:
+            raise CaseTooLarge(case.id, size=size, limit=limit)
+    return body
 
 
 def version_after(version: int) -> int:
@@ -89,7 +130,8 @@ class Transition:
     facts_changed: bool
     at: float
     changes: dict[str, Any] | None = None
-    """The facts this transition changed, with their new values (``None`` when it changed none)."""
+    """The facts this transition changed: each one's new value, or for a list fact what was added and removed
+    (:func:`changed`); ``None`` when it changed none."""
     escalation: bool = False
     """Made by :meth:`CaseRepository.escalate`: the case handed to a person, not a decision."""
     proposed_by: str | None = None
@@ -226,9 +268,11 @@ class Case:
 class CaseRepository:
     """Create, read and conditionally change cases over any :class:`DocumentStore`."""
 
-    def __init__(self, store: DocumentStore, clock: Clock) -> None:
+    def __init__(self, store: DocumentStore, clock: Clock, *, max_bytes: int = MAX_CASE_BYTES) -> None:
+        """``max_bytes``: the bound a refusable write must keep the case within (:data:`MAX_CASE_BYTES`)."""
         self._store = store
         self._clock = clock
+        self.max_bytes = max_bytes
 
     def now(self) -> float:
         """The time this repository stamps on what it writes (its clock), for a caller that records it too."""
@@ -250,6 +294,8 @@ class CaseRepository:
             "history": [],
             "notes": [],
         }
+        if (size := reserved_bytes(body)) > self.max_bytes:
+            raise CaseTooLarge(case_id, size=size, limit=self.max_bytes)
         return Case.from_document(self._store.create(CASES, case_id, case_id, body))
 
     def create_if_absent(
@@ -311,7 +357,9 @@ class CaseRepository:
                 answer=answer,
             )
 
-        return self._conditional(case_id, decided_on_version, mutate, expected=expected)
+        # An effect's status commit and a hand-over to a person record what happened: never refused.
+        refusable = effect_key is None and not escalation
+        return self._conditional(case_id, decided_on_version, mutate, expected=expected, refusable=refusable)
 
     def update_facts(
         self,
@@ -342,7 +390,7 @@ class CaseRepository:
                 None,
                 self._clock.now(),
                 data=merged,
-                changes=dict(changes),
+                changes=changed(case.facts, changes),
                 delivery_id=delivery_id,
             )
             return _replace(advanced, facts=facts)
@@ -413,12 +461,12 @@ class CaseRepository:
         """Append an operator-facing note; does not move the version. Raises ``CaseNotFound``."""
         for _ in range(_MAX_CONFLICT_RETRIES):
             case = self.require(case_id)
-            entry = {"text": text, "at": self._clock.now(), "atVersion": case.version, **fields}
+            entry = {"text": _cut(text), "at": self._clock.now(), "atVersion": case.version, **fields}
             notes = ((*case.notes, entry))[-_HISTORY_LIMIT:]
             updated = _replace(case, notes=notes)
             try:
                 return Case.from_document(
-                    self._store.replace(CASES, case_id, case_id, updated.to_body(), etag=case.etag)
+                    self._store.replace(CASES, case_id, case_id, checked_body(updated, limit=None), etag=case.etag)
                 )
             except ConcurrencyConflict:
                 continue
@@ -427,21 +475,73 @@ class CaseRepository:
         )
 
     def _conditional(
-        self, case_id: str, version: int, mutate: Callable[[Case], Case], *, expected: Case | None = None
+        self,
+        case_id: str,
+        version: int,
+        mutate: Callable[[Case], Case],
+        *,
+        expected: Case | None = None,
+        refusable: bool = True,
     ) -> Case | None:
+        """Write ``mutate(case)`` if the case is at ``version``. ``refusable``: raise ``CaseTooLarge`` (nothing
+        written) when the result would pass :attr:`max_bytes`."""
         case = expected if expected is not None and expected.id == case_id else self.require(case_id)
+        limit = self.max_bytes if refusable else None
         for _ in range(_MAX_CONFLICT_RETRIES):
             if case.version != version:
                 return None
             updated = mutate(case)
+            body = checked_body(updated, limit=limit)
             try:
-                return Case.from_document(
-                    self._store.replace(CASES, case_id, case_id, updated.to_body(), etag=case.etag)
-                )
+                return Case.from_document(self._store.replace(CASES, case_id, case_id, body, etag=case.etag))
             except ConcurrencyConflict:
                 # Someone wrote meanwhile: a commit (version moved: we lost) or a note (retry).
                 case = self.require(case_id)
         raise ConcurrencyConflict(f"case {case_id!r} kept changing", container=CASES, doc_id=case_id)
+
+
+def changed(facts: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """What a transition records of ``changes`` to ``facts``: a fact's new value, except for a list fact,
+    where it records ``{"added": [...], "removed": [...]}`` (each side only when not empty): what the change
+    added and took away, not the whole list again (docs/design.md#case-bounds)."""
+    recorded: dict[str, Any] = {}
+    for name, new in changes.items():
+        old = facts.get(name)
+        if isinstance(new, list) and isinstance(old, list):
+            added = list(new)
+            removed = []
+            for item in old:
+                if item in added:
+                    added.remove(item)
+                else:
+                    removed.append(item)
+            recorded[name] = {**({"added": added} if added else {}), **({"removed": removed} if removed else {})}
+        else:
+            recorded[name] = new
+    return recorded
+
+
+def applied(facts: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """``facts`` after a transition whose ``changes`` are ``recorded`` (what :func:`changed` made of them): a
+    reader that replays the history gets the facts each version had."""
+    after = dict(facts)
+    for name, value in recorded.items():
+        old = after.get(name)
+        if isinstance(value, dict) and set(value) <= {"added", "removed"} and isinstance(old, list | None):
+            items = list(old or ())  # a list fact the reader's starting facts lack was empty
+            for item in value.get("removed") or ():
+                if item in items:
+                    items.remove(item)
+            after[name] = [*items, *(value.get("added") or ())]
+        else:
+            after[name] = value
+    return after
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_TEXT_CHARS:
+        return text
+    return text[: MAX_TEXT_CHARS - 40] + f" ... (cut: {len(text)} characters in all)"
 
 
 def _advance(
@@ -461,7 +561,7 @@ def _advance(
     transition = Transition(
         from_version=case.version,
         status=status,
-        reason=reason,
+        reason=_cut(reason) if reason is not None else None,
         effect_key=effect_key,
         facts_changed=changes is not None,
         at=at,
