@@ -34,7 +34,6 @@ from tests.support.downstream import leave_started
 from tests.support.invoices import invoice
 from tests.support.supplier import posts
 
-
 CALL_TIMEOUT = 2.0
 
 
