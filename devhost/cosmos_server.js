@@ -24,6 +24,19 @@ const server = createHttpsServer({ keepAlive: true });
 const POINT_READ = /^\/+dbs\/[^/]+\/colls\/[^/]+\/docs\/[^/]+\/*$/;
 const CROSS_PARTITION_HEADER = "x-ms-documentdb-query-enablecrosspartition";
 
+// Cosmos DB refuses an item over 2 MB (413, RequestEntityTooLarge); the package stores any size. A create,
+// upsert or replace of one document whose request body is over the limit is refused here as Cosmos DB does,
+// so a test that writes too large a case fails as it would in Azure.
+const MAX_ITEM_BYTES = 2 * 1024 * 1024;
+const DOCS = /^\/+dbs\/[^/]+\/colls\/[^/]+\/docs(\/[^/]+)?\/*$/;
+
+function tooLarge(req) {
+  if (req.method !== "POST" && req.method !== "PUT") return false;
+  if (req.headers["x-ms-documentdb-isquery"] || req.headers["x-ms-cosmos-is-batch-request"]) return false;
+  if (!DOCS.test((req.url || "").split("?", 1)[0])) return false;
+  return Number(req.headers["content-length"] || 0) > MAX_ITEM_BYTES;
+}
+
 const packageHandlers = server.listeners("request");
 if (packageHandlers.length !== 1) {
   // A different package version wired its handler differently: fail loudly rather than serve wrongly.
@@ -33,6 +46,13 @@ if (packageHandlers.length !== 1) {
 const [packageHandler] = packageHandlers;
 server.removeAllListeners("request");
 server.on("request", (req, res) => {
+  if (tooLarge(req)) {
+    req.resume();
+    const body = JSON.stringify({ code: "RequestEntityTooLarge", message: "Request size is too large" });
+    res.writeHead(413, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+    res.end(body);
+    return;
+  }
   if (req.method === "GET") {
     const pathname = (req.url || "").split("?", 1)[0];
     if (POINT_READ.test(pathname)) {
