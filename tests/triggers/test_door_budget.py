@@ -26,6 +26,7 @@ import azure.functions as func
 import pytest
 
 from casekeeper.capture import uninstall
+from casekeeper.clock import SystemClock as _SystemClock
 from devhost.supplier_stub import SupplierStub
 from shared.app import bootstrap
 from shared.app.bootstrap import Services
@@ -231,3 +232,57 @@ def test_a_webhook_while_the_queue_is_held_is_answered_503_within_5_s(
         response, _ = post_event(functions, "d-4")
         assert response.status_code == 202
         assert [m.message_id for m in queue.peek(QUEUE)] == ["webhook:d-4"]
+
+
+class _SlowStore:
+    """The real store, each call taking ``seconds`` on the door's clock: a store slower than the budget its
+    client was given (the one way to make a step overrun without waiting for it)."""
+
+    def __init__(self, inner: Any, clock: list[float]) -> None:
+        self.inner = inner
+        self.clock = clock
+        self.seconds = 0.0
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            self.clock[0] += self.seconds
+            return attribute(*args, **kwargs)
+
+        return call
+
+
+def test_the_door_starts_no_step_that_would_not_fit_its_budget(tmp_path: Path, supplier: SupplierStub) -> None:
+    """Each store call overruns its budget (1.6 s of the door's clock): after the first, what is left of the
+    4 s cannot hold another call and the send, so the door answers 503 without starting them."""
+    from casekeeper.stores.sqlite import SqliteDocumentStore
+    from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, Ingress, sign
+
+    now = [0.0]
+    store = _SlowStore(SqliteDocumentStore(tmp_path / "store.sqlite"), now)
+    queue = LocalSessionQueue(tmp_path / "queue.sqlite")
+    ingress = Ingress(
+        [SECRET], LocalQueueEventSender(queue, QUEUE), _SystemClock(), store=store, monotonic=lambda: now[0]
+    )  # type: ignore[arg-type]
+    body = json.dumps({"type": "invoice.received", "caseId": "C-slow", "data": INVOICE}).encode()
+
+    def post() -> Any:
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: sign(SECRET, body, int(time.time()), "d-slow"),
+            DELIVERY_HEADER: "d-slow",
+        }
+        return ingress.accept_event(headers, body)
+
+    assert post().status == 202  # the record is written: a copy now needs a create and a read
+    store.seconds = 1.6
+    store.calls.clear()
+    response = post()
+    assert response.status == 503 and response.headers == {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    assert "budget of 4s" in response.body["error"]
+    assert store.calls == ["create"]  # the read, and the send, were never started
+    assert [m.message_id for m in queue.peek(QUEUE)] == ["webhook:d-slow"]
+    queue.close()
