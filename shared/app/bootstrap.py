@@ -182,7 +182,7 @@ def open_door_sender(settings: Settings) -> EventSender:
         from shared.messaging.sqlite_queue import LocalSessionQueue
 
         queue = LocalSessionQueue(settings.local_queue_path, busy_timeout=budget)
-        return LocalQueueEventSender(queue, settings.case_events_queue)
+        return LocalQueueEventSender(queue, settings.case_events_queue, owns_queue=True)
     from shared.messaging.servicebus import ServiceBusEventSender, client_factories
 
     clients, _admin = client_factories(

@@ -141,7 +141,7 @@ class ServiceBusEventSender:
         )
         timeout = self._send_timeout
         # At most pool_size sends at once, each on a link of its own.
-        if not self._slots.acquire(timeout=timeout if timeout is not None else -1):
+        if not self._slots.acquire(timeout=timeout):
             raise QueueUnavailable(f"service bus: no free link within {timeout}s", queue=self._queue_name)
         options: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
         try:
