@@ -8,7 +8,7 @@ import time
 from shared.handlers.door import ANSWER_SECONDS, RETRY_AFTER_SECONDS
 from tests.support.dev_host import DevHost
 from tests.support.invoices import invoice
-from tests.triggers.test_door_budget import write_lock
+from tests.support.locks import write_lock
 
 
 def test_the_local_host_answers_503_with_retry_after_within_5_s_while_its_store_is_held(host: DevHost) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from shared.app.settings import Settings
 from shared.handlers.door import ANSWER_SECONDS, RETRY_AFTER_SECONDS
 from shared.messaging.local import LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue
+from tests.support.locks import write_lock
 from tests.triggers.conftest import INVOICE, QUEUE, SECRET, deliver, signed_request, user_function
 
 
@@ -43,18 +43,6 @@ class Door:
     queue: LocalSessionQueue
     hold_store: Callable[[], contextlib.AbstractContextManager[None]]
     """Makes the store stall for the door while it is entered."""
-
-
-@contextlib.contextmanager
-def write_lock(path: Path) -> Iterator[None]:
-    """Another process's writer holding the SQLite database: every write waits for the busy timeout."""
-    other = sqlite3.connect(path, isolation_level=None, timeout=0)
-    try:
-        other.execute("BEGIN EXCLUSIVE")
-        yield
-        other.execute("ROLLBACK")
-    finally:
-        other.close()
 
 
 def _settings(tmp_path: Path, supplier_url: str, **env: str) -> Settings:
