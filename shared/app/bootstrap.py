@@ -145,6 +145,8 @@ def open_door_store(settings: Settings) -> DocumentStore:
     the server asks). A call cut short may have landed; the door's records are created
     if absent and compared, so a retry is safe. No network I/O here."""
     budget = door.STORE_CALL_SECONDS
+    if settings.store_timeout is not None:  # a shorter store timeout (casekeeper chaos sets one) holds here too
+        budget = min(budget, settings.store_timeout)
     if settings.store == "cosmos":
         from casekeeper.stores.cosmos import cosmos_store_from_settings
 
