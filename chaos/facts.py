@@ -3,7 +3,8 @@
 Start from the invoice the driver sent (the facts at v1), then apply the case history's transitions in
 order; transition ``fromVersion f`` makes version ``f + 1``. What a transition changed comes from:
 
-1. its ``changes`` object (the facts it changed, e.g. ``{"poAmount": "900.00"}``), when the API has it;
+1. its ``changes`` object (the facts it changed, e.g. ``{"poAmount": "900.00"}``; for a list, what it
+   gained and lost: ``{"credits": {"added": [...]}}``), when the API has it;
 2. otherwise its reason: ``po.updated: ...`` takes the next PO amount from the driver's record of the
    accepted ``po.updated`` events (distinct deliveries, in source order, skipping those set aside, those
    the case recorded as superseded, and those equal to the PO amount at the time, which change
@@ -21,7 +22,7 @@ over a newer one; the money rule is judged on them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -149,10 +150,10 @@ def _apply(
         changed_po = _amount(changes["poAmount"]) if "poAmount" in changes else facts.po_amount
         credits = facts.credits
         if "credits" in changes:
-            credits = tuple((str(c["creditNoteId"]), _amount(c["amount"])) for c in changes["credits"] or ())
+            credits = _listed(credits, changes["credits"], lambda c: (str(c["creditNoteId"]), _amount(c["amount"])))
         withdrawn = facts.withdrawn
         if "withdrawn" in changes:
-            withdrawn = tuple(str(w["effectKey"]) for w in changes["withdrawn"] or ())
+            withdrawn = _listed(withdrawn, changes["withdrawn"], lambda w: str(w["effectKey"]))
         return Facts(facts.invoice_amount, changed_po, credits, withdrawn), "changes"
     if reason.startswith(PO_REASON):
         timeline.po_changes += 1
@@ -169,6 +170,18 @@ def _apply(
         credit = (match.group(1), _amount(match.group(2)))
         return Facts(facts.invoice_amount, facts.po_amount, (*facts.credits, credit), facts.withdrawn), "driver"
     return facts, ""
+
+
+def _listed(held: tuple[Any, ...], change: Any, item: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """A list fact after a transition's change of it: ``{"added": [...], "removed": [...]}`` (what the API
+    shows), or the whole new list."""
+    if isinstance(change, dict):
+        items = list(held)
+        for gone in change.get("removed") or ():
+            if item(gone) in items:
+                items.remove(item(gone))
+        return (*items, *(item(new) for new in change.get("added") or ()))
+    return tuple(item(c) for c in change or ())
 
 
 def _expected_po(initial: Decimal, order: SourceOrder, superseded: set[str]) -> list[Decimal]:

@@ -24,6 +24,58 @@ const server = createHttpsServer({ keepAlive: true });
 const POINT_READ = /^\/+dbs\/[^/]+\/colls\/[^/]+\/docs\/[^/]+\/*$/;
 const CROSS_PARTITION_HEADER = "x-ms-documentdb-query-enablecrosspartition";
 
+// Cosmos DB refuses an item over 2 MB (413, RequestEntityTooLarge); the package stores any size. A create,
+// upsert or replace of one document whose request body is over the limit is refused here as Cosmos DB does,
+// so a test that writes too large a case fails as it would in Azure.
+const MAX_ITEM_BYTES = 2 * 1024 * 1024;
+const DOCS = /^\/+dbs\/[^/]+\/colls\/[^/]+\/docs(\/[^/]+)?\/*$/;
+
+function tooLarge(req) {
+  if (req.method !== "POST" && req.method !== "PUT") return false;
+  if (req.headers["x-ms-documentdb-isquery"] || req.headers["x-ms-cosmos-is-batch-request"]) return false;
+  if (!DOCS.test((req.url || "").split("?", 1)[0])) return false;
+  return Number(req.headers["content-length"] || 0) > MAX_ITEM_BYTES;
+}
+
+// Faults for tests, per database (each test has its own): `POST /_casekeeper/faults` with
+// `{"database": "<id>", "delayMs": N, "throttleMs": M}` delays every request on that database's documents by N
+// ms before serving it (a slow or stalled store), or, with M > 0, answers it 429 with `x-ms-retry-after-ms: M`
+// (throttling), as Cosmos DB does; `{"database": "<id>"}` alone clears them.
+const FAULTS_PATH = "/_casekeeper/faults";
+const faults = new Map();
+const DATABASE_DOCS = /^\/+dbs\/([^/]+)\/colls\/[^/]+\/docs/;
+
+function setFaults(req, res) {
+  const chunks = [];
+  req.on("data", (chunk) => chunks.push(chunk));
+  req.on("end", () => {
+    let spec;
+    try {
+      spec = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+    } catch (err) {
+      res.writeHead(400);
+      res.end(String(err));
+      return;
+    }
+    if (typeof spec.database !== "string" || !spec.database) {
+      res.writeHead(400);
+      res.end("database is required");
+      return;
+    }
+    const delayMs = Number(spec.delayMs || 0);
+    const throttleMs = Number(spec.throttleMs || 0);
+    if (delayMs > 0 || throttleMs > 0) faults.set(spec.database, { delayMs, throttleMs });
+    else faults.delete(spec.database);
+    res.writeHead(204);
+    res.end();
+  });
+}
+
+function faultOf(req) {
+  const match = DATABASE_DOCS.exec((req.url || "").split("?", 1)[0]);
+  return match ? faults.get(decodeURIComponent(match[1])) : undefined;
+}
+
 const packageHandlers = server.listeners("request");
 if (packageHandlers.length !== 1) {
   // A different package version wired its handler differently: fail loudly rather than serve wrongly.
@@ -33,6 +85,37 @@ if (packageHandlers.length !== 1) {
 const [packageHandler] = packageHandlers;
 server.removeAllListeners("request");
 server.on("request", (req, res) => {
+  if (req.method === "POST" && (req.url || "").split("?", 1)[0] === FAULTS_PATH) {
+    setFaults(req, res);
+    return;
+  }
+  const fault = faultOf(req);
+  if (fault && fault.throttleMs > 0) {
+    req.resume();
+    const body = JSON.stringify({ code: "TooManyRequests", message: "Request rate is large (test fault)" });
+    res.writeHead(429, {
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(body),
+      "x-ms-retry-after-ms": String(fault.throttleMs),
+    });
+    res.end(body);
+    return;
+  }
+  if (fault && fault.delayMs > 0) {
+    setTimeout(() => serve(req, res), fault.delayMs);
+    return;
+  }
+  serve(req, res);
+});
+
+function serve(req, res) {
+  if (tooLarge(req)) {
+    req.resume();
+    const body = JSON.stringify({ code: "RequestEntityTooLarge", message: "Request size is too large" });
+    res.writeHead(413, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+    res.end(body);
+    return;
+  }
   if (req.method === "GET") {
     const pathname = (req.url || "").split("?", 1)[0];
     if (POINT_READ.test(pathname)) {
@@ -40,7 +123,7 @@ server.on("request", (req, res) => {
     }
   }
   packageHandler.call(server, req, res);
-});
+}
 
 const requested = process.argv[2] === undefined ? 0 : Number(process.argv[2]);
 if (!Number.isInteger(requested) || requested < 0 || requested > 65535) {

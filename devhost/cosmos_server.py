@@ -100,6 +100,17 @@ class CosmosServer:
             self._stderr_file.close()
             Path(self._stderr_file.name).unlink(missing_ok=True)
 
+    def set_faults(self, database: str, *, delay: float = 0.0, throttle_ms: int = 0) -> None:
+        """Make the server slow or throttling for ``database`` only (the other tests' databases are served as
+        usual): every request on its documents is held ``delay`` seconds before it is served, or, with
+        ``throttle_ms``, answered 429 with ``x-ms-retry-after-ms: throttle_ms``, as Cosmos DB throttles. No
+        arguments: served as usual again. A test-server tool, never a product path."""
+        spec = {"database": database, "delayMs": int(delay * 1000), "throttleMs": int(throttle_ms)}
+        with httpx.Client(verify=False, timeout=10.0) as client:  # noqa: S501 -- loopback test server only
+            response = client.post(f"{self.endpoint}/_casekeeper/faults", json=spec)
+        if response.status_code != 204:
+            raise CosmosServerError(f"setting faults: HTTP {response.status_code}: {response.text[:300]}")
+
     def seed(
         self,
         database: str,

@@ -172,6 +172,8 @@ class LocalHost:
                 settings,
                 sender=LocalQueueEventSender(self.queue, settings.case_events_queue),
                 dead_letters=LocalDeadLetters(self.queue, settings.case_events_queue),
+                # The door sends with its own short budget, as in Azure (docs/design.md#door-budget).
+                door_sender=bootstrap.open_door_sender(settings),
             )
         )
         bootstrap.use(self.services)

@@ -75,6 +75,8 @@ class Faults:
       the caller can time out or be killed meanwhile. Stopping the stub drops held replies unanswered.
     - ``lookup_down``: ``GET /credit-notes`` answers 503.
     - ``lookup_hold_seconds``: every lookup's reply is held this long (a slow supplier).
+    - ``pad_answer_bytes``: every POST's answer carries an ``attachment`` field of this many bytes besides
+      the note (a supplier that sends its PDF inline); lookups answer without it.
 
     Raises ``ValueError`` for a negative or non-numeric value.
     """
@@ -86,6 +88,7 @@ class Faults:
     drop_after_create: int = 0
     lookup_down: bool = False
     lookup_hold_seconds: float = 0.0
+    pad_answer_bytes: int = 0
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -359,6 +362,9 @@ class SupplierStub:
         elif self._faults.drop_after_create > 0:
             self._faults.drop_after_create -= 1
             reply = replace(reply, drop=True, faults=("drop_after_create",))
+        if self._faults.pad_answer_bytes > 0 and isinstance(reply.body, dict):
+            padded = {**reply.body, "attachment": "x" * self._faults.pad_answer_bytes}
+            reply = replace(reply, body=padded, faults=(*reply.faults, "pad_answer_bytes"))
         if self._faults.hold_seconds > 0:
             reply = replace(reply, hold=self._faults.hold_seconds, faults=(*reply.faults, "hold_seconds"))
         return reply

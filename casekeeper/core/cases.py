@@ -13,12 +13,13 @@ The status values are the domain's business: this module treats them as opaque s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from casekeeper.core.clock import Clock
-from casekeeper.core.errors import AlreadyExists, CaseNotFound, ConcurrencyConflict
+from casekeeper.core.errors import AlreadyExists, CaseNotFound, CaseTooLarge, ConcurrencyConflict
 from casekeeper.core.ports import Document, DocumentStore, OnMalformed, Query, decode_all
 from casekeeper.core.watch import AlertSink, Finding
 
@@ -31,6 +32,46 @@ A document of any other schema version is refused as malformed, never read as if
 
 _HISTORY_LIMIT = 100
 _MAX_CONFLICT_RETRIES = 8
+
+MAX_CASE_BYTES = 1_000_000
+"""The bound of a case document, well under Cosmos DB's 2 MB item limit (docs/design.md#case-bounds). A write
+that would take a case's reserved size (:func:`reserved_bytes`) past it is refused with :class:`CaseTooLarge`
+and writes nothing: new facts, a decision, bookkeeping about the facts, the claim of a new effect. What
+records something that already happened is never refused: an effect's outcome with the status commit that
+goes with it, a hand-over to a person (an escalation), a note. Those have the rest of the 2 MB: the
+outcomes of the open effects were reserved (:data:`OUTCOME_ROOM_BYTES` each), the history holds at most
+``_HISTORY_LIMIT`` transitions and the notes at most ``_HISTORY_LIMIT`` notes, each text cut at
+:data:`MAX_TEXT_CHARS`."""
+OUTCOME_ROOM_BYTES = 4096
+"""The room a refusable write leaves for the outcome of each open effect on the case (its result, reason and
+the commit that goes with it), so an outcome is always recordable."""
+MAX_TEXT_CHARS = 2000
+"""A note's text and a transition's reason are cut here (marked as cut): they are never refused, so each
+must be small."""
+
+
+def case_bytes(body: Mapping[str, Any]) -> int:
+    """A case document's size: the body as compact UTF-8 JSON (what a store holds, without its system
+    fields)."""
+    return len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def reserved_bytes(body: Mapping[str, Any]) -> int:
+    """What :data:`MAX_CASE_BYTES` bounds: the document's size plus :data:`OUTCOME_ROOM_BYTES` for each open
+    effect (its outcome is still to be written, and may not be refused)."""
+    open_effects = sum(1 for e in body.get("effects") or () if e.get("status") in _OPEN_ENTRY_STATUSES)
+    return case_bytes(body) + OUTCOME_ROOM_BYTES * open_effects
+
+
+def checked_body(case: Case, *, limit: int | None) -> dict[str, Any]:
+    """``case.to_body()``; raises ``CaseTooLarge`` when ``limit`` is set and the body's reserved size
+    (:func:`reserved_bytes`) is over it (``None``: a write that may not be refused)."""
+    body = case.to_body()
+    if limit is not None:
+        size = reserved_bytes(body)
+        if size > limit:
+            raise CaseTooLarge(case.id, size=size, limit=limit)
+    return body
 
 
 def version_after(version: int) -> int:
@@ -90,7 +131,8 @@ class Transition:
     facts_changed: bool
     at: float
     changes: dict[str, Any] | None = None
-    """The facts this transition changed, with their new values (``None`` when it changed none)."""
+    """The facts this transition changed: each one's new value, or for a list fact what was added and removed
+    (:func:`changed`); ``None`` when it changed none."""
     escalation: bool = False
     """Made by :meth:`CaseRepository.escalate`: the case handed to a person, not a decision."""
     proposed_by: str | None = None
@@ -233,10 +275,18 @@ class CaseRepository:
 
     ``watch`` judges every case this repository is about to write (every write of a case goes through it:
     its own methods and the ledger's, :meth:`replace`); each :class:`Finding` the case as read did not
-    already warrant is raised through ``alert`` before the write (``casekeeper.core.watch``)."""
+    already warrant is raised through ``alert`` before the write (``casekeeper.core.watch``). ``max_bytes``:
+    the bound a refusable write must keep the case within (:data:`MAX_CASE_BYTES`); a write it refuses
+    raises no finding."""
 
     def __init__(
-        self, store: DocumentStore, clock: Clock, *, watch: Watch | None = None, alert: AlertSink | None = None
+        self,
+        store: DocumentStore,
+        clock: Clock,
+        *,
+        watch: Watch | None = None,
+        alert: AlertSink | None = None,
+        max_bytes: int = MAX_CASE_BYTES,
     ) -> None:
         if watch is not None and alert is None:
             raise ValueError("a watch needs an alert sink to raise what it finds")
@@ -244,6 +294,7 @@ class CaseRepository:
         self._clock = clock
         self._watch = watch
         self._alert = alert
+        self.max_bytes = max_bytes
 
     def now(self) -> float:
         """The time this repository stamps on what it writes (its clock), for a caller that records it too."""
@@ -265,6 +316,8 @@ class CaseRepository:
             "history": [],
             "notes": [],
         }
+        if (size := reserved_bytes(body)) > self.max_bytes:
+            raise CaseTooLarge(case_id, size=size, limit=self.max_bytes)
         self._judge(None, Case.from_document(Document(CASES, case_id, case_id, body, "", 0.0)))
         return Case.from_document(self._store.create(CASES, case_id, case_id, body))
 
@@ -327,7 +380,9 @@ class CaseRepository:
                 answer=answer,
             )
 
-        return self._conditional(case_id, decided_on_version, mutate, expected=expected)
+        # An effect's status commit and a hand-over to a person record what happened: never refused.
+        refusable = effect_key is None and not escalation
+        return self._conditional(case_id, decided_on_version, mutate, expected=expected, refusable=refusable)
 
     def update_facts(
         self,
@@ -358,7 +413,7 @@ class CaseRepository:
                 None,
                 self._clock.now(),
                 data=merged,
-                changes=dict(changes),
+                changes=changed(case.facts, changes),
                 delivery_id=delivery_id,
             )
             return _replace(advanced, facts=facts)
@@ -429,22 +484,24 @@ class CaseRepository:
         """Append an operator-facing note; does not move the version. Raises ``CaseNotFound``."""
         for _ in range(_MAX_CONFLICT_RETRIES):
             case = self.require(case_id)
-            entry = {"text": text, "at": self._clock.now(), "atVersion": case.version, **fields}
+            entry = {"text": _cut(text), "at": self._clock.now(), "atVersion": case.version, **fields}
             notes = ((*case.notes, entry))[-_HISTORY_LIMIT:]
             try:
-                return self.replace(case, _replace(case, notes=notes))
+                return self.replace(case, _replace(case, notes=notes), limit=None)
             except ConcurrencyConflict:
                 continue
         raise ConcurrencyConflict(
             f"case {case_id!r} kept changing while adding a note", container=CASES, doc_id=case_id
         )
 
-    def replace(self, read: Case, updated: Case) -> Case:
+    def replace(self, read: Case, updated: Case, *, limit: int | None) -> Case:
         """Write ``updated`` over ``read`` (``If-Match`` on ``read``'s ETag) and return the case as written:
-        the one write of an existing case, after the watch's alerts. Raises ``ConcurrencyConflict`` on a 412
-        (the caller re-reads and re-applies)."""
+        the one write of an existing case, after the watch's alerts. Raises ``CaseTooLarge`` when ``limit`` is
+        set and the case would pass it (nothing written, nothing raised; ``None``: a write that may not be
+        refused), ``ConcurrencyConflict`` on a 412 (the caller re-reads and re-applies)."""
+        body = checked_body(updated, limit=limit)
         self._judge(read, updated)
-        return Case.from_document(self._store.replace(CASES, read.id, read.id, updated.to_body(), etag=read.etag))
+        return Case.from_document(self._store.replace(CASES, read.id, read.id, body, etag=read.etag))
 
     def _judge(self, read: Case | None, updated: Case) -> None:
         """Raise what the watch finds on ``updated`` and did not find on ``read``: a case in the store has had
@@ -460,18 +517,71 @@ class CaseRepository:
                 self._alert(finding.kind, finding.message, finding.fields, dedupe_key=finding.dedupe_key)
 
     def _conditional(
-        self, case_id: str, version: int, mutate: Callable[[Case], Case], *, expected: Case | None = None
+        self,
+        case_id: str,
+        version: int,
+        mutate: Callable[[Case], Case],
+        *,
+        expected: Case | None = None,
+        refusable: bool = True,
     ) -> Case | None:
+        """Write ``mutate(case)`` if the case is at ``version``. ``refusable``: raise ``CaseTooLarge`` (nothing
+        written) when the result would pass :attr:`max_bytes`."""
         case = expected if expected is not None and expected.id == case_id else self.require(case_id)
+        limit = self.max_bytes if refusable else None
         for _ in range(_MAX_CONFLICT_RETRIES):
             if case.version != version:
                 return None
             try:
-                return self.replace(case, mutate(case))
+                return self.replace(case, mutate(case), limit=limit)
             except ConcurrencyConflict:
                 # Someone wrote meanwhile: a commit (version moved: we lost) or a note (retry).
                 case = self.require(case_id)
         raise ConcurrencyConflict(f"case {case_id!r} kept changing", container=CASES, doc_id=case_id)
+
+
+def changed(facts: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """What a transition records of ``changes`` to ``facts``: a fact's new value, except for a list fact,
+    where it records ``{"added": [...], "removed": [...]}`` (each side only when not empty): what the change
+    added and took away, not the whole list again (docs/design.md#case-bounds)."""
+    recorded: dict[str, Any] = {}
+    for name, new in changes.items():
+        old = facts.get(name)
+        if isinstance(new, list) and isinstance(old, list):
+            added = list(new)
+            removed = []
+            for item in old:
+                if item in added:
+                    added.remove(item)
+                else:
+                    removed.append(item)
+            recorded[name] = {**({"added": added} if added else {}), **({"removed": removed} if removed else {})}
+        else:
+            recorded[name] = new
+    return recorded
+
+
+def applied(facts: Mapping[str, Any], recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """``facts`` after a transition whose ``changes`` are ``recorded`` (what :func:`changed` made of them): a
+    reader that replays the history gets the facts each version had."""
+    after = dict(facts)
+    for name, value in recorded.items():
+        old = after.get(name)
+        if isinstance(value, dict) and set(value) <= {"added", "removed"} and isinstance(old, list | None):
+            items = list(old or ())  # a list fact the reader's starting facts lack was empty
+            for item in value.get("removed") or ():
+                if item in items:
+                    items.remove(item)
+            after[name] = [*items, *(value.get("added") or ())]
+        else:
+            after[name] = value
+    return after
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_TEXT_CHARS:
+        return text
+    return text[: MAX_TEXT_CHARS - 40] + f" ... (cut: {len(text)} characters in all)"
 
 
 def _advance(
@@ -491,7 +601,7 @@ def _advance(
     transition = Transition(
         from_version=case.version,
         status=status,
-        reason=reason,
+        reason=_cut(reason) if reason is not None else None,
         effect_key=effect_key,
         facts_changed=changes is not None,
         at=at,

@@ -29,7 +29,9 @@ created first (``AlreadyExists``: already there), then the next case write drops
 ones and those a person closed as failed (a late outcome may still be recorded over them), and those of the
 case's current version (a claim on that version must find them) are never archived. An entry is a few
 hundred bytes to a few KB (its request, result and a short history), so 16 closed entries plus the open ones
-keep the effects far below Cosmos DB's 2 MB document limit, however many effects a case has over its life.
+keep the effects far below Cosmos DB's 2 MB document limit, however many effects a case has over its life;
+how many are open, or closed failed by a person, is bounded by the case's size bound, which refuses a claim
+on a full case (``casekeeper.core.cases.MAX_CASE_BYTES``).
 """
 
 from __future__ import annotations

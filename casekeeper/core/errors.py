@@ -11,6 +11,7 @@
     │   └── InvalidDocumentId            no         an id no backend may store (``casekeeper.core.ids``)
     ├── CaseError                        no         about one case
     │   ├── CaseNotFound                 no         no such case
+    │   ├── CaseTooLarge                 no         the write would take the case past its size bound
     │   ├── CheckpointUnusable           no         this build cannot resume a stored checkpoint: rebuild
     │   ├── ApprovalNotPending           no         the answered request is not pending: answered, withdrawn
     │   └── StaleApproval                no         answered on a version the record has left (rule R6)
@@ -107,6 +108,20 @@ class CaseNotFound(CaseError):
 
     def __init__(self, case_id: str) -> None:
         super().__init__(f"case {case_id!r} not found", case_id=case_id)
+
+
+class CaseTooLarge(CaseError):
+    """A write would take the case past its size bound (``casekeeper.core.cases.MAX_CASE_BYTES``); nothing
+    was written. Trying again cannot help: what the write would add is refused for good."""
+
+    def __init__(self, case_id: str, *, size: int, limit: int) -> None:
+        super().__init__(
+            f"case {case_id!r} would take {size} bytes (with the room kept for its open effects' outcomes), "
+            f"over its bound of {limit} bytes: refused, nothing written",
+            case_id=case_id,
+        )
+        self.size = size
+        self.limit = limit
 
 
 # --- effects -----------------------------------------------------------------------------------

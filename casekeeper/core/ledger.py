@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from casekeeper.core import entries
-from casekeeper.core.cases import CASES, Case, CaseRepository
+from casekeeper.core.cases import CASES, Case, CaseRepository, checked_body
 from casekeeper.core.effect import (
     EFFECTS,
     OPEN_STATUSES,
@@ -227,7 +227,9 @@ class Ledger:
                     current_version=case.version,
                 )
             try:
-                case = self._write(case, entries.put(case, claim))
+                # A new claim is refused on a case at its size bound (nothing written, nothing called); the
+                # writes that follow it (its outcome and commit) never are (docs/design.md#case-bounds).
+                case = self._write(case, entries.put(case, claim), limit=self._cases.max_bytes)
             except ConcurrencyConflict:
                 case = self._cases.require(case_id)  # a note, a fact, another run: look again
                 continue
@@ -720,17 +722,19 @@ class Ledger:
             )
         return current
 
-    def _write(self, read: Case, updated: Case) -> Case:
+    def _write(self, read: Case, updated: Case, *, limit: int | None = None) -> Case:
         """Replace the case (``If-Match`` on ``read``) with ``updated``, after moving the closed entries
         beyond the bound to the archive (create first; ``AlreadyExists`` means a previous attempt did).
-        Raises ``ConcurrencyConflict`` on a 412: the caller re-reads and re-applies."""
+        Raises ``ConcurrencyConflict`` on a 412: the caller re-reads and re-applies; ``CaseTooLarge`` when
+        ``limit`` is set and the case would pass it (nothing written)."""
         archived = entries.over_bound(updated)
+        if archived:
+            updated = entries.without(updated, {str(e["id"]) for e in archived})
+            checked_body(updated, limit=limit)  # refused before anything is archived
         for entry in archived:
             with contextlib.suppress(AlreadyExists):  # a previous attempt archived it
                 self._store.create(EFFECTS, read.id, str(entry["id"]), entries.archive_body(entry))
-        if archived:
-            updated = entries.without(updated, {str(e["id"]) for e in archived})
-        return self._cases.replace(read, updated)
+        return self._cases.replace(read, updated, limit=limit)
 
 
 def intent_plan(effect: Effect) -> CommitPlan | None:

@@ -25,6 +25,7 @@ from shared.app.retention import RetainingStore, backend
 from shared.app.settings import Settings
 from shared.app.telemetry import Telemetry
 from shared.app.telemetry import configure as configure_telemetry
+from shared.handlers import door
 from shared.handlers.case_events import CaseEventDeps
 from shared.handlers.effect_changes import EffectChangeDeps
 from shared.handlers.health import HealthDeps
@@ -102,9 +103,12 @@ class Services:
         return self.ops.alerts
 
     def close(self) -> None:
-        closer = getattr(self.sender, "close", None)
-        if callable(closer):
-            closer()
+        for own in (self.sender, self.ingress.sender, self.ingress.store):
+            if own is self.ops.store or (own is self.ingress.sender and own is self.sender):
+                continue
+            closer = getattr(own, "close", None)
+            if callable(closer):
+                closer()
         self.ops.close()
 
 
@@ -131,6 +135,66 @@ def _open_backend(settings: Settings) -> DocumentStore:
     if settings.store_timeout is not None:
         return SqliteDocumentStore(settings.sqlite_path, busy_timeout=settings.store_timeout)
     return SqliteDocumentStore(settings.sqlite_path)
+
+
+def open_door_store(settings: Settings) -> DocumentStore:
+    """The configured store as the door opens it, for itself alone: every call bounded by
+    ``door.STORE_CALL_SECONDS`` (docs/design.md#door-budget). SQLite: that busy timeout, on its own
+    connections to the same file. Cosmos DB: a client of its own whose total, connect and read timeouts are
+    that budget, without transport retries, with at most one throttling retry, 0.2 s later (the SDK's
+    defaults: 65 s reads retried by the transport, nine retries of a 429 over up to 30 s, each after the wait
+    the server asks). A call cut short may have landed; the door's records are created
+    if absent and compared, so a retry is safe. No network I/O here."""
+    budget = door.STORE_CALL_SECONDS
+    if settings.store_timeout is not None:  # a shorter store timeout (casekeeper chaos sets one) holds here too
+        budget = min(budget, settings.store_timeout)
+    if settings.store == "cosmos":
+        from casekeeper.stores.cosmos import cosmos_store_from_settings
+
+        assert settings.cosmos_endpoint is not None
+        inner: DocumentStore = cosmos_store_from_settings(
+            settings.cosmos_endpoint,
+            settings.cosmos_database,
+            settings.cosmos_key,
+            timeout=budget,
+            connection_timeout=budget,
+            read_timeout=budget,
+            # No transport retry (the SDK would retry a read that timed out, a budget each time); one retry of
+            # a 429, a fifth of a second later: the SDK would otherwise wait the x-ms-retry-after-ms the server
+            # asks (it may be seconds), and 0 here means its default of nine retries.
+            retry_total=0,
+            retry_throttle_total=1,
+            retry_fixed_interval=200,
+            retry_throttle_backoff_max=1,
+        )
+    else:
+        from casekeeper.stores.sqlite import SqliteDocumentStore
+
+        inner = SqliteDocumentStore(settings.sqlite_path, busy_timeout=budget)
+    return RetainingStore(inner, settings.retention)
+
+
+def open_door_sender(settings: Settings) -> EventSender:
+    """The case-events sender as the door opens it, for itself alone: a send bounded by
+    ``door.SEND_SECONDS``. The local queue: that busy timeout. Service Bus: that operation timeout, with at
+    most one retry of its own. A send cut short may have landed: the retry is the same message id, which
+    the broker drops."""
+    budget = door.SEND_SECONDS
+    if settings.queue == "local":
+        from shared.messaging.local import LocalQueueEventSender
+        from shared.messaging.sqlite_queue import LocalSessionQueue
+
+        queue = LocalSessionQueue(settings.local_queue_path, busy_timeout=budget)
+        return LocalQueueEventSender(queue, settings.case_events_queue, owns_queue=True)
+    from shared.messaging.servicebus import ServiceBusEventSender, client_factories
+
+    clients, _admin = client_factories(
+        namespace=settings.service_bus_namespace,
+        connection_string=settings.service_bus_connection_string,
+        retry_total=1,
+        retry_backoff_max=budget / 2,
+    )
+    return ServiceBusEventSender(settings.case_events_queue, clients, send_timeout=budget)
 
 
 def open_sender(settings: Settings) -> EventSender:
@@ -278,11 +342,16 @@ def build(
     telemetry: Telemetry | None = None,
     probe: Callable[[str], None] | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    door_store: DocumentStore | None = None,
+    door_sender: EventSender | None = None,
 ) -> Services:
     """Wire everything. Pass ``store``/``sender``/``clock``/``proposer``/``telemetry`` to replace the
     configured ones. ``probe`` is called at the failure points F1, F2, F4 (the ledger), F5 and F6 (the
     commit) by name: the fault tests raise there to stop a run as a crash would; production passes none.
-    ``monotonic`` is the ledger's clock for the send deadline (:func:`build_operations`).
+    ``monotonic`` is the ledger's clock for the send deadline (:func:`build_operations`). ``door_store`` and
+    ``door_sender``: what the door uses, with its short budgets (:func:`open_door_store`,
+    :func:`open_door_sender`); by default opened from ``settings``, or, where ``store``/``sender`` is given,
+    that one.
 
     Nothing process-wide changes here: the host that runs workflows installs the checkpoint-failure
     capture itself (:func:`start`)."""
@@ -297,9 +366,13 @@ def build(
         probe=probe,
         monotonic=monotonic,
     )
+    if door_sender is None:
+        door_sender = open_door_sender(settings) if sender is None else sender
     sender = sender if sender is not None else open_sender(settings)
+    if door_store is None:
+        door_store = open_door_store(settings) if store is None else ops.store
     records = CaseRecords(store=ops.store, cases=ops.cases, ledger=ops.ledger)
-    ingress = Ingress(settings.webhook_secrets, sender, ops.clock, store=ops.store)
+    ingress = Ingress(settings.webhook_secrets, door_sender, ops.clock, store=door_store)
     return Services(
         settings=settings,
         ops=ops,

@@ -13,7 +13,9 @@ bp = func.Blueprint()
 
 
 def _reply(response: Response) -> func.HttpResponse:
-    return func.HttpResponse(response.json(), status_code=response.status, mimetype="application/json")
+    return func.HttpResponse(
+        response.json(), status_code=response.status, headers=response.headers, mimetype="application/json"
+    )
 
 
 @bp.function_name("events")

@@ -9,7 +9,8 @@ handled                        complete
                                event's facts are already written then: its copy only decides
                                (``case.investigate``, same delivery id)
 ``InvalidEvent``,              set aside with its reason (``shared.handlers.rejected``); complete
-``InvalidDocumentId``
+``InvalidDocumentId``,
+``CaseTooLarge``
 an error with ``retryable``    a few short waits in place (unless its ``wait_in_place`` is off);
                                then a copy scheduled with backoff (``shared.messaging.retry``), never
                                sooner than the error's ``retry_after``; the original completes; past
@@ -39,7 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from casekeeper import CasekeeperError, Clock, DocumentStore, EffectInFlight, Guard, InvalidDocumentId
+from casekeeper import CasekeeperError, CaseTooLarge, Clock, DocumentStore, EffectInFlight, Guard, InvalidDocumentId
 from shared.app.telemetry import Telemetry
 from shared.domain import events as ev
 from shared.errors import InvalidEvent, ModelUnavailable
@@ -215,6 +216,9 @@ async def _handle(
         return await aside(event.case_id, exc.reason, exc.fields)
     except InvalidDocumentId as exc:
         return await aside(event.case_id, f"an id the store cannot hold: {exc}", {})
+    except CaseTooLarge as exc:
+        # What the event would add is refused for good; the case keeps what it holds (docs/design.md#case-bounds).
+        return await aside(event.case_id, str(exc), {"caseId": f"at its size bound of {exc.limit} bytes"})
 
 
 async def _with_retries(

@@ -19,6 +19,16 @@ between two racing requests), before the event is enqueued:
 The records are kept (no time to live): a delivery id re-used after a week is still caught. Each is a
 few hundred bytes in one logical partition per kind; a Cosmos DB logical partition holds 20 GB, tens of
 millions of deliveries. If a store write fails, nothing is enqueued and the caller is told to retry (503).
+
+**The door answers within :data:`ANSWER_SECONDS`** (docs/design.md#door-budget), whatever the store or the
+queue does: a webhook sender waits 10-30 s. Its store is opened for it alone with a short budget per call,
+:data:`STORE_CALL_SECONDS` (SQLite: the busy timeout; Cosmos DB: the client's total, connect and read
+timeouts, one throttling retry waiting at most a second), and so is its queue sender
+(:data:`SEND_SECONDS`). The door starts a step only while the steps it still has to take fit what is left
+of :data:`DOOR_BUDGET_SECONDS`; otherwise it answers 503 with ``Retry-After: RETRY_AFTER_SECONDS`` and
+nothing more is done. A step cut short may still have landed (a create, a send): retrying is safe, because
+every record here is created if absent and compared (the same body, the same answer: accepted), and the
+broker drops a second message with the same id. So 202 means the event is enqueued; 503 means retry.
 """
 
 from __future__ import annotations
@@ -32,6 +42,17 @@ from typing import Any
 from casekeeper import AlreadyExists, DocumentStore, approval_request_id
 from casekeeper import Record as Case
 from shared.workflow.approval import pending_ref
+
+ANSWER_SECONDS = 5.0
+"""What the door promises: every webhook and approval POST is answered within this, outage or not."""
+DOOR_BUDGET_SECONDS = 4.0
+"""What the door's own steps may take, leaving the rest of :data:`ANSWER_SECONDS` to the host around it."""
+STORE_CALL_SECONDS = 1.0
+"""The budget of one call of the door's store."""
+SEND_SECONDS = 1.5
+"""The budget of the door's queue send."""
+RETRY_AFTER_SECONDS = 10
+"""The ``Retry-After`` of a 503: long enough for a blip of the store or the queue to pass."""
 
 HEALTH = "health"
 KIND_DELIVERY = "delivery"

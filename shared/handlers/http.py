@@ -102,11 +102,11 @@ def _answer(deps: ApiDeps, case_id: str, request_id: str, body: bytes, headers: 
     principal = _caller(headers or {}, APPROVER_ROLE, "answer approvals")
     if isinstance(principal, Response):
         return principal
+    # The case is read by the door, through its store with the door's budget (shared.handlers.door).
     return deps.ingress.accept_approval(
         case_id,
         request_id,
         body,
-        find_case=deps.records.cases.get,
         principal=principal.recorded if principal is not None else None,
         principal_name=principal.name if principal is not None else None,
     )
@@ -127,7 +127,6 @@ def post_withdrawal(
                 case_id,
                 effect_key,
                 body,
-                case_exists=lambda valid_id: deps.records.cases.get(valid_id) is not None,
                 principal=principal.recorded if principal is not None else None,
                 principal_name=principal.name if principal is not None else None,
             )

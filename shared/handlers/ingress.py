@@ -25,9 +25,11 @@ status   when
          (``shared.handlers.door``)
 413      body over 256 KiB
 415      not JSON
-503      the queue, or the store that remembers deliveries and answers, could not be reached: nothing was
-         enqueued, retry
+503      the queue, or the store that remembers deliveries and answers, could not be reached, or not within
+         the door's budget (``shared.handlers.door``): nothing was enqueued, retry after ``Retry-After``
 =======  =================================================================
+
+Every answer comes within ``door.ANSWER_SECONDS`` (5 s): see ``shared.handlers.door`` for the budget.
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
-from casekeeper import Clock, DocumentStore, StoreError
+from casekeeper import Clock, DocumentStore, StoreError, StoreUnavailable
 from casekeeper import Record as Case
 from casekeeper.records import RecordRepository as CaseRepository
 from casekeeper.stores import id_problem
@@ -61,6 +64,8 @@ KEY_APPROVER_PREFIX = "key:"
 class Response:
     status: int
     body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    """Headers of the answer besides its content type (``Retry-After`` on a 503)."""
 
     def json(self) -> str:
         return json.dumps(self.body, separators=(",", ":"))
@@ -122,6 +127,44 @@ def verify(
         raise SignatureError("signature does not match")
 
 
+class Deadline:
+    """One request's share of the door's budget (``door.DOOR_BUDGET_SECONDS``, from when it was made): a step
+    is started only if it, and the steps that must follow it, fit what is left."""
+
+    def __init__(self, monotonic: Callable[[], float], budget: float = door.DOOR_BUDGET_SECONDS) -> None:
+        self._monotonic = monotonic
+        self._end = monotonic() + budget
+        self.budget = budget
+
+    def require(self, seconds: float, what: str) -> None:
+        """Raises ``StoreUnavailable`` (nothing started) unless ``seconds`` are left for ``what``."""
+        if self._monotonic() + seconds > self._end:
+            raise StoreUnavailable(
+                f"the door's budget of {self.budget:g}s would be spent before {what} could finish; "
+                "nothing more was done"
+            )
+
+
+class _Budgeted:
+    """The door's store as one request uses it: each call is started only while it and the queue send after
+    it fit the request's :class:`Deadline` (the call's own bound is the store's: ``door.STORE_CALL_SECONDS``)."""
+
+    def __init__(self, store: DocumentStore, deadline: Deadline) -> None:
+        self._store = store
+        self._deadline = deadline
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._deadline.require(door.STORE_CALL_SECONDS + door.SEND_SECONDS, f"a store call ({name})")
+            return attribute(*args, **kwargs)
+
+        return call
+
+
 class Ingress:
     def __init__(
         self,
@@ -130,13 +173,18 @@ class Ingress:
         clock: Clock,
         *,
         store: DocumentStore | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``store``: where the door remembers delivery ids and approval answers (``shared.handlers.door``);
-        without one, neither is checked (tests of the signature and the queue alone)."""
+        """``store``: where the door remembers delivery ids and approval answers and reads the case an answer
+        is for (``shared.handlers.door``); without one, neither is checked (tests of the signature and the
+        queue alone). The door's store and ``sender`` should be opened with the door's short budgets
+        (``shared.app.bootstrap.open_door_store``, ``open_door_sender``). ``monotonic``: what the request's
+        :class:`Deadline` is measured by."""
         self._secrets = tuple(secrets)
         self._sender = sender
         self._clock = clock
         self._store = store
+        self._monotonic = monotonic
         self._last_stamp = 0.0
         self._stamp_lock = threading.Lock()
 
@@ -147,8 +195,35 @@ class Ingress:
             self._last_stamp = max(self._clock.now(), self._last_stamp + 1e-6)
             return self._last_stamp
 
+    @property
+    def store(self) -> DocumentStore | None:
+        """The door's store (its owner closes it)."""
+        return self._store
+
+    @property
+    def sender(self) -> EventSender:
+        """The door's queue sender (its owner closes it)."""
+        return self._sender
+
+    def deadline(self) -> Deadline:
+        """A request's share of the door's budget, from now."""
+        return Deadline(self._monotonic)
+
+    def _door_store(self, deadline: Deadline) -> DocumentStore:
+        assert self._store is not None
+        return cast(DocumentStore, _Budgeted(self._store, deadline))
+
+    def find_case(self, case_id: str, deadline: Deadline | None = None) -> Case | None:
+        """The case, read through the door's store within ``deadline`` (a new one without it). Raises
+        ``StoreError`` when it cannot be read in time; without a door store, answers ``None``."""
+        if self._store is None:
+            return None
+        store = self._door_store(deadline or self.deadline())
+        return CaseRepository(store, self._clock).get(case_id)
+
     def accept_event(self, headers: Mapping[str, str], body: bytes) -> Response:
         """``POST /api/events``. ``headers`` must be case-insensitive (as the Functions host's are)."""
+        deadline = self.deadline()
         if len(body) > MAX_BODY_BYTES:
             return _error(413, f"body is {len(body)} bytes; at most {MAX_BODY_BYTES} are accepted")
         content_type = (headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -185,7 +260,7 @@ class Ingress:
         if self._store is not None:
             try:
                 seen = door.check_delivery(
-                    self._store,
+                    self._door_store(deadline),
                     delivery,
                     raw,
                     case_id=event.case_id,
@@ -194,12 +269,14 @@ class Ingress:
                     accepted_at=accepted_at,
                 )
             except StoreError as exc:
-                return _error(503, f"could not record the delivery, nothing was accepted; retry: {exc}")
+                return _unavailable(f"could not record the delivery, nothing was accepted; retry: {exc}")
             if seen.refusal is not None:
                 return _error(409, seen.refusal, fields={DELIVERY_HEADER: "already used with another body"})
             accepted_at = seen.accepted_at
         event = replace(event, envelope=Envelope(accepted_at=accepted_at).fields())
-        return self._enqueue(event, message_id=message_id, accepted={"accepted": True, "deliveryId": delivery})
+        return self._enqueue(
+            event, message_id=message_id, accepted={"accepted": True, "deliveryId": delivery}, deadline=deadline
+        )
 
     def accept_approval(
         self,
@@ -207,12 +284,13 @@ class Ingress:
         request_id: str,
         body: bytes,
         *,
-        find_case: Callable[[str], Case | None],
+        find_case: Callable[[str], Case | None] | None = None,
         principal: str | None = None,
         principal_name: str | None = None,
     ) -> Response:
         """``POST /api/cases/{caseId}/approvals/{requestId}``: queued into the case's session like any event;
-        the case worker decides whether it still applies (rule R6).
+        the case worker decides whether it still applies (rule R6). ``find_case``: how the case is read
+        (default: :meth:`find_case`, the door's store within the request's budget).
 
         Who answered is never simply what the body says. ``principal`` is the authenticated identity as it
         is recorded (``Principal.recorded``: display name and object id; checked for the approver role by
@@ -226,7 +304,11 @@ class Ingress:
         }
         if bad_ids:
             return _error(400, "invalid approval: " + "; ".join(f"{k} {v}" for k, v in bad_ids.items()), fields=bad_ids)
-        case = find_case(case_id)
+        deadline = self.deadline()
+        try:
+            case = find_case(case_id) if find_case is not None else self.find_case(case_id, deadline)
+        except StoreError as exc:
+            return _unavailable(f"could not read the case, nothing was accepted; retry: {exc}")
         if case is None:
             return _error(404, f"no case {case_id!r}")
         if len(body) > MAX_BODY_BYTES:
@@ -237,7 +319,7 @@ class Ingress:
         if not isinstance(raw, Mapping):
             return _error(400, "the body must be a JSON object")
         return self.enqueue_approval(
-            case_id, request_id, raw, principal=principal, principal_name=principal_name, case=case
+            case_id, request_id, raw, principal=principal, principal_name=principal_name, case=case, deadline=deadline
         )
 
     def enqueue_approval(
@@ -249,10 +331,13 @@ class Ingress:
         principal: str | None,
         principal_name: str | None = None,
         case: Case | None = None,
+        deadline: Deadline | None = None,
     ) -> Response:
         """Validate an answer (``decision``, ``caseVersion``, ``approver``, optional ``reason``) and enqueue it.
         The JSON API and the approval page both come through here; see :meth:`accept_approval` for who
-        is recorded. ``case``: the case as this request just read it (not read again at the door)."""
+        is recorded. ``case``: the case as this request just read it (not read again at the door).
+        ``deadline``: the request's budget, if it started before (a new one without it)."""
+        deadline = deadline or self.deadline()
         unknown = sorted(set(raw) - {"decision", "caseVersion", "approver", "reason"})
         data: dict[str, Any] = {"requestId": request_id, **{k: raw.get(k) for k in ("decision", "caseVersion")}}
         if raw.get("reason") is not None:
@@ -282,7 +367,7 @@ class Ingress:
         except InvalidEvent as exc:
             fields = {k.removeprefix("data."): v for k, v in exc.fields.items()}
             return _error(400, "invalid approval: " + "; ".join(f"{k} {v}" for k, v in fields.items()), fields=fields)
-        refused = self._close_request(case_id, request_id, data, case)
+        refused = self._close_request(case_id, request_id, data, case, deadline)
         if refused is not None:
             return refused
         # The same answer, sent twice, is the same message: the broker drops the copy.
@@ -291,6 +376,7 @@ class Ingress:
             event,
             message_id=message_id,
             accepted={"accepted": True, "requestId": request_id, "approver": data["approver"]},
+            deadline=deadline,
         )
 
     def accept_withdrawal(
@@ -299,7 +385,7 @@ class Ingress:
         effect_key: str,
         body: bytes,
         *,
-        case_exists: Callable[[str], bool],
+        case_exists: Callable[[str], bool] | None = None,
         principal: str | None = None,
         principal_name: str | None = None,
     ) -> Response:
@@ -319,7 +405,12 @@ class Ingress:
             return _error(
                 400, "invalid withdrawal: " + "; ".join(f"{k} {v}" for k, v in bad_ids.items()), fields=bad_ids
             )
-        if not case_exists(case_id):
+        deadline = self.deadline()
+        try:
+            exists = case_exists(case_id) if case_exists is not None else self.find_case(case_id, deadline) is not None
+        except StoreError as exc:
+            return _unavailable(f"could not read the case, nothing was accepted; retry: {exc}")
+        if not exists:
             return _error(404, f"no case {case_id!r}")
         if len(body) > MAX_BODY_BYTES:
             return _error(413, "body too large")
@@ -353,37 +444,47 @@ class Ingress:
             return _error(400, "invalid withdrawal: " + "; ".join(f"{k} {v}" for k, v in fields.items()), fields=fields)
         message_id = derived_message_id("withdraw", case_id, effect_key)
         return self._enqueue(
-            event, message_id=message_id, accepted={"accepted": True, "effectKey": effect_key, "by": data["by"]}
+            event,
+            message_id=message_id,
+            accepted={"accepted": True, "effectKey": effect_key, "by": data["by"]},
+            deadline=deadline,
         )
 
     def _close_request(
-        self, case_id: str, request_id: str, data: Mapping[str, Any], case: Case | None = None
+        self, case_id: str, request_id: str, data: Mapping[str, Any], case: Case | None, deadline: Deadline
     ) -> Response | None:
         """One answer per request: refuse (409, with the reason) what the door can already tell will not
         count, then record this answer as the request's first, unless that one was already recorded. What
         only the case worker can know later is set aside there, with the reason."""
         if self._store is None:
             return None
+        store = self._door_store(deadline)
         try:
-            if door.recorded_answer(self._store, request_id) is None:
+            if door.recorded_answer(store, request_id) is None:
                 # The door's refusals are only early answers: the case worker checks the version again.
                 if case is None or case.id != case_id:
-                    case = CaseRepository(self._store, self._clock).get(case_id)
+                    case = CaseRepository(store, self._clock).get(case_id)
                 if case is None:
                     return _error(404, f"no case {case_id!r}")
                 reason = door.answer_refusal(case, request_id, int(data["caseVersion"]))
                 if reason is not None:
                     return _error(409, reason)
-            reason = door.claim_answer(self._store, case_id, request_id, data)
+            reason = door.claim_answer(store, case_id, request_id, data)
         except StoreError as exc:
-            return _error(503, f"could not record the answer, nothing was accepted; retry: {exc}")
+            return _unavailable(f"could not record the answer, nothing was accepted; retry: {exc}")
         return _error(409, reason) if reason is not None else None
 
-    def _enqueue(self, event: ev.CaseEvent, *, message_id: str, accepted: dict[str, Any]) -> Response:
+    def _enqueue(
+        self, event: ev.CaseEvent, *, message_id: str, accepted: dict[str, Any], deadline: Deadline
+    ) -> Response:
+        """Send the event (within ``door.SEND_SECONDS``, the door sender's own budget): 202 once it is enqueued.
+        A send that fails or is not started for want of time answers 503; one that failed late may still have
+        landed, and the sender's retry is the same message id, which the broker drops."""
         try:
+            deadline.require(door.SEND_SECONDS, "the queue send")
             self._sender.send(event, message_id=message_id)
-        except QueueUnavailable as exc:
-            return _error(503, f"could not enqueue, nothing was accepted; retry: {exc}")
+        except (QueueUnavailable, StoreUnavailable) as exc:
+            return _unavailable(f"could not enqueue, nothing was accepted; retry: {exc}")
         return Response(202, accepted)
 
 
@@ -394,6 +495,11 @@ def _json(body: bytes) -> Any:
         return _error(415, "body is not valid UTF-8 JSON")
     except RecursionError:  # "[[[[...": nested deeper than the parser's recursion allows
         return _error(400, "the JSON is nested too deeply")
+
+
+def _unavailable(reason: str) -> Response:
+    """503: nothing was accepted; the sender is told when to try again."""
+    return Response(503, {"error": reason}, {"Retry-After": str(door.RETRY_AFTER_SECONDS)})
 
 
 def _error(status: int, reason: str, *, fields: Mapping[str, str] | None = None) -> Response:

@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qs, quote
 
 from casekeeper import Clock, approval_request_id
 from casekeeper import Record as Case
-from casekeeper.errors import CasekeeperError, InvalidDocumentId
+from casekeeper.errors import CasekeeperError, InvalidDocumentId, StoreError
 from shared.app.alerts import Alerter
 from shared.domain.invoice import Status
 from shared.handlers import case_page as one_case
+from shared.handlers.door import RETRY_AFTER_SECONDS
 from shared.handlers.ingress import Ingress
 from shared.messaging import DeadLetterQueue
 from shared.views.alerts import alert_json, recent_alerts
@@ -413,7 +414,12 @@ def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, re
     decision = form.get("decision")
     reason = (form.get("reason") or "").strip()
     version_text = form.get("caseVersion") or ""
-    case = deps.records.cases.get(case_id)
+    # Read by the door, within its budget (shared.handlers.door): the answer comes within 5 s, outage or not.
+    deadline = deps.ingress.deadline()
+    try:
+        case = deps.ingress.find_case(case_id, deadline)
+    except StoreError as exc:
+        return _not_now(who, f"the case could not be read: {exc}")
     if case is None:
         return render("message.html", 404, title="No such case", principal=who, message=f"no case {case_id!r}")
     pending = case.data.get("pendingApproval") or {}
@@ -438,7 +444,11 @@ def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, re
     answer: dict[str, Any] = {"decision": decision, "caseVersion": int(version_text)}
     if reason:
         answer["reason"] = reason
-    result = deps.ingress.enqueue_approval(case_id, request_id, answer, principal=who.recorded)
+    result = deps.ingress.enqueue_approval(
+        case_id, request_id, answer, principal=who.recorded, case=case, deadline=deadline
+    )
+    if result.status == 503:
+        return _not_now(who, str(result.body.get("error", "")))
     if result.status != 202:
         return _approval_view(
             deps,
@@ -450,6 +460,19 @@ def answer_approval(deps: PageDeps, headers: Headers, url: str, case_id: str, re
             reason_text=reason,
         )
     return redirect(f"{path}?answered={decision}")
+
+
+def _not_now(who: Principal, why: str) -> Page:
+    """503 with ``Retry-After``: the answer was not recorded, and the page reads nothing more to say so."""
+    page = render(
+        "message.html",
+        503,
+        title="Not recorded: try again",
+        principal=who,
+        message=f"Your answer was not recorded, the store or the queue did not answer in time ({why}). "
+        f"Send it again in {RETRY_AFTER_SECONDS} seconds.",
+    )
+    return replace(page, headers={**page.headers, "Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 # --- one case -------------------------------------------------------------------------------------

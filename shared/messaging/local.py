@@ -34,9 +34,15 @@ def _queue_errors(queue_name: str) -> Iterator[None]:
 class LocalQueueEventSender:
     """:class:`~shared.messaging.EventSender` on the local queue (thread-safe: a connection per thread)."""
 
-    def __init__(self, queue: LocalSessionQueue, queue_name: str) -> None:
+    def __init__(self, queue: LocalSessionQueue, queue_name: str, *, owns_queue: bool = False) -> None:
+        """``owns_queue``: :meth:`close` closes ``queue`` (opened for this sender alone, as the door's is)."""
         self._queue = queue
         self._queue_name = queue_name
+        self._owns_queue = owns_queue
+
+    def close(self) -> None:
+        if self._owns_queue:
+            self._queue.close()
 
     def send(self, event: CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
         with _queue_errors(self._queue_name):

@@ -42,13 +42,14 @@ def identity_admin_factory(namespace: str) -> Callable[[], Any]:
     return lambda: ServiceBusAdministrationClient(namespace, credential=credential)
 
 
-def identity_client_factory(namespace: str) -> ClientFactory:
-    """Clients for ``namespace`` with the app's managed identity (one credential, shared: it is thread-safe)."""
+def identity_client_factory(namespace: str, **client_options: Any) -> ClientFactory:
+    """Clients for ``namespace`` with the app's managed identity (one credential, shared: it is thread-safe).
+    ``client_options`` go to ``ServiceBusClient`` (e.g. ``retry_total``)."""
     from azure.identity import DefaultAzureCredential
     from azure.servicebus import ServiceBusClient
 
     credential = DefaultAzureCredential()
-    return lambda: ServiceBusClient(namespace, credential=credential)
+    return lambda: ServiceBusClient(namespace, credential=credential, **client_options)
 
 
 def connection_string_client_factory(connection_string: str, **client_options: Any) -> ClientFactory:
@@ -74,14 +75,18 @@ def connection_string_admin_factory(connection_string: str) -> Callable[[], Any]
 
 
 def client_factories(
-    *, namespace: str | None, connection_string: str | None
+    *, namespace: str | None, connection_string: str | None, **client_options: Any
 ) -> tuple[ClientFactory, Callable[[], Any]]:
     """The client and administration factories for whichever form the settings hold: the connection string
-    when given, else the namespace with the app's identity. Raises ``ValueError`` when neither is given."""
+    when given, else the namespace with the app's identity. ``client_options`` go to every client (e.g.
+    ``retry_total``). Raises ``ValueError`` when neither is given."""
     if connection_string:
-        return connection_string_client_factory(connection_string), connection_string_admin_factory(connection_string)
+        return (
+            connection_string_client_factory(connection_string, **client_options),
+            connection_string_admin_factory(connection_string),
+        )
     if namespace:
-        return identity_client_factory(namespace), identity_admin_factory(namespace)
+        return identity_client_factory(namespace, **client_options), identity_admin_factory(namespace)
     raise ValueError("a Service Bus namespace or connection string is required")
 
 
@@ -102,9 +107,19 @@ class _Link:
 class ServiceBusEventSender:
     """:class:`~shared.messaging.EventSender` on a session-enabled Service Bus queue, safe across threads."""
 
-    def __init__(self, queue_name: str, client_factory: ClientFactory, *, pool_size: int = DEFAULT_POOL_SIZE) -> None:
+    def __init__(
+        self,
+        queue_name: str,
+        client_factory: ClientFactory,
+        *,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        send_timeout: float | None = None,
+    ) -> None:
+        """``send_timeout``: the most a send may take, waiting for a free link included (``None``: the SDK's
+        own timeouts and retries); past it the send raises ``QueueUnavailable``."""
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
+        self._send_timeout = send_timeout
         self._queue_name = queue_name
         self._factory = client_factory
         self._slots = threading.BoundedSemaphore(pool_size)
@@ -124,13 +139,18 @@ class ServiceBusEventSender:
             content_type="application/json",
             application_properties=_wire_properties(message_properties(event)),
         )
-        with self._slots:  # at most pool_size sends at once, each on a link of its own
+        timeout = self._send_timeout
+        # At most pool_size sends at once, each on a link of its own.
+        if not self._slots.acquire(timeout=timeout):
+            raise QueueUnavailable(f"service bus: no free link within {timeout}s", queue=self._queue_name)
+        options: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
+        try:
             link = self._take()
             try:
                 if schedule_at is None:
-                    link.sender.send_messages(message)
+                    link.sender.send_messages(message, **options)
                 else:
-                    link.sender.schedule_messages(message, datetime.fromtimestamp(schedule_at, UTC))
+                    link.sender.schedule_messages(message, datetime.fromtimestamp(schedule_at, UTC), **options)
             except ServiceBusError as exc:
                 self._discard(link)
                 raise QueueUnavailable(f"service bus: {exc}", queue=self._queue_name) from exc
@@ -138,6 +158,8 @@ class ServiceBusEventSender:
                 self._discard(link)
                 raise
             self._idle.put(link)
+        finally:
+            self._slots.release()
 
     def _take(self) -> _Link:
         try:

@@ -11,11 +11,19 @@ Every answer is translated into one of three outcomes the effect ledger understa
 
 The portal de-duplicates on the ``Idempotency-Key`` header, which is why a repeat with the same key is
 always safe and a fresh key never is.
+
+**An answer is bounded.** It is read up to :data:`MAX_ANSWER_BYTES` (after content decoding, so a
+compressed bomb is cut too); a longer one is an unknown outcome (the note may exist: the ledger reconciles
+it by lookup, whose answer has the same bound). Of a credit note only the fields the app uses are kept
+(:data:`KEPT_FIELDS`, each a string of at most :data:`MAX_FIELD_CHARS`): the effect's recorded result sits
+on the case document, whose size is bounded (docs/design.md#case-bounds).
 """
 
 from __future__ import annotations
 
+import json
 import threading
+from dataclasses import dataclass
 from decimal import Decimal
 from types import TracebackType
 from typing import Any
@@ -28,6 +36,12 @@ from shared import __version__
 from shared.domain.money import amount_text
 
 CREDIT_NOTES_PATH = "/credit-notes"
+MAX_ANSWER_BYTES = 64 * 1024
+"""The most of an answer's body that is read; a longer answer is an unknown outcome."""
+KEPT_FIELDS = ("creditNoteId", "amount", "currency")
+"""What the app uses of a credit note (the request's commit, the case page); anything else is dropped."""
+MAX_FIELD_CHARS = 200
+"""A kept field longer than this is dropped; a ``creditNoteId`` longer than this is an unknown outcome."""
 
 # 408 and 429 say "not now", not "no": the request may be accepted later, so the outcome is open.
 # Not refusals: 408 and 429 say "not now"; 409 is how many idempotency-key APIs answer a request whose
@@ -80,7 +94,7 @@ class SupplierPortal:
     ) -> dict[str, Any]:
         """Ask the supplier for a credit note; ``key`` is sent as ``Idempotency-Key``.
 
-        Returns the portal's JSON object, which has a non-empty ``creditNoteId``. A repeat with the
+        Returns the credit note's kept fields, with a non-empty ``creditNoteId``. A repeat with the
         same key and body returns the same credit note and creates nothing.
 
         Raises:
@@ -157,10 +171,9 @@ class SupplierPortal:
                 )
             return self._client
 
-    def _send(
-        self, method: str, action: str, *, headers: dict[str, str] | None = None, **kwargs: Any
-    ) -> httpx.Response:
-        """One HTTP exchange; every transport failure becomes ``OutcomeUnknown``.
+    def _send(self, method: str, action: str, *, headers: dict[str, str] | None = None, **kwargs: Any) -> _Answer:
+        """One HTTP exchange, its body read up to :data:`MAX_ANSWER_BYTES`; every transport failure, and an
+        answer over the bound, becomes ``OutcomeUnknown``.
 
         The current trace context goes along as ``traceparent`` (OpenTelemetry's propagator), so the
         supplier's side of the call is part of the case event's trace. Where httpx is instrumented (Azure
@@ -169,7 +182,8 @@ class SupplierPortal:
         headers = dict(headers or {})
         propagate.inject(headers)
         try:
-            return self._http().request(method, CREDIT_NOTES_PATH, headers=headers, **kwargs)
+            with self._http().stream(method, CREDIT_NOTES_PATH, headers=headers, **kwargs) as response:
+                return _Answer(response.status_code, response.reason_phrase, _bounded_body(response, action))
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             # Nothing was sent, but the caller keeps the same key either way, so "unknown" stays safe.
             raise OutcomeUnknown(
@@ -181,6 +195,44 @@ class SupplierPortal:
             raise OutcomeUnknown(
                 f"{action}: connection to the supplier portal failed ({type(exc).__name__}: {exc})"
             ) from exc
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """The portal's answer: its status and its body as read (at most :data:`MAX_ANSWER_BYTES`)."""
+
+    status_code: int
+    reason_phrase: str
+    content: bytes
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def _bounded_body(response: httpx.Response, action: str) -> bytes:
+    """The body of ``response``, or ``OutcomeUnknown`` as soon as it is known to pass :data:`MAX_ANSWER_BYTES`
+    (declared so, or read so): the rest is never read."""
+    declared = response.headers.get("Content-Length", "")
+    too_long = OutcomeUnknown(
+        f"{action}: the portal's answer ({response.status_code}) is over {MAX_ANSWER_BYTES} bytes; not read",
+        status=response.status_code,
+    )
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+        raise too_long
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            raise too_long
+    return bytes(body)
 
 
 def _checked_base_url(base_url: str) -> str:
@@ -204,8 +256,9 @@ def _is_refusal(status: int) -> bool:
     return 400 <= status < 500 and status not in _NOT_NOW_STATUSES
 
 
-def _credit_note(response: httpx.Response, action: str) -> dict[str, Any]:
-    """The JSON object of a 2xx; without ``creditNoteId`` we cannot tell what the portal did."""
+def _credit_note(response: _Answer, action: str) -> dict[str, Any]:
+    """The kept fields (:data:`KEPT_FIELDS`) of a 2xx's JSON object; without a usable ``creditNoteId`` we
+    cannot tell what the portal did."""
     status = response.status_code
     data = _json_or_none(response)
     if not isinstance(data, dict):
@@ -213,10 +266,20 @@ def _credit_note(response: httpx.Response, action: str) -> dict[str, Any]:
     note_id = data.get("creditNoteId")
     if not isinstance(note_id, str) or not note_id:
         raise OutcomeUnknown(f"{action}: the portal answered {status} without a creditNoteId", status=status)
-    return data
+    if len(note_id) > MAX_FIELD_CHARS:
+        raise OutcomeUnknown(
+            f"{action}: the portal answered {status} with a creditNoteId of {len(note_id)} characters "
+            f"(at most {MAX_FIELD_CHARS} are kept)",
+            status=status,
+        )
+    return {
+        name: value
+        for name in KEPT_FIELDS
+        if isinstance(value := data.get(name), str) and len(value) <= MAX_FIELD_CHARS
+    }
 
 
-def _reason_text(response: httpx.Response) -> str:
+def _reason_text(response: _Answer) -> str:
     """``"<status> <phrase>: <portal's reason>"`` from a JSON error body, or the start of its text."""
     head = f"{response.status_code} {response.reason_phrase}".strip()
     detail = _json_detail(_json_or_none(response)) or response.text
@@ -231,7 +294,7 @@ def _json_detail(data: Any) -> str:
     return ": ".join(text for text in texts if isinstance(text, str) and text)
 
 
-def _json_or_none(response: httpx.Response) -> Any:
+def _json_or_none(response: _Answer) -> Any:
     try:
         return response.json()
     except ValueError:  # includes JSONDecodeError and UnicodeDecodeError

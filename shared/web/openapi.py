@@ -26,6 +26,7 @@ from casekeeper import EffectStatus, approval_request_id
 from casekeeper.stores import MAX_ID_LENGTH
 from shared.domain import events as ev
 from shared.domain.invoice import Status
+from shared.handlers.door import RETRY_AFTER_SECONDS
 from shared.handlers.ingress import DELIVERY_HEADER, MAX_BODY_BYTES, SIGNATURE_HEADER, TOLERANCE_SECONDS
 
 SPEC_FILE = Path(__file__).with_name("openapi.json")
@@ -123,6 +124,15 @@ def _json(schema: str, examples: dict[str, Any] | None = None) -> dict[str, Any]
 
 def _answer(description: str, schema: str = "Error") -> dict[str, Any]:
     return {"description": description, "content": _json(schema)}
+
+
+def _retry_later(description: str) -> dict[str, Any]:
+    """A 503: the answer, and when to send again."""
+    header = {
+        "description": "seconds to wait before sending again",
+        "schema": {"type": "integer", "example": RETRY_AFTER_SECONDS},
+    }
+    return {**_answer(description), "headers": {"Retry-After": header}}
 
 
 def _example(summary: str, value: Any, status: int, **path: str) -> dict[str, Any]:
@@ -225,9 +235,9 @@ def _events() -> dict[str, Any]:
                 "409": _answer("the delivery id was already accepted with another body (an idempotency key reused)"),
                 "413": _answer(f"body over {MAX_BODY_BYTES} bytes"),
                 "415": _answer("not application/json, or not valid JSON"),
-                "503": _answer(
-                    "the queue, or the store that records delivery ids, could not be reached: nothing was "
-                    "accepted, send again"
+                "503": _retry_later(
+                    "the queue, or the store that records delivery ids, could not be reached (or not within the "
+                    "door's budget: every answer comes within 5 s): nothing was accepted, send again"
                 ),
             },
         }
@@ -278,7 +288,10 @@ def _approvals() -> dict[str, Any]:
                 ),
                 "413": _answer("body too large"),
                 "415": _answer("not application/json, or not valid JSON"),
-                "503": _answer("the queue or the store could not be reached: nothing was accepted, send again"),
+                "503": _retry_later(
+                    "the queue or the store could not be reached (or not within the door's budget: every answer "
+                    "comes within 5 s): nothing was accepted, send again"
+                ),
             },
         }
     }
@@ -318,7 +331,10 @@ def _withdraw() -> dict[str, Any]:
                 "404": _answer("no such case"),
                 "413": _answer("body too large"),
                 "415": _answer("not valid JSON"),
-                "503": _answer("the queue could not be reached: nothing was accepted, send again"),
+                "503": _retry_later(
+                    "the queue or the store could not be reached (or not within the door's budget: every answer "
+                    "comes within 5 s): nothing was accepted, send again"
+                ),
             },
         }
     }

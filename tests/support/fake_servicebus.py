@@ -53,6 +53,9 @@ class Broker:
         self.clients = 0
         self.fail_sends = 0
         self.namespaces: list[str] = []  # what connection strings named (FakeClientFromConnectionString)
+        self.timeouts: list[float | None] = []  # the operation timeout each send was given
+        self.hold: threading.Event | None = None
+        """While set to an unset event, every send waits for it inside the sender (a stalled link)."""
 
 
 class FakeSender:
@@ -78,12 +81,22 @@ class FakeSender:
         finally:
             self._inside.release()
 
-    def send_messages(self, message: Any) -> None:
+    def send_messages(self, message: Any, *, timeout: float | None = None) -> None:
+        self._held(timeout)
         self._record(message, None)
 
-    def schedule_messages(self, message: Any, when: datetime) -> list[int]:
+    def schedule_messages(self, message: Any, when: datetime, *, timeout: float | None = None) -> list[int]:
+        self._held(timeout)
         self._record(message, when.timestamp())
         return [0]
+
+    def _held(self, timeout: float | None) -> None:
+        from azure.servicebus.exceptions import OperationTimeoutError
+
+        self._broker.timeouts.append(timeout)
+        hold = self._broker.hold
+        if hold is not None and not hold.wait(timeout):
+            raise OperationTimeoutError(message="send timed out")  # as the SDK does past the operation timeout
 
     def close(self) -> None:
         pass

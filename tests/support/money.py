@@ -21,18 +21,18 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from casekeeper.core.cases import Case
+from casekeeper.core.cases import Case, applied
 from casekeeper.core.ledger import Effect
 
 
 def facts_by_version(initial: Mapping[str, Any], case: Case) -> dict[int, dict[str, Any]]:
     """The case's facts at every version, from the facts it was created with and each transition's
-    ``changes`` (the new values of the facts it changed)."""
+    ``changes`` (the new values of the facts it changed, what a list gained and lost)."""
     facts = {1: dict(initial)}
     current = dict(initial)
     for transition in sorted(case.history, key=lambda t: t.from_version):
         if transition.changes:
-            current = {**current, **transition.changes}
+            current = applied(current, transition.changes)
         facts[transition.from_version + 1] = dict(current)
     return facts
 

@@ -15,11 +15,13 @@ import pytest
 
 from casekeeper.core.keys import approval_request_id
 from shared.app.bootstrap import Services
+from shared.handlers.door import ANSWER_SECONDS, RETRY_AFTER_SECONDS
 from shared.handlers.pages import approval_path, redrive_purpose
 from shared.messaging.sqlite_queue import LocalSessionQueue
 from shared.web import csrf
 from shared.web.identity import APPROVER_ROLE, OPERATOR_ROLE, PRINCIPAL_HEADER, encode_principal
 from tests.support.downstream import leave_started
+from tests.support.locks import write_lock
 from tests.triggers.conftest import QUEUE, user_function
 
 ORIGIN = "http://localhost"
@@ -236,6 +238,26 @@ def test_approving_enqueues_one_answer_recorded_as_the_signed_in_approver(
     [msg] = queue.peek(QUEUE)
     data = json.loads(msg.body)["data"]
     assert (data["approver"], data["decision"], data["caseVersion"]) == (ANA_RECORDED, "approve", 2)
+
+
+def test_an_answer_while_the_store_is_held_is_refused_503_with_retry_after_within_5_s(
+    functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
+) -> None:
+    """The page answers as the API does (docs/design.md#door-budget): within 5 s, and nothing is recorded."""
+    request_id = pending_case(svc)
+    token = form_token(open_request(functions, "INV-7", request_id, ANA))
+    form = {"csrf": token, "caseVersion": "2", "decision": "approve", "reason": ""}
+    with write_lock(svc.settings.sqlite_path):
+        started = time.monotonic()
+        response = post_answer(functions, "INV-7", request_id, form, ANA)
+        took = time.monotonic() - started
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == str(RETRY_AFTER_SECONDS)
+    assert took < ANSWER_SECONDS, f"answered after {took:.1f}s"
+    assert "Your answer was not recorded" in text(response)
+    assert queue.peek(QUEUE) == []
+    assert post_answer(functions, "INV-7", request_id, form, ANA).status_code == 303
+    assert len(queue.peek(QUEUE)) == 1
 
 
 def test_a_second_approver_with_another_answer_is_told_the_request_was_already_answered(

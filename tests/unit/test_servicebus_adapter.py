@@ -72,6 +72,37 @@ def _carried(properties: dict[Any, Any]) -> Any:
     return trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": value})).get_span_context()
 
 
+def test_a_send_with_a_budget_gives_up_within_it_and_so_does_one_waiting_for_its_link() -> None:
+    """The door's sender (docs/design.md#door-budget): the SDK's operation timeout is passed on, and a send
+    that waits for a free link gives up at the same budget."""
+    broker = Broker()
+    broker.hold = threading.Event()
+    sender = ServiceBusEventSender("case-events", lambda: FakeClient(broker), pool_size=1, send_timeout=0.3)
+    event = CaseEvent("po.updated", "C-1", {"poAmount": "1.00"})
+    outcomes: list[BaseException | None] = []
+
+    def send(message_id: str) -> None:
+        try:
+            sender.send(event, message_id=message_id)
+            outcomes.append(None)
+        except QueueUnavailable as exc:
+            outcomes.append(exc)
+
+    started = time.monotonic()
+    first = threading.Thread(target=send, args=("m-1",))
+    first.start()
+    time.sleep(0.05)
+    send("m-2")  # the only link is stalled in the first send: this one waits for it, then stalls too
+    first.join()
+    took = time.monotonic() - started
+    assert len(outcomes) == 2 and all(isinstance(o, QueueUnavailable) for o in outcomes)
+    assert took < 1.0
+    assert set(broker.timeouts) == {0.3} and broker.sent == []
+    broker.hold.set()
+    sender.send(event, message_id="m-3")
+    assert [m.message_id for m in broker.sent] == ["m-3"]
+
+
 def test_a_send_carries_the_current_span_as_diagnostic_id_scheduled_or_not() -> None:
     broker = Broker()
     sender = ServiceBusEventSender("case-events", lambda: FakeClient(broker))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from casekeeper.errors import ConfigurationError, DownstreamRejected, OutcomeUnk
 from devhost.ports import free_port
 from devhost.supplier_stub import Faults, SupplierStub
 from shared.supplier import SupplierPortal
+from shared.supplier.portal import MAX_ANSWER_BYTES, MAX_FIELD_CHARS
 
 REPO = Path(__file__).resolve().parents[2]
 HOLD = 0.8  # the stub holds replies this long ...
@@ -72,10 +74,10 @@ def read_log(path: Path) -> list[dict[str, Any]]:
 def test_request_returns_the_new_credit_note(stub: SupplierStub, portal: SupplierPortal) -> None:
     note = ask(portal)
 
-    assert note["creditNoteId"] == "CN-000001"
-    assert note["caseId"] == "case-1"
-    assert note["amount"] == "120.50"
-    assert stub.notes == [note]
+    assert note == {"creditNoteId": "CN-000001", "amount": "120.50", "currency": "EUR"}
+    [held] = stub.notes
+    assert held["caseId"] == "case-1"
+    assert {k: held[k] for k in note} == note
     [post] = posts(stub)
     assert post["status"] == 201
     assert post["idempotencyKey"] == "key-1"
@@ -239,6 +241,7 @@ def test_a_refused_connection_is_unknown() -> None:
 class _CannedHandler(BaseHTTPRequestHandler):
     reply_status = 200
     reply_body = b"{}"
+    declare_length = True
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -246,24 +249,29 @@ class _CannedHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.send_response(self.reply_status)
-        self.send_header("Content-Length", str(len(self.reply_body)))
+        if self.declare_length:
+            self.send_header("Content-Length", str(len(self.reply_body)))
         self.end_headers()
-        self.wfile.write(self.reply_body)
+        # Without a Content-Length (HTTP/1.0) the body ends when the connection closes: it must be read.
+        with contextlib.suppress(OSError):  # a client that stops reading early closes its end
+            self.wfile.write(self.reply_body)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
 @pytest.fixture
-def canned() -> Iterator[Callable[[int, str], SupplierPortal]]:
+def canned() -> Iterator[Callable[..., SupplierPortal]]:
     """``canned(status, body)``: a portal client of a server that answers every request so."""
     servers: list[ThreadingHTTPServer] = []
     clients: list[SupplierPortal] = []
 
-    def serve(status: int, body: str) -> SupplierPortal:
+    def serve(status: int, body: str, *, declare_length: bool = True) -> SupplierPortal:
         class Handler(_CannedHandler):
             reply_status = status
             reply_body = body.encode()
+
+        Handler.declare_length = declare_length
 
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
@@ -317,6 +325,44 @@ def test_a_2xx_without_a_credit_note_id_is_unknown(canned: Callable[[int, str], 
     assert caught.value.status == 201
     with pytest.raises(OutcomeUnknown):
         portal.find_credit_note("key-1")
+
+
+@pytest.mark.parametrize("declare_length", [True, False], ids=["declared", "until-close"])
+def test_an_answer_over_the_byte_limit_is_unknown_and_not_kept(
+    canned: Callable[..., SupplierPortal], declare_length: bool
+) -> None:
+    """A supplier that answers a credit-note request with 3 MB (its PDF inline): the note may exist, so the
+    outcome is unknown (reconciled by lookup), and nothing of the answer is kept."""
+    answer = json.dumps({"creditNoteId": "CN-1", "amount": "1.00", "pdf": "x" * 3_000_000})
+    portal = canned(201, answer, declare_length=declare_length)
+
+    with pytest.raises(OutcomeUnknown) as caught:
+        ask(portal)
+    assert caught.value.status == 201
+    assert f"over {MAX_ANSWER_BYTES} bytes" in str(caught.value)
+    with pytest.raises(OutcomeUnknown):
+        portal.find_credit_note("key-1")
+
+
+def test_only_the_fields_the_app_uses_are_kept(canned: Callable[..., SupplierPortal]) -> None:
+    answer = {
+        "creditNoteId": "CN-7",
+        "amount": "12.00",
+        "currency": "EUR",
+        "pdf": "x" * (MAX_ANSWER_BYTES // 2),
+        "lines": [{"n": n} for n in range(100)],
+    }
+    portal = canned(201, json.dumps(answer))
+
+    assert ask(portal) == {"creditNoteId": "CN-7", "amount": "12.00", "currency": "EUR"}
+    assert portal.find_credit_note("key-1") == {"creditNoteId": "CN-7", "amount": "12.00", "currency": "EUR"}
+
+
+def test_a_kept_field_too_long_is_dropped_and_a_too_long_id_is_unknown(canned: Callable[..., SupplierPortal]) -> None:
+    long_text = "y" * (MAX_FIELD_CHARS + 1)
+    assert ask(canned(201, json.dumps({"creditNoteId": "CN-8", "currency": long_text}))) == {"creditNoteId": "CN-8"}
+    with pytest.raises(OutcomeUnknown, match="creditNoteId of"):
+        ask(canned(201, json.dumps({"creditNoteId": long_text})))
 
 
 @pytest.mark.parametrize("status", [400, 409, 500, 503])
