@@ -292,7 +292,7 @@ def build(
     )
     sender = sender if sender is not None else open_sender(settings)
     records = CaseRecords(store=ops.store, cases=ops.cases, ledger=ops.ledger)
-    ingress = Ingress(settings.webhook_secrets, sender, ops.clock, store=ops.store)
+    ingress = Ingress(settings.webhook_secrets, sender, ops.clock, store=ops.store, future_skew=settings.future_skew)
     return Services(
         settings=settings,
         ops=ops,
@@ -317,6 +317,7 @@ def build(
             alerts=ops.alerts,
             dead_letters=ops.dead_letters,
             checkpoint_lag=settings.checkpoint_lag,
+            invoice_wait=settings.invoice_wait,
             open_case_grace=settings.call_timeout,
             call_timeout=settings.call_timeout,
         ),

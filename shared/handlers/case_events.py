@@ -175,7 +175,7 @@ async def _handle(
     envelope = replace(envelope, root=envelope.root_or(message_id))
     # The ingress stamped when it accepted the event; every copy carries the stamp (docs/design.md#fact-order).
     # Casekeeper's own messages (re-checks, investigations) carry no fact and no stamp.
-    event = replace(event, accepted_at=envelope.accepted_at)
+    event = replace(event, accepted_at=envelope.accepted_at, body_sha256=envelope.body_sha256)
 
     async def attempt() -> Settlement:
         if event.type == ev.EFFECT_RECHECK:
