@@ -9,6 +9,10 @@ order; transition ``fromVersion f`` makes version ``f + 1``. What a transition c
    the case recorded as superseded, and those equal to the PO amount at the time, which change
    nothing), and ``credit_note.issued: credit note X for A received ...`` adds credit X for A.
 
+A case whose facts came before its invoice starts ``awaiting_invoice`` (docs/design.md#facts-before-their-case):
+its versions before the invoice hold no invoice and are left out; the timeline starts at the version the
+invoice opened, with the facts that transition wrote (the invoice with every held fact folded in).
+
 The rebuilt final facts are compared with the case's facts; a difference is reported (an event lost, or
 applied that was never accepted). A report the case recorded as superseded (``supersededEvents``) has
 no transition: it changed nothing.
@@ -110,7 +114,17 @@ def rebuild(
         timeline.problems.append(f"history starts at v{history[0].get('fromVersion')}: earlier facts are unknown")
         return timeline
     version = 1
-    timeline.at[1] = facts
+    held = 0
+    while held < len(history) and history[held].get("status") == AWAITING_INVOICE:
+        held += 1  # facts held before the invoice: no invoice, so no money rule, until it opened the case
+    if held:
+        if held == len(history):
+            return timeline  # still awaiting its invoice: nothing decided yet
+        opening = history[held]
+        version = int(opening["fromVersion"]) + 1
+        facts, _ = _apply(facts, opening, iter(()), timeline)
+        history = history[held + 1 :]
+    timeline.at[version] = facts
     next_po = iter(timeline.expected_po)
     sources: set[str] = set()
     for transition in history:
@@ -123,6 +137,10 @@ def rebuild(
     _compare_final(facts, view, timeline)
     _true_facts(timeline)
     return timeline
+
+
+AWAITING_INVOICE = "awaiting_invoice"
+"""A case that holds facts that came before its invoice (docs/design.md#facts-before-their-case)."""
 
 
 def _true_facts(timeline: Timeline) -> None:

@@ -15,6 +15,7 @@ API), on SQLite and on the Cosmos DB test server.
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ from tests.conftest import StoreSpec
 from tests.support.outage import ALL, OutageStore
 from tests.support.supplier import posts
 from tests.triggers.conftest import QUEUE, deliver_next, on_the_local_queue, settings_for, signed_request, user_function
+from tests.triggers.test_pages import OLGA, get, text
 
 CASE = "C-first"
 INVOICE = {
@@ -109,6 +111,7 @@ def asked(supplier: SupplierStub) -> list[str]:
     return [str(p["body"]["amount"]) for p in posts(supplier) if p["body"].get("caseId") == CASE]
 
 
+@pytest.mark.usefixtures("behind_easy_auth")  # the page believes the signed-in operator only behind Easy Auth
 def test_a_po_edit_that_overtakes_its_invoice_is_held_and_the_first_decision_asks_what_the_newest_facts_owe(
     functions: dict[str, Any],
     clock: ManualClock,
@@ -126,7 +129,11 @@ def test_a_po_edit_that_overtakes_its_invoice_is_held_and_the_first_decision_ask
     assert held["case"]["facts"] == {"poAmount": "1450.00"}
     assert held["credit"] is None and held["effects"] == [] and held["rejectedEvents"] == []
     assert held["factOrder"]["poAmount"]["deliveryId"] == "d-po"
+    assert held["awaitingInvoice"]["deliveries"] == ["d-po"]
     assert asked(supplier) == []
+    page = get(functions, "case_page", f"/api/cases/{CASE}/page", OLGA, caseId=CASE)
+    assert page.status_code == 200
+    assert "Waiting for the invoice" in html.unescape(text(page)) and "1450.00" in text(page)
 
     accepted(functions, clock, "invoice.received", "d-inv", **INVOICE, occurredAt=iso(sent - 120))
     deliver_all(functions, queue, clock)
@@ -136,7 +143,7 @@ def test_a_po_edit_that_overtakes_its_invoice_is_held_and_the_first_decision_ask
     assert asked(supplier) == ["50.00"], "the first decision did not see the PO edit held before the invoice"
     opened = next(t for t in shown["history"] if t["deliveryId"] == "d-inv")
     assert opened["status"] == "open" and "PO amount 1000.00 -> 1450.00" in opened["reason"]
-    assert shown["rejectedEvents"] == [] and shown["supersededEvents"] == []
+    assert shown["rejectedEvents"] == [] and shown["supersededEvents"] == [] and shown["awaitingInvoice"] is None
 
 
 def test_a_credit_note_that_overtakes_its_invoice_counts_in_the_first_decision(
