@@ -28,6 +28,10 @@ health         notified alerts (``ALERT_RETENTION_DAYS``);   unnotified alerts; 
                deduplicate its events)
 =============  ===========================================  =====================================
 
+A delivery record that expired leaves the delivery id judged by its body all the same: the case it changed
+remembers the body's digest for as long as the case exists (``shared.handlers.door``), and sets aside the
+same id with another body.
+
 A setting of 0 keeps those documents forever. A document that moves back out of a final state (a
 ``po.updated`` reopens an approved case) loses its ``ttl`` with that write. An effect's own body cannot say
 whether it is still needed: the money rule counts a case's credit-note requests from the ledger for as long
