@@ -14,8 +14,7 @@ its id), so that
   the case had seen by then, not what it showed if it applied an older fact over a newer one.
 
 Two reports of one fact compare as the product compares them (``shared.domain.order``): by
-``(occurredAt or first acceptance, first acceptance, update, delivery id)`` (on a tie of both times, a
-``po.updated`` is newer than its invoice's PO amount), so two deliveries are never equal.
+``(occurredAt or first acceptance, first acceptance, delivery id)``, so two deliveries are never equal.
 
 Events set aside (``rejectedEvents``, with a reason) are not facts of the case. A report older than the
 fact the case holds is recorded in the case's ``supersededEvents`` (:func:`superseded_record`), not in
@@ -51,12 +50,11 @@ class Report:
     delivery: str
     occurred_at: str | None = None
     accepted: float = 0.0
-    invoice: bool = False
 
     @property
-    def rank(self) -> tuple[float, float, int, str]:
-        """Where it stands: ``(key, accepted, update, delivery)``, the product's comparison key."""
-        return self.key, self.accepted, 0 if self.invoice else 1, self.delivery
+    def rank(self) -> tuple[float, float, str]:
+        """Where it stands: ``(key, accepted, delivery)``, the product's comparison key."""
+        return self.key, self.accepted, self.delivery
 
     def describe(self) -> str:
         where = f"occurredAt {self.occurred_at}" if self.occurred_at else "by acceptance order"
@@ -127,8 +125,7 @@ def source_order(sent: Iterable[Sent], set_aside: set[str]) -> SourceOrder:
         first = first_accepted[s.delivery]
         try:
             if s.event_type == INVOICE and order.invoice is None:
-                po = Decimal(str(s.data["poAmount"]))
-                order.invoice = Report(key, po, s.delivery, stamped, first, invoice=True)
+                order.invoice = Report(key, Decimal(str(s.data["poAmount"])), s.delivery, stamped, first)
             elif s.event_type == PO:
                 order.po.append(Report(key, Decimal(str(s.data["poAmount"])), s.delivery, stamped, first))
             elif s.event_type == CREDIT:

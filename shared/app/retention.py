@@ -23,9 +23,9 @@ checkpoints    a run's checkpoints without pending requests  -
 health         notified alerts (``ALERT_RETENTION_DAYS``);   unnotified alerts; checkpoint
                alerted checkpoint failures, rejected events  failures not yet alerted; cursors
                and lookup failures                           and the clock
-               (``FAILURE_RETENTION_DAYS``); delivery and
-               answer records, as a closed case (they
-               deduplicate its events)
+               (``FAILURE_RETENTION_DAYS``); delivery,
+               answer and fact-clock records, as a closed
+               case (they dedupe and order its events)
 =============  ===========================================  =====================================
 
 A delivery record that expired leaves the delivery id judged by its body all the same: the case it changed
@@ -59,7 +59,7 @@ TTL_FIELD = "ttl"
 FINAL_CASE_STATUSES = frozenset({"closed", "approved"})
 SETTLED_EFFECT_STATUSES = frozenset({"done", "failed"})
 FAILURE_KINDS = frozenset({"checkpoint_failure", "rejected_event", "lookup_failures"})
-DEDUPLICATION_KINDS = frozenset({"delivery", "approval_answer"})
+DEDUPLICATION_KINDS = frozenset({"delivery", "approval_answer", "fact_clock"})
 CHECKPOINT_KIND = "checkpoint"
 PAUSED_STATUS = "awaiting_approval"
 NEVER = -1

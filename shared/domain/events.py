@@ -51,8 +51,7 @@ class CaseEvent:
         if self.accepted_at is None:
             raise ValueError(f"{self.type} for case {self.case_id} was never stamped with its acceptance time")
         occurred = self.data.get("occurredAt")
-        stamped = occurred if isinstance(occurred, str) else None
-        return FactOrder(stamped, self.accepted_at, self.delivery_id, invoice=self.type == INVOICE_RECEIVED)
+        return FactOrder(occurred if isinstance(occurred, str) else None, self.accepted_at, self.delivery_id)
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.type, "caseId": self.case_id, "data": self.data}

@@ -9,12 +9,9 @@ source's order in one of two ways:
   the message, and carried unchanged by every delayed copy, redelivery and redrive).
 
 :class:`FactOrder` is that order, stamped once. Two orders compare by the key
-``(occurredAt or acceptedAt, acceptedAt, update, deliveryId)``: the fact's time first, then, between facts
-of the same time, the one Casekeeper accepted later, then a fact's own update (``po.updated``) over the PO
-amount its invoice stated, then the delivery id, so that no two different deliveries are ever equal. The
-acceptance stamp is the store's clock, which on Cosmos DB has whole seconds: an invoice and the PO edit
-that follows it within one second tie on it, and the edit, which can only be about the PO the invoice
-names, is the newer. One delivery id is one report: its copies are equal to it, whatever their stamps. Times
+``(occurredAt or acceptedAt, acceptedAt, deliveryId)``: the fact's time first, then, between facts of the
+same time, the one Casekeeper accepted later, then the delivery id, so that no two different deliveries
+are ever equal. One delivery id is one report: its copies are equal to it, whatever their stamps. Times
 compare as exact instants (UTC, every fractional digit the sender gave).
 
 Pure: no clock, no I/O. The ingress and the case worker supply the times.
@@ -67,15 +64,12 @@ class FactOrder:
     occurred_at: str | None
     accepted_at: float
     delivery_id: str | None
-    invoice: bool = False
-    """The report is an ``invoice.received`` (its PO amount as the invoice states it): on a tie of time and
-    acceptance, older than an update of the fact."""
 
-    def key(self) -> tuple[Decimal, Decimal, int, str]:
-        """The comparison key: ``(occurredAt or acceptedAt, acceptedAt, update, deliveryId)``."""
+    def key(self) -> tuple[Decimal, Decimal, str]:
+        """The comparison key: ``(occurredAt or acceptedAt, acceptedAt, deliveryId)``."""
         accepted = Decimal(repr(self.accepted_at))
         when = instant(self.occurred_at) if self.occurred_at is not None else accepted
-        return when, accepted, 0 if self.invoice else 1, self.delivery_id or ""
+        return when, accepted, self.delivery_id or ""
 
     def newer_than(self, held: FactOrder | None) -> bool:
         """Whether a fact of this order replaces one of order ``held``. A fact recorded before orders were
@@ -91,8 +85,7 @@ class FactOrder:
         return self.key() == held.key() or (self.delivery_id is not None and self.delivery_id == held.delivery_id)
 
     def to_json(self) -> dict[str, Any]:
-        order = {"occurredAt": self.occurred_at, "acceptedAt": self.accepted_at, "deliveryId": self.delivery_id}
-        return {**order, "invoice": True} if self.invoice else order
+        return {"occurredAt": self.occurred_at, "acceptedAt": self.accepted_at, "deliveryId": self.delivery_id}
 
     @classmethod
     def from_json(cls, raw: Any) -> FactOrder | None:
@@ -104,8 +97,7 @@ class FactOrder:
         if occurred is not None and occurred_at_problem(occurred) is not None:
             return None
         delivery = raw.get("deliveryId")
-        delivery_id = str(delivery) if delivery is not None else None
-        return cls(occurred, float(raw["acceptedAt"]), delivery_id, invoice=raw.get("invoice") is True)
+        return cls(occurred, float(raw["acceptedAt"]), str(delivery) if delivery is not None else None)
 
 
 def describe(order: FactOrder | None) -> str:
