@@ -78,6 +78,14 @@ class Timeline:
     order: SourceOrder = field(default_factory=SourceOrder)
     true_at: dict[int, Facts] = field(default_factory=dict)
     """The facts that were true at each version (see the module's docstring)."""
+    held: list[Facts] = field(default_factory=list)
+    """The facts the case held before its invoice opened it (``awaiting_invoice``), one per held change,
+    over the invoice's amounts as the driver sent them: not versions the money rule judges."""
+
+    def every_held(self) -> list[Facts]:
+        """The facts at every version and those held before the invoice: what the case ever showed."""
+        return [*self.at.values(), *self.held]
+
     stale: list[str] = field(default_factory=list)
     """Changes that applied an older fact over a newer one."""
 
@@ -115,8 +123,12 @@ def rebuild(
         return timeline
     version = 1
     held = 0
+    waiting = facts
     while held < len(history) and history[held].get("status") == AWAITING_INVOICE:
-        held += 1  # facts held before the invoice: no invoice, so no money rule, until it opened the case
+        # Facts held before the invoice: no invoice, so no money rule, until it opened the case.
+        waiting, _ = _apply(waiting, history[held], iter(()), timeline)
+        timeline.held.append(waiting)
+        held += 1
     if held:
         if held == len(history):
             return timeline  # still awaiting its invoice: nothing decided yet
