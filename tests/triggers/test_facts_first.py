@@ -28,7 +28,7 @@ import azure.functions as func
 import pytest
 
 from casekeeper.core.clock import ManualClock
-from casekeeper.core.ports import DocumentStore
+from casekeeper.core.ports import Document, DocumentStore, Query
 from devhost.schedule import timer_request
 from devhost.supplier_stub import SupplierStub
 from shared.app import bootstrap
@@ -285,31 +285,69 @@ def test_an_occurred_at_far_in_the_future_is_refused_at_the_door_naming_the_limi
     assert ok.status_code == 202, ok.get_body()
 
 
+class AwaitingReads:
+    """The real store, keeping the ids of the cases its ``awaiting_invoice`` queries return: what the timer's
+    missing-invoice duty reads (the other duties' reads are theirs)."""
+
+    def __init__(self, inner: DocumentStore) -> None:
+        self.inner = inner
+        self.returned: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def query(self, container: str, query: Query) -> list[Document]:
+        docs = self.inner.query(container, query)
+        if container == "cases" and query.equals.get("status") == "awaiting_invoice":
+            self.returned.extend(d.id for d in docs)
+        return docs
+
+
 @pytest.fixture
-def timed(tmp_path: Path, supplier: SupplierStub) -> Iterator[tuple[Services, ManualClock, LocalSessionQueue]]:
-    """SQLite under a manual clock (the store's too): the wait for an invoice passes without sleeping."""
+def timed(
+    tmp_path: Path, supplier: SupplierStub
+) -> Iterator[tuple[Services, ManualClock, LocalSessionQueue, AwaitingReads]]:
+    """SQLite under a manual clock (the store's too): the wait for an invoice passes without sleeping. The
+    store counts the documents its queries return."""
     from casekeeper.stores.sqlite import SqliteDocumentStore
 
     clock = ManualClock(time.time())
     settings = settings_for(tmp_path, supplier.url, INVOICE_WAIT_SECONDS="3600")
-    store = SqliteDocumentStore(settings.sqlite_path, clock=clock.now)
-    with on_the_local_queue(settings, clock, store) as (svc, queue):
-        yield svc, clock, queue
+    store = AwaitingReads(SqliteDocumentStore(settings.sqlite_path, clock=clock.now))
+    with on_the_local_queue(settings, clock, store) as (svc, queue):  # type: ignore[arg-type]
+        yield svc, clock, queue, store
 
 
-def test_a_case_whose_invoice_never_comes_is_told_to_a_person_once(
-    functions: dict[str, Any], timed: tuple[Services, ManualClock, LocalSessionQueue]
+def test_a_case_whose_invoice_never_comes_is_told_to_a_person_once_and_the_timer_reads_only_what_is_due(
+    functions: dict[str, Any], timed: tuple[Services, ManualClock, LocalSessionQueue, AwaitingReads]
 ) -> None:
-    svc, clock, queue = timed
-    body = json.dumps({"type": "po.updated", "caseId": CASE, "data": {"poAmount": "900.00"}}).encode()
-    assert user_function(functions, "events")(signed_request(body, delivery="d-po", at=clock.now())).status_code == 202
-    deliver_next(functions, queue)
-    tick = timer_request(past_due=False, schedule_status=None)
+    """Three cases hold facts without an invoice; one is due after INVOICE_WAIT_SECONDS: one alert, for it.
+    The timer's query reads the due case once, never the cases still within the wait, and nothing on the
+    ticks after (it walks a window behind a cursor)."""
+    svc, clock, queue, store = timed
+
+    def hold(case_id: str) -> None:
+        body = json.dumps({"type": "po.updated", "caseId": case_id, "data": {"poAmount": "900.00"}}).encode()
+        request = signed_request(body, delivery=f"d-{case_id}", at=clock.now())
+        assert user_function(functions, "events")(request).status_code == 202
+        deliver_next(functions, queue)
+
+    def missing() -> list[str]:
+        return [a.fields["caseId"] for a in svc.ops.alerts.recent() if a.alert_kind == "invoice_missing"]
+
+    def tick() -> list[str]:
+        store.returned.clear()
+        user_function(functions, "checkpoint_health")(timer_request(past_due=False, schedule_status=None))
+        return list(store.returned)
+
+    hold(CASE)
     clock.advance(3000)
-    user_function(functions, "checkpoint_health")(tick)
-    assert [a for a in svc.ops.alerts.recent() if a.alert_kind == "invoice_missing"] == []
+    hold("C-later-1")
+    hold("C-later-2")
+    assert tick() == [] and missing() == []
     clock.advance(700)
-    user_function(functions, "checkpoint_health")(tick)
-    user_function(functions, "checkpoint_health")(tick)
+    assert tick() == [CASE]
+    assert tick() == [] and tick() == []
     [alert] = [a for a in svc.ops.alerts.recent() if a.alert_kind == "invoice_missing"]
     assert alert.fields["caseId"] == CASE and "INVOICE_WAIT_SECONDS=3600" in alert.message
+    assert missing() == [CASE]
