@@ -232,6 +232,7 @@ def other_host(svc: Services, clock: ManualClock, *, ahead: float) -> Iterator[N
         yield
     finally:
         bootstrap.use(svc)
+        fast.ops.supplier.close()  # the store is the first host's, closed with it
         queue.close()
 
 
