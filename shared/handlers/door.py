@@ -28,9 +28,10 @@ The records (the fact clocks too) are kept as long as a closed case (``CLOSED_CA
 body. After it, the case still judges the id: every delivery that changed a case, or was held or
 superseded on it, leaves its body's digest on the case (``shared.workflow.fact_events``, ``deliveries``),
 and a delivery whose id the case knows with another body is set aside there with the reason, shown in the
-case's ``rejectedEvents``. So a delivery id is judged by its body for as long as its case exists. Each record is a few hundred bytes in one
-logical partition per kind; a Cosmos DB logical partition holds 20 GB, tens of millions of deliveries. If
-a store write fails, nothing is enqueued and the caller is told to retry (503).
+case's ``rejectedEvents``. So a delivery id is judged by its body for as long as its case exists. Each
+record is a few hundred bytes in one logical partition per kind; a Cosmos DB logical partition holds 20
+GB, tens of millions of deliveries. If a store write fails, nothing is enqueued and the caller is told to
+retry (503).
 """
 
 from __future__ import annotations
