@@ -135,8 +135,9 @@ def _not_reflected(evidence: Evidence, sent: Sent, timeline: Timeline | None) ->
         )
         return None if same else f"{what} for another invoice than the case's, and not set aside"
     if sent.event_type == "po.updated":
-        amounts = {f.po_amount for f in timeline.at.values()} if timeline is not None else set()
-        if timeline is not None and timeline.at and not any(_eq(a, sent.data.get("poAmount")) for a in amounts):
+        shown = timeline.every_held() if timeline is not None else []
+        amounts = {f.po_amount for f in shown}
+        if timeline is not None and shown and not any(_eq(a, sent.data.get("poAmount")) for a in amounts):
             return _superseded(
                 view, timeline, sent, f"{what}: the case's PO amount was never {sent.data.get('poAmount')}"
             )
@@ -145,8 +146,9 @@ def _not_reflected(evidence: Evidence, sent: Sent, timeline: Timeline | None) ->
         note_id = str(sent.data.get("creditNoteId"))
         if note_id not in {str(c.get("creditNoteId")) for c in facts.get("credits") or ()}:
             return f"{what}: credit {note_id} missing"
-        held = {f.credit(note_id) for f in timeline.at.values()} if timeline is not None else set()
-        if timeline is not None and timeline.at and not any(_eq(a, sent.data.get("amount")) for a in held):
+        shown = timeline.every_held() if timeline is not None else []
+        held = {f.credit(note_id) for f in shown}
+        if timeline is not None and shown and not any(_eq(a, sent.data.get("amount")) for a in held):
             never = f"{what}: credit {note_id} was never {sent.data.get('amount')}"
             return _superseded(view, timeline, sent, never)
         return None

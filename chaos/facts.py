@@ -10,6 +10,10 @@ order; transition ``fromVersion f`` makes version ``f + 1``. What a transition c
    the case recorded as superseded, and those equal to the PO amount at the time, which change
    nothing), and ``credit_note.issued: credit note X for A received ...`` adds credit X for A.
 
+A case whose facts came before its invoice starts ``awaiting_invoice`` (docs/design.md#facts-before-their-case):
+its versions before the invoice hold no invoice and are left out; the timeline starts at the version the
+invoice opened, with the facts that transition wrote (the invoice with every held fact folded in).
+
 The rebuilt final facts are compared with the case's facts; a difference is reported (an event lost, or
 applied that was never accepted). A report the case recorded as superseded (``supersededEvents``) has
 no transition: it changed nothing.
@@ -75,6 +79,14 @@ class Timeline:
     order: SourceOrder = field(default_factory=SourceOrder)
     true_at: dict[int, Facts] = field(default_factory=dict)
     """The facts that were true at each version (see the module's docstring)."""
+    held: list[Facts] = field(default_factory=list)
+    """The facts the case held before its invoice opened it (``awaiting_invoice``), one per held change,
+    over the invoice's amounts as the driver sent them: not versions the money rule judges."""
+
+    def every_held(self) -> list[Facts]:
+        """The facts at every version and those held before the invoice: what the case ever showed."""
+        return [*self.at.values(), *self.held]
+
     stale: list[str] = field(default_factory=list)
     """Changes that applied an older fact over a newer one."""
 
@@ -111,7 +123,21 @@ def rebuild(
         timeline.problems.append(f"history starts at v{history[0].get('fromVersion')}: earlier facts are unknown")
         return timeline
     version = 1
-    timeline.at[1] = facts
+    held = 0
+    waiting = facts
+    while held < len(history) and history[held].get("status") == AWAITING_INVOICE:
+        # Facts held before the invoice: no invoice, so no money rule, until it opened the case.
+        waiting, _ = _apply(waiting, history[held], iter(()), timeline)
+        timeline.held.append(waiting)
+        held += 1
+    if held:
+        if held == len(history):
+            return timeline  # still awaiting its invoice: nothing decided yet
+        opening = history[held]
+        version = int(opening["fromVersion"]) + 1
+        facts, _ = _apply(facts, opening, iter(()), timeline)
+        history = history[held + 1 :]
+    timeline.at[version] = facts
     next_po = iter(timeline.expected_po)
     sources: set[str] = set()
     for transition in history:
@@ -124,6 +150,10 @@ def rebuild(
     _compare_final(facts, view, timeline)
     _true_facts(timeline)
     return timeline
+
+
+AWAITING_INVOICE = "awaiting_invoice"
+"""A case that holds facts that came before its invoice (docs/design.md#facts-before-their-case)."""
 
 
 def _true_facts(timeline: Timeline) -> None:

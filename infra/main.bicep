@@ -40,6 +40,8 @@
 //   CHECKPOINT_LAG_SECONDS               = checkpoint-health lag threshold (shared/handlers/health).
 //   CHECKPOINT_MAX_BYTES                 = checkpoints larger than this are refused at save (Cosmos DB
 //                                          documents are at most 2 MB); shared/workflow/checkpoints.
+//   FUTURE_SKEW_SECONDS                  = how far ahead of the store's clock an occurredAt may be (door, 400).
+//   INVOICE_WAIT_SECONDS                 = how long facts may wait for their invoice before invoice_missing.
 //   ALERT_WEBHOOK_URL                    = Key Vault reference when given, else empty. shared/app/alerts.Alerter
 //                                          POSTs every alert there.
 //   ALERT_NOTIFY_GRACE_SECONDS           = the timer's wait before it notifies an alert its recorder did not.
@@ -274,6 +276,14 @@ param checkpointHealthSchedule string = '0 */5 * * * *'
 @minValue(1)
 @description('CHECKPOINT_LAG_SECONDS: checkpoint lag that raises a checkpoint-health alert.')
 param checkpointLagSeconds int = 600
+
+@minValue(1)
+@description('FUTURE_SKEW_SECONDS: how far ahead of the store clock an event occurredAt may be before the door refuses it.')
+param futureSkewSeconds int = 300
+
+@minValue(1)
+@description('INVOICE_WAIT_SECONDS: how long a case may hold facts without its invoice before the timer alerts invoice_missing.')
+param invoiceWaitSeconds int = 86400
 
 @minValue(1000)
 @maxValue(2000000)
@@ -550,6 +560,8 @@ var appSettings = {
   CHECKPOINT_HEALTH_SCHEDULE: checkpointHealthSchedule
   CHECKPOINT_LAG_SECONDS: string(checkpointLagSeconds)
   CHECKPOINT_MAX_BYTES: string(checkpointMaxBytes)
+  FUTURE_SKEW_SECONDS: string(futureSkewSeconds)
+  INVOICE_WAIT_SECONDS: string(invoiceWaitSeconds)
   ALERT_WEBHOOK_URL: empty(alertWebhookUrl) ? '' : '@Microsoft.KeyVault(SecretUri=${keyVault.outputs.alertWebhookUrlSecretUri})'
   ALERT_NOTIFY_GRACE_SECONDS: '30'
   CLOSED_CASE_RETENTION_DAYS: string(closedCaseRetentionDays)

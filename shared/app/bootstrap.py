@@ -372,7 +372,9 @@ def build(
     if door_store is None:
         door_store = open_door_store(settings) if store is None else ops.store
     records = CaseRecords(store=ops.store, cases=ops.cases, ledger=ops.ledger)
-    ingress = Ingress(settings.webhook_secrets, door_sender, ops.clock, store=door_store)
+    ingress = Ingress(
+        settings.webhook_secrets, door_sender, ops.clock, store=door_store, future_skew=settings.future_skew
+    )
     return Services(
         settings=settings,
         ops=ops,
@@ -397,6 +399,7 @@ def build(
             alerts=ops.alerts,
             dead_letters=ops.dead_letters,
             checkpoint_lag=settings.checkpoint_lag,
+            invoice_wait=settings.invoice_wait,
             open_case_grace=settings.call_timeout,
             call_timeout=settings.call_timeout,
         ),

@@ -23,10 +23,14 @@ checkpoints    a run's checkpoints without pending requests  -
 health         notified alerts (``ALERT_RETENTION_DAYS``);   unnotified alerts; checkpoint
                alerted checkpoint failures, rejected events  failures not yet alerted; cursors
                and lookup failures                           and the clock
-               (``FAILURE_RETENTION_DAYS``); delivery and
-               answer records, as a closed case (they
-               deduplicate its events)
+               (``FAILURE_RETENTION_DAYS``); delivery,
+               answer and fact-clock records, as a closed
+               case (they dedupe and order its events)
 =============  ===========================================  =====================================
+
+A delivery record that expired leaves the delivery id judged by its body all the same: the case it changed
+remembers the body's digest for as long as the case exists (``shared.handlers.door``), and sets aside the
+same id with another body.
 
 A setting of 0 keeps those documents forever. A document that moves back out of a final state (a
 ``po.updated`` reopens an approved case) loses its ``ttl`` with that write. An effect's own body cannot say
@@ -55,7 +59,7 @@ TTL_FIELD = "ttl"
 FINAL_CASE_STATUSES = frozenset({"closed", "approved"})
 SETTLED_EFFECT_STATUSES = frozenset({"done", "failed"})
 FAILURE_KINDS = frozenset({"checkpoint_failure", "rejected_event", "lookup_failures"})
-DEDUPLICATION_KINDS = frozenset({"delivery", "approval_answer"})
+DEDUPLICATION_KINDS = frozenset({"delivery", "approval_answer", "fact_clock"})
 CHECKPOINT_KIND = "checkpoint"
 PAUSED_STATUS = "awaiting_approval"
 NEVER = -1

@@ -91,6 +91,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("CHECKPOINT_HEALTH_SCHEDULE", "0 */5 * * * *", "NCRONTAB schedule of the checkpoint-health timer"),
     Setting("CHECKPOINT_LAG_SECONDS", "600", "a run whose newest checkpoint is older than its last activity by this"),
     Setting("CHECKPOINT_MAX_BYTES", "1500000", "checkpoints larger than this are refused at save (Cosmos: 2 MB/doc)"),
+    Setting(
+        "FUTURE_SKEW_SECONDS",
+        "300",
+        "an event whose data.occurredAt is further than this ahead of the store's clock is refused at the door (400)",
+    ),
+    Setting(
+        "INVOICE_WAIT_SECONDS",
+        "86400",
+        "a case holding facts but no invoice (awaiting_invoice) this long after its last fact raises invoice_missing",
+    ),
     Setting("ALERT_WEBHOOK_URL", None, "when set, every alert is also POSTed here as JSON"),
     Setting(
         "ALERT_NOTIFY_GRACE_SECONDS",

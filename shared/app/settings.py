@@ -63,6 +63,10 @@ class Settings:
     checkpoint_health_schedule: str
     checkpoint_lag: float
     checkpoint_max_bytes: int
+    future_skew: float
+    """``FUTURE_SKEW_SECONDS``: how far ahead of the store's clock an event's ``occurredAt`` may be."""
+    invoice_wait: float
+    """``INVOICE_WAIT_SECONDS``: how long a case may hold facts without its invoice before ``invoice_missing``."""
     alert_webhook_url: str | None
     alert_notify_grace: float
     appinsights_connection_string: str | None
@@ -98,6 +102,8 @@ class Settings:
         checkpoint_lag = float(read.number("CHECKPOINT_LAG_SECONDS"))
         checkpoint_max_bytes = int(read.number("CHECKPOINT_MAX_BYTES"))
         alert_notify_grace = float(read.number("ALERT_NOTIFY_GRACE_SECONDS"))
+        future_skew = float(read.number("FUTURE_SKEW_SECONDS"))
+        invoice_wait = float(read.number("INVOICE_WAIT_SECONDS"))
         retention = Retention(
             closed_case_days=float(read.number("CLOSED_CASE_RETENTION_DAYS", positive=False)),
             settled_effect_days=float(read.number("SETTLED_EFFECT_RETENTION_DAYS", positive=False)),
@@ -131,6 +137,8 @@ class Settings:
             checkpoint_health_schedule=schedule,
             checkpoint_lag=checkpoint_lag,
             checkpoint_max_bytes=checkpoint_max_bytes,
+            future_skew=future_skew,
+            invoice_wait=invoice_wait,
             alert_webhook_url=values["ALERT_WEBHOOK_URL"],
             alert_notify_grace=alert_notify_grace,
             appinsights_connection_string=values["APPLICATIONINSIGHTS_CONNECTION_STRING"],

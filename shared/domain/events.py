@@ -39,7 +39,11 @@ class CaseEvent:
     envelope: dict[str, Any] = field(default_factory=dict)
     """Transport fields carried beside the event (a retry count, the original message id)."""
     accepted_at: float | None = None
-    """When Casekeeper first accepted the event (epoch seconds): stamped once, carried by every copy."""
+    """When Casekeeper first accepted the event (epoch seconds, the store's clock at the door): stamped
+    once, carried by every copy."""
+    body_sha256: str | None = None
+    """The digest of the webhook body it came in (``shared.handlers.door.body_digest``); ``None`` for an
+    event that came in no webhook (Casekeeper's own, a test's direct call)."""
 
     def order(self) -> FactOrder:
         """Where this fact stands in its source's order (docs/design.md#fact-order): ``data.occurredAt`` if

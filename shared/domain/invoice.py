@@ -24,6 +24,9 @@ CENT = Decimal("0.01")
 
 
 class Status(StrEnum):
+    AWAITING_INVOICE = "awaiting_invoice"
+    """Facts (a PO edit, a credit note) came before the case's ``invoice.received``: they are held, nothing
+    is decided until the invoice comes (docs/design.md#facts-before-their-case)."""
     OPEN = "open"
     AWAITING_APPROVAL = "awaiting_approval"
     APPROVED = "approved"
@@ -39,6 +42,8 @@ class Action(StrEnum):
     """Nothing more to ask: the credit notes already requested cover the over-billing; wait for them."""
     NEEDS_REVIEW = "needs_review"
 
+
+AWAITING_INVOICE = Status.AWAITING_INVOICE
 
 INVESTIGABLE = frozenset({Status.OPEN, Status.NEEDS_REVIEW})
 """Statuses in which an investigation may decide something."""

@@ -5,8 +5,10 @@ source's order in one of two ways:
 
 - ``data.occurredAt``, an RFC 3339 timestamp with an offset, given by the sender: when the fact became
   true in the sender's own system (the ERP's PO edit, the supplier's note);
-- otherwise ``acceptedAt``, when Casekeeper first accepted the event (stamped at the ingress, once, into
-  the message, and carried unchanged by every delayed copy, redelivery and redrive).
+- otherwise ``acceptedAt``, when Casekeeper first accepted the event: the store's time of the case's fact
+  clock at the door (``shared.handlers.door.fact_clock``; one clock for every ingress host, and no two
+  reports of one case on the same stamp), written once into the message and carried unchanged by every
+  delayed copy, redelivery and redrive.
 
 :class:`FactOrder` is that order, stamped once. Two orders compare by the key
 ``(occurredAt or acceptedAt, acceptedAt, deliveryId)``: the fact's time first, then, between facts of the

@@ -20,6 +20,11 @@ event                             status before                   then
                                   ``open``, ``needs_review``      recorded, decided again
 request withdrawn by a person     any but ``closed``              recorded; ``needs_review`` (the person
                                                                   decides when to investigate again)
+``po.updated``,                   no case yet, or                 held: ``awaiting_invoice``, by its order as
+``credit_note.issued``            ``awaiting_invoice``            any fact; nothing decided
+``invoice.received``              ``awaiting_invoice``            the invoice, then each held fact by its
+                                                                  order (:func:`fold_held`); ``open``,
+                                                                  decided on every fact held
 ================================  ==============================  ==========================================
 
 An event whose facts are already recorded (a redelivery) changes nothing, but still asks for the
@@ -43,7 +48,7 @@ from typing import Any
 
 from shared.domain.credit import CreditRequest, RequestState, position
 from shared.domain.invoice import INVESTIGABLE, Credit, InvoiceFacts, Rules, Status, Withdrawal
-from shared.domain.money import amount_text
+from shared.domain.money import amount_text, parse_amount
 from shared.domain.order import FactOrder, describe
 
 _REDECIDE = frozenset({Status.APPROVED, Status.AWAITING_APPROVAL, Status.CREDIT_REQUESTED})
@@ -169,6 +174,146 @@ def credit_note_issued(
     if status in _REDECIDE:
         return FactPlan(change, Status.OPEN, f"{received}: the decision is made again", True, new_orders)
     return FactPlan(change, None, received, True, new_orders)
+
+
+def held_po(
+    facts: Mapping[str, Any], po_amount: Decimal, *, order: FactOrder | None, orders: Mapping[str, Any]
+) -> FactPlan:
+    """A PO amount reported before the case's invoice (``awaiting_invoice``): held, by its order as on any
+    case (an older report than the one held is superseded). ``facts``: the held facts (``poAmount`` and
+    ``credits``, each maybe absent)."""
+    held = FactOrder.from_json(orders.get(PO_AMOUNT))
+    held_value = facts.get(PO_AMOUNT)
+    if held_value is not None and order is not None and not order.newer_than(held):
+        if order.same_as(held):
+            return _unchanged(Status.AWAITING_INVOICE, f"PO amount {po_amount} already held from this report")
+        return _superseded(
+            Status.AWAITING_INVOICE,
+            "po.updated",
+            order,
+            held,
+            fact=PO_AMOUNT,
+            value=amount_text(po_amount),
+            held_value=str(held_value),
+            what=f"PO amount {po_amount}",
+        )
+    new_orders = {**orders, PO_AMOUNT: order.to_json()} if order is not None else None
+    if held_value is not None and parse_amount(held_value, PO_AMOUNT) == po_amount:
+        return replace(_unchanged(Status.AWAITING_INVOICE, f"PO amount {po_amount} already held"), order=new_orders)
+    before = f"{held_value} -> " if held_value is not None else ""
+    reason = f"PO amount {before}{po_amount} held until the invoice comes"
+    return FactPlan({PO_AMOUNT: amount_text(po_amount)}, None, reason, False, new_orders)
+
+
+def held_credit(
+    facts: Mapping[str, Any],
+    *,
+    credit_note_id: str,
+    amount: Decimal,
+    order: FactOrder | None,
+    orders: Mapping[str, Any],
+) -> FactPlan:
+    """A credit note reported before the case's invoice: held as :func:`held_po` holds a PO amount, by its
+    order per credit-note id."""
+    credits = [dict(c) for c in facts.get(CREDITS) or ()]
+    credit_orders = dict(orders.get(CREDITS) or {})
+    held = FactOrder.from_json(credit_orders.get(credit_note_id))
+    known = next((str(c["amount"]) for c in credits if c.get("creditNoteId") == credit_note_id), None)
+    if known is not None and order is not None and not order.newer_than(held):
+        if order.same_as(held):
+            return _unchanged(Status.AWAITING_INVOICE, f"credit note {credit_note_id} already held from this report")
+        return _superseded(
+            Status.AWAITING_INVOICE,
+            "credit_note.issued",
+            order,
+            held,
+            fact=CREDITS,
+            value=amount_text(amount),
+            held_value=known,
+            what=f"credit note {credit_note_id} for {amount}",
+            credit_note_id=credit_note_id,
+        )
+    new_orders = {**orders, CREDITS: {**credit_orders, credit_note_id: order.to_json()}} if order is not None else None
+    if known is not None and parse_amount(known, "amount") == amount:
+        held_already = _unchanged(Status.AWAITING_INVOICE, f"credit note {credit_note_id} already held")
+        return replace(held_already, order=new_orders)
+    entry = {"creditNoteId": credit_note_id, "amount": amount_text(amount)}
+    if known is None:
+        credits.append(entry)
+        reason = f"credit note {credit_note_id} for {amount} held until the invoice comes"
+    else:
+        credits = [entry if c.get("creditNoteId") == credit_note_id else c for c in credits]
+        reason = f"credit note {credit_note_id} corrected from {known} to {amount}, held until the invoice comes"
+    return FactPlan({CREDITS: credits}, None, reason, False, new_orders)
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The invoice with the facts held before it (:func:`fold_held`): the facts to open the case on, their
+    orders, the held reports that were older than what the invoice said (superseded), and what happened."""
+
+    facts: InvoiceFacts
+    orders: dict[str, Any]
+    superseded: tuple[dict[str, Any], ...]
+    reasons: tuple[str, ...]
+
+
+def fold_held(
+    invoice: InvoiceFacts,
+    invoice_order: FactOrder | None,
+    held: Mapping[str, Any],
+    held_orders: Mapping[str, Any],
+    rules: Rules,
+) -> Folded:
+    """The invoice's facts with the facts held before it applied by their order, as they would have been had
+    the invoice come first: the held PO amount replaces the invoice's only if its report is newer than the
+    invoice's (an older one is superseded); each held credit note is added. ``held``, ``held_orders``: the
+    ``awaiting_invoice`` case's facts and ``factOrder``."""
+    orders: dict[str, Any] = (
+        {INVOICE: invoice_order.to_json(), PO_AMOUNT: invoice_order.to_json()} if invoice_order is not None else {}
+    )
+    facts = invoice
+    superseded: list[dict[str, Any]] = []
+    reasons: list[str] = []
+    if held.get(PO_AMOUNT) is not None:
+        plan = po_updated(
+            Status.OPEN,
+            facts,
+            parse_amount(held[PO_AMOUNT], PO_AMOUNT),
+            order=FactOrder.from_json(held_orders.get(PO_AMOUNT)),
+            orders=orders,
+        )
+        facts, orders = _folded(facts, orders, plan, superseded, reasons)
+    credit_orders = held_orders.get(CREDITS) or {}
+    for credit in held.get(CREDITS) or ():
+        credit_id = str(credit["creditNoteId"])
+        plan = credit_note_issued(
+            Status.OPEN,
+            facts,
+            credit_note_id=credit_id,
+            amount=parse_amount(credit["amount"], "amount"),
+            requests=(),
+            rules=rules,
+            order=FactOrder.from_json(credit_orders.get(credit_id)),
+            orders=orders,
+        )
+        facts, orders = _folded(facts, orders, plan, superseded, reasons)
+    return Folded(facts, orders, tuple(superseded), tuple(reasons))
+
+
+def _folded(
+    facts: InvoiceFacts,
+    orders: dict[str, Any],
+    plan: FactPlan,
+    superseded: list[dict[str, Any]],
+    reasons: list[str],
+) -> tuple[InvoiceFacts, dict[str, Any]]:
+    reasons.append(plan.reason)
+    if plan.superseded is not None:
+        superseded.append(plan.superseded)
+    if plan.changes:
+        facts = InvoiceFacts.from_dict({**facts.to_dict(), **plan.changes})
+    return facts, plan.order if plan.order is not None else orders
 
 
 def request_withdrawn(

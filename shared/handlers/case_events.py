@@ -174,9 +174,10 @@ async def _handle(
         reason = f"session id {session_id!r} does not match caseId {event.case_id!r}"
         return await aside(event.case_id, reason, {"caseId": "does not match the session"})
     envelope = replace(envelope, root=envelope.root_or(message_id))
-    # The ingress stamped when it accepted the event; every copy carries the stamp (docs/design.md#fact-order).
+    # The door stamped when it accepted the event, by the store's clock; every copy carries the stamp, and the
+    # body's digest the case judges its delivery id by (docs/design.md#fact-order, #delivery-ids).
     # Casekeeper's own messages (re-checks, investigations) carry no fact and no stamp.
-    event = replace(event, accepted_at=envelope.accepted_at)
+    event = replace(event, accepted_at=envelope.accepted_at, body_sha256=envelope.body_sha256)
 
     async def attempt() -> Settlement:
         if event.type == ev.EFFECT_RECHECK:

@@ -145,6 +145,14 @@ def next_actions(
         actions.append(_do("Nothing to do: waiting for the supplier's credit note (credit_note.issued)."))
     elif status == Status.OPEN:
         actions.append(_do("Nothing to do: the case is being decided. This page refreshes itself."))
+    elif status == Status.AWAITING_INVOICE:
+        actions.append(
+            _do(
+                "Waiting for the invoice: these facts came before its invoice.received and are held; nothing is "
+                "decided until it comes. If it does not, an invoice_missing alert says so (INVOICE_WAIT_SECONDS "
+                "after the last fact): check that the sender delivers the invoice under this case id."
+            )
+        )
     elif not escalated:
         actions.append(_do(f"Nothing to do: the case is {status}."))
     return actions

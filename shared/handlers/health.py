@@ -15,11 +15,14 @@ the duty carries on with the rest.
    investigated again (idempotent at the same version).
 3. **Alert delivery**: every recorded alert still owed its notification is notified (``shared.app.alerts``).
 4. **Checkpoint failures** captured since the last tick: one alert each.
-5. **Lagging runs**: a case whose last workflow commit is not covered by its checkpoints (a case that holds
+5. **Missing invoices**: a case that holds facts but no invoice (``awaiting_invoice``) for
+   ``INVOICE_WAIT_SECONDS`` after its last fact raises one ``invoice_missing`` alert
+   (docs/design.md#facts-before-their-case); a window behind a cursor, so each case costs one read when due.
+6. **Lagging runs**: a case whose last workflow commit is not covered by its checkpoints (a case that holds
    none lags only when it waits for a person: a run that ends writes none there) alerts once per version.
    Cases are examined once, in a window that trails now by the lag; the cursor moves on even past a case
    that could not be examined.
-6. **Dead letters**: one alert per message in the queue's dead-letter queue, all of them (read a page at a
+7. **Dead letters**: one alert per message in the queue's dead-letter queue, all of them (read a page at a
    time).
 
 The re-checks and investigations are scheduled into each case's session with a message id derived from
@@ -44,7 +47,7 @@ from casekeeper.records import RecordRepository as CaseRepository
 from casekeeper.stores import CASES, decode_all
 from shared.app.alerts import Alerter
 from shared.domain import events as ev
-from shared.domain.invoice import Status
+from shared.domain.invoice import AWAITING_INVOICE, Status
 from shared.handlers.case_events import schedule_recheck
 from shared.handlers.sweep_pages import (
     CURSOR_KIND,
@@ -59,6 +62,10 @@ from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, PENDING_APPROVAL
 
 log = logging.getLogger("casekeeper.health")
 
+DEFAULT_INVOICE_WAIT = 86400.0
+"""``INVOICE_WAIT_SECONDS``' default: a day."""
+INVOICE_CURSOR_ID = "invoice-missing"
+"""The missing-invoice check's cursor (``health``, kind ``cursor``): the key of the last case it examined."""
 CURSOR_ID = "checkpoint-health"
 """The lagging-runs check's cursor (``health``, kind ``cursor``): the key of the last case it examined."""
 SWEEP_CURSORS = {
@@ -90,6 +97,8 @@ class HealthDeps:
     takes longer)."""
     call_timeout: float = DEFAULT_CALL_TIMEOUT
     """``CALL_TIMEOUT_SECONDS``: a ``started`` effect older than this is stuck."""
+    invoice_wait: float = DEFAULT_INVOICE_WAIT
+    """``INVOICE_WAIT_SECONDS``: how long a case may hold facts without its invoice before a person is told."""
     page_size: int = DEFAULT_PAGE
     """Documents per page of every walk; what one page finds is scheduled before the next is read."""
     duty_budget: float = DEFAULT_BUDGET_SECONDS
@@ -104,6 +113,7 @@ class HealthReport:
     alerts_notified: list[str] = field(default_factory=list)
     failures_alerted: list[str] = field(default_factory=list)
     lagging_cases: list[str] = field(default_factory=list)
+    invoices_missing: list[str] = field(default_factory=list)
     dead_letters_alerted: list[str] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)
     failed_duties: dict[str, str] = field(default_factory=dict)
@@ -139,6 +149,7 @@ def run_health_checks(deps: HealthDeps) -> HealthReport:
         ("open cases", lambda: _sweep_open_cases(deps, report, bucket, clock)),
         ("alert delivery", lambda: report.alerts_notified.extend(deps.alerts.deliver_pending())),
         ("checkpoint failures", lambda: _alert_checkpoint_failures(deps, report)),
+        ("missing invoices", lambda: _alert_missing_invoices(deps, report, clock)),
         ("lagging runs", lambda: _alert_lagging_runs(deps, report, clock)),
         ("dead letters", lambda: _alert_dead_letters(deps, report)),
     ]
@@ -150,12 +161,13 @@ def run_health_checks(deps: HealthDeps) -> HealthReport:
             report.failed_duties[name] = f"{type(exc).__name__}: {exc}"
     log.info(
         "health: %d re-checks, %d investigations scheduled; %d alerts notified, %d checkpoint "
-        "failures, %d lagging runs, %d dead letters alerted; %d malformed documents",
+        "failures, %d lagging runs, %d missing invoices, %d dead letters alerted; %d malformed documents",
         len(report.rechecks_scheduled),
         len(report.investigations_scheduled),
         len(report.alerts_notified),
         len(report.failures_alerted),
         len(report.lagging_cases),
+        len(report.invoices_missing),
         len(report.dead_letters_alerted),
         len(report.malformed),
     )
@@ -272,6 +284,40 @@ def _alert_lagging_runs(deps: HealthDeps, report: HealthReport, clock: _TickCloc
         CASES,
         Query(ts_before=until),
         cursor_id=CURSOR_ID,
+        handle=handle,
+        budget=Budget(deps.duty_budget, deps.monotonic),
+        passes=False,
+        page=deps.page_size,
+    )
+
+
+def _alert_missing_invoices(deps: HealthDeps, report: HealthReport, clock: _TickClock) -> None:
+    """Cases ``awaiting_invoice`` whose last change is ``INVOICE_WAIT_SECONDS`` old: one ``invoice_missing``
+    alert each. A window that trails now by the wait, behind a cursor, as the lagging-runs check walks: each
+    case is read once when it becomes due (and again only if a new fact moved it), so the query costs what
+    is due, not every case that waits. A case that receives another fact waits again from that fact."""
+    until = float(math.floor(clock.now() - deps.invoice_wait))
+
+    def handle(docs: list[Document]) -> None:
+        for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
+            if case.status != AWAITING_INVOICE:
+                continue
+            waited = clock.now() - case.ts
+            fields = {"caseId": case.id, "caseVersion": case.version, "waitedSeconds": round(waited)}
+            fields["facts"] = case.facts
+            message = (
+                f"case {case.id} holds facts but no invoice.received has come for {waited / 3600:.1f}h "
+                f"(INVOICE_WAIT_SECONDS={deps.invoice_wait:g}): check that the sender delivers the invoice, "
+                "or that the case id of its facts is right"
+            )
+            if deps.alerts.raise_alert("invoice_missing", message, fields, dedupe_key=case.id):
+                report.invoices_missing.append(case.id)
+
+    walk_pages(
+        deps.store,
+        CASES,
+        Query(equals={"status": str(AWAITING_INVOICE)}, ts_before=until),
+        cursor_id=INVOICE_CURSOR_ID,
         handle=handle,
         budget=Budget(deps.duty_budget, deps.monotonic),
         passes=False,

@@ -17,7 +17,8 @@ answer is 202.
 status   when
 =======  =================================================================
 202      enqueued
-400      the JSON does not describe a valid event (each bad field named)
+400      the JSON does not describe a valid event (each bad field named); a ``data.occurredAt`` more
+         than ``FUTURE_SKEW_SECONDS`` ahead of the store's clock (the limit named)
 401      signature missing, malformed, wrong or expired
 404      (approvals, reads) no such case
 409      a delivery id already accepted with another body; (approvals) an unknown request, a request no
@@ -37,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -173,27 +173,21 @@ class Ingress:
         clock: Clock,
         *,
         store: DocumentStore | None = None,
+        future_skew: float = door.DEFAULT_FUTURE_SKEW,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``store``: where the door remembers delivery ids and approval answers and reads the case an answer
-        is for (``shared.handlers.door``); without one, neither is checked (tests of the signature and the
-        queue alone). The door's store and ``sender`` should be opened with the door's short budgets
-        (``shared.app.bootstrap.open_door_store``, ``open_door_sender``). ``monotonic``: what the request's
-        :class:`Deadline` is measured by."""
+        is for (``shared.handlers.door``), and whose clock stamps each event's acceptance; without one,
+        neither is checked (tests of the signature and the queue alone). The door's store and ``sender``
+        should be opened with the door's short budgets (``shared.app.bootstrap.open_door_store``,
+        ``open_door_sender``). ``future_skew``: ``FUTURE_SKEW_SECONDS``, how far ahead of the store's clock an
+        ``occurredAt`` may be. ``monotonic``: what the request's :class:`Deadline` is measured by."""
         self._secrets = tuple(secrets)
         self._sender = sender
         self._clock = clock
         self._store = store
+        self._future_skew = future_skew
         self._monotonic = monotonic
-        self._last_stamp = 0.0
-        self._stamp_lock = threading.Lock()
-
-    def _stamp(self) -> float:
-        """The acceptance time of an event: the clock, but strictly after the previous stamp of this
-        instance, so two events accepted here one after the other are never taken for simultaneous."""
-        with self._stamp_lock:
-            self._last_stamp = max(self._clock.now(), self._last_stamp + 1e-6)
-            return self._last_stamp
 
     @property
     def store(self) -> DocumentStore | None:
@@ -250,14 +244,16 @@ class Ingress:
             event = ev.parse_event(raw, allowed_types=ev.PUBLIC_TYPES, delivery_id=delivery)
         except InvalidEvent as exc:
             return _error(400, exc.reason, fields=exc.fields)
-        # The order of a fact that carries no occurredAt is when it was first accepted: stamped here, once,
-        # and carried unchanged by every copy of the message (docs/design.md#fact-order). A delivery posted
-        # again keeps the stamp the door recorded when it first came, even after the broker's duplicate window.
-        accepted_at = self._stamp()
         # Namespaced, so a sender's delivery id can never collide with the ids Casekeeper gives its own
         # messages (approval:..., recheck:...); the same delivery still maps to the same message id.
         message_id = derived_message_id("webhook", delivery)
-        if self._store is not None:
+        occurred = event.data.get("occurredAt")
+        occurred_at = occurred if isinstance(occurred, str) else None
+        if self._store is None:
+            # No store, no store clock (tests of the signature and the queue alone): the ingress's clock
+            # stands in, and no digest travels.
+            envelope = Envelope(accepted_at=self._clock.now())
+        else:
             try:
                 seen = door.check_delivery(
                     self._door_store(deadline),
@@ -266,14 +262,21 @@ class Ingress:
                     case_id=event.case_id,
                     event_type=event.type,
                     at=self._clock.now(),
-                    accepted_at=accepted_at,
+                    occurred_at=occurred_at,
+                    future_skew=self._future_skew,
                 )
             except StoreError as exc:
                 return _unavailable(f"could not record the delivery, nothing was accepted; retry: {exc}")
-            if seen.refusal is not None:
-                return _error(409, seen.refusal, fields={DELIVERY_HEADER: "already used with another body"})
-            accepted_at = seen.accepted_at
-        event = replace(event, envelope=Envelope(accepted_at=accepted_at).fields())
+            if seen.status == 409:
+                return _error(409, seen.refusal or "", fields={DELIVERY_HEADER: "already used with another body"})
+            if seen.status is not None:
+                return _error(seen.status, seen.refusal or "", fields={"data.occurredAt": seen.refusal or ""})
+            # The order of a fact that carries no occurredAt is when it was first accepted, by the store's
+            # clock at the door's record (docs/design.md#fact-order): one clock for every ingress instance,
+            # carried unchanged by every copy of the message. A delivery posted again keeps its first stamp.
+            # The body's digest goes with it: the case judges the delivery id by it (shared.handlers.door).
+            envelope = Envelope(accepted_at=seen.accepted_at, body_sha256=seen.digest)
+        event = replace(event, envelope=envelope.fields())
         return self._enqueue(
             event, message_id=message_id, accepted={"accepted": True, "deliveryId": delivery}, deadline=deadline
         )

@@ -52,9 +52,12 @@ class Envelope:
     root: str | None = None
     first_failed_at: float | None = None
     accepted_at: float | None = None
-    """When Casekeeper first accepted the event (``acceptedAt``): stamped once, by the ingress (or by the
-    worker, for a message that came without it), and copied unchanged into every delayed copy; a redrive
-    puts the body back as it was. A fact's order rests on it (``shared.domain.order``)."""
+    """When Casekeeper first accepted the event (``acceptedAt``): the store's clock at the door's record of
+    the delivery (``shared.handlers.door``), stamped once and copied unchanged into every delayed copy; a
+    redrive puts the body back as it was. A fact's order rests on it (``shared.domain.order``)."""
+    body_sha256: str | None = None
+    """The digest of the webhook body the event came in (``bodySha256``, ``shared.handlers.door``), carried
+    to the case, which judges the delivery id by it for as long as the case exists."""
 
     def fields(self) -> dict[str, Any]:
         """``CaseEvent.envelope`` for this envelope: the body's transport fields, absent ones left out."""
@@ -63,6 +66,7 @@ class Envelope:
             "rootMessageId": self.root,
             "firstFailedAt": self.first_failed_at,
             "acceptedAt": self.accepted_at,
+            "bodySha256": self.body_sha256,
         }
         return {k: v for k, v in fields.items() if v is not None}
 
@@ -82,12 +86,14 @@ class Envelope:
         failed = raw.get("firstFailedAt")
         root = raw.get("rootMessageId")
         accepted = raw.get("acceptedAt")
+        digest = raw.get("bodySha256")
         return cls(
             retry=int(raw.get("retry") or 0),
             root=str(root) if root else None,
             first_failed_at=float(failed) if failed is not None else None,
             # A body from outside might carry anything here: only a number is a stamp.
             accepted_at=float(accepted) if isinstance(accepted, int | float) and accepted is not True else None,
+            body_sha256=digest if isinstance(digest, str) else None,
         )
 
 

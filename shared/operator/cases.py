@@ -87,6 +87,13 @@ def render(view: dict[str, Any]) -> str:
     """The view for a person: one section per kind of record, "(none)" rather than nothing."""
     case = view["case"]
     lines = [f"case {case['id']}: {case['status']} at v{case['version']} (schema v{case['schemaVersion']})"]
+    waiting = view.get("awaitingInvoice")
+    if waiting is not None:
+        lines.append(
+            f"  awaiting its invoice: the facts below came before invoice.received (held since "
+            f"{time_text(waiting['heldSince'])}, last {time_text(waiting['lastFactAt'])}); nothing is decided until "
+            "it comes, and invoice_missing is alerted INVOICE_WAIT_SECONDS after the last"
+        )
     lines += _section("facts", [f"{name:<14} {compact(value)}" for name, value in case["facts"].items()])
     lines += _section("data", [f"{name:<14} {compact(value)}" for name, value in view["data"].items()])
     lines += _section("history (from version -> status)", [_transition_line(t) for t in view["history"]])

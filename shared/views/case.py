@@ -16,6 +16,7 @@ from casekeeper import Record as Case
 from casekeeper.checkpoints import CaseCheckpointStorage
 from casekeeper.records import Ledger
 from casekeeper.records import RecordRepository as CaseRepository
+from shared.domain.invoice import AWAITING_INVOICE
 from shared.views.rejected import rejected_events
 from shared.views.runs import CheckpointView, inspect_checkpoint
 from shared.views.text import short
@@ -101,6 +102,7 @@ def case_document(reads: CaseReads, case: Case, *, with_ages: bool = False) -> d
         "data": {k: v for k, v in case.data.items() if k not in _SHOWN_APART},
         "notes": list(case.notes),
         "rejectedEvents": rejected_events(reads.store, case.id),
+        "awaitingInvoice": _awaiting_invoice(case),
         # Reports older than the fact the case holds: accepted, never applied, never dropped.
         "supersededEvents": list(case.data.get(SUPERSEDED) or ()),
         "factOrder": case.data.get(FACT_ORDER),
@@ -156,6 +158,19 @@ def approval_history(case: Case) -> list[dict[str, Any]]:
 def _answer_json(answer: Answer | None) -> dict[str, Any] | None:
     """The answer as the history entry shows it: as the transition stores it (``Answer.to_json``)."""
     return answer.to_json() if answer is not None else None
+
+
+def _awaiting_invoice(case: Case) -> dict[str, Any] | None:
+    """For a case that holds facts before its invoice (docs/design.md#facts-before-their-case): since when,
+    its last held fact (the invoice-missing alert counts from it) and the deliveries held; else ``None``."""
+    if case.status != AWAITING_INVOICE:
+        return None
+    held = [t for t in case.history if t.facts_changed]
+    return {
+        "heldSince": held[0].at if held else case.ts,
+        "lastFactAt": held[-1].at if held else case.ts,
+        "deliveries": [t.delivery_id for t in held if t.delivery_id is not None],
+    }
 
 
 def _credit(case: Case, effects: list[Effect]) -> dict[str, Any] | None:

@@ -230,7 +230,10 @@ def _events() -> dict[str, Any]:
             },
             "responses": {
                 "202": {"description": "enqueued", "content": _json("EventAccepted")},
-                "400": _answer("not a valid event, or no delivery id: `fields` names every offending field"),
+                "400": _answer(
+                    "not a valid event, or no delivery id: `fields` names every offending field; or a "
+                    "`data.occurredAt` more than `FUTURE_SKEW_SECONDS` (default 300) ahead of the store's clock"
+                ),
                 "401": _answer("signature missing, malformed, wrong or expired"),
                 "409": _answer("the delivery id was already accepted with another body (an idempotency key reused)"),
                 "413": _answer(f"body over {MAX_BODY_BYTES} bytes"),
@@ -534,6 +537,18 @@ def _case_document() -> dict[str, Any]:
             "approvals": {"type": "object"},
             "notes": {"type": "array"},
             "rejectedEvents": {"type": "array"},
+            "awaitingInvoice": {
+                **nullable_object,
+                "description": "set while the case is `awaiting_invoice`: facts came before their invoice and are "
+                "held (`case.facts` shows them: `poAmount`, `credits`); nothing is decided until the invoice comes, "
+                "and the timer alerts `invoice_missing` `INVOICE_WAIT_SECONDS` after the last held fact",
+                "required": ["heldSince", "lastFactAt", "deliveries"],
+                "properties": {
+                    "heldSince": {"type": "number"},
+                    "lastFactAt": {"type": "number"},
+                    "deliveries": {"type": "array", "items": {"type": "string"}},
+                },
+            },
         },
     }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from casekeeper import ConcurrencyConflict
@@ -19,7 +19,7 @@ from casekeeper.checkpoints import CaseCheckpointStorage
 from shared.domain import events as ev
 from shared.domain import transitions
 from shared.domain.credit import CreditRequest
-from shared.domain.invoice import INVESTIGABLE, InvoiceFacts, parse_amount
+from shared.domain.invoice import AWAITING_INVOICE, INVESTIGABLE, InvoiceFacts, Status, parse_amount
 from shared.domain.order import FactOrder
 from shared.domain.transitions import FactPlan
 from shared.errors import InvalidEvent
@@ -90,13 +90,25 @@ class FactEvents:
         order = self._order(event)
         orders = {transitions.INVOICE: order.to_json(), transitions.PO_AMOUNT: order.to_json()} if order else {}
         received = {k: v for k, v in facts.to_dict().items() if k in _INVOICE_FIELDS}
-        first = {FACT_ORDER: orders, INVOICE_AS_RECEIVED: received}
+        first = {FACT_ORDER: orders, INVOICE_AS_RECEIVED: received, **_remembered({}, event)}
         case, created = await asyncio.to_thread(
             self._deps.cases.create_if_absent, event.case_id, facts.to_dict(), data=first
         )
         if created:
             storage.assume_empty()
             return await self._investigate(storage, "invoice received", known=case, new_case=True)
+        _refuse_reused_delivery(case, event)
+        if case.status == AWAITING_INVOICE:
+            opened = await self._open_held(event, case, facts, order, received)
+            if opened is None:
+                # The case was opened meanwhile (it moved on while this fold was written): judged as any
+                # invoice on an existing case, below.
+                case = await asyncio.to_thread(self._require, event.case_id)
+            else:
+                # No run ever decided a case that awaited its invoice: it holds no checkpoint to read.
+                storage.assume_empty()
+                step = RunOutcome(event.case_id, "facts_changed", opened.status, opened.version, "held facts folded in")
+                return [step, *await self._investigate(storage, "invoice received", known=opened, new_case=True)]
         _refuse_another_invoice(case, received)
         resumed = await self._finish_interrupted(storage) if self._finish_interrupted is not None else None
         if resumed is None:
@@ -104,15 +116,59 @@ class FactEvents:
         # The resumed run may have changed the case: the decision reads it again.
         return [resumed, *await self._investigate(storage, "invoice received")]
 
+    async def _open_held(
+        self,
+        event: ev.CaseEvent,
+        case: Case,
+        facts: InvoiceFacts,
+        order: FactOrder | None,
+        received: dict[str, Any],
+    ) -> Case | None:
+        """Open a case that held facts before its invoice: the invoice, then each held fact by its order
+        (``transitions.fold_held``), written at once with status ``open``. ``None`` when the case is no longer
+        ``awaiting_invoice`` (another writer opened it)."""
+        for _ in range(MAX_FACT_RETRIES):
+            if case.status != AWAITING_INVOICE:
+                return None
+            folded = transitions.fold_held(facts, order, case.facts, _orders(case), self._deps.rules)
+            held = "; ".join(folded.reasons) if folded.reasons else "no fact held"
+            reason = f"invoice.received: invoice {facts.invoice_id} opens the case on the facts held before it: {held}"
+            earlier = [r for r in case.data.get(SUPERSEDED) or () if isinstance(r, dict)]
+            now = self._deps.cases.now()
+            late = [{**r, "at": now, "atVersion": case.version} for r in folded.superseded]
+            data: dict[str, Any] = {
+                FACT_ORDER: folded.orders,
+                INVOICE_AS_RECEIVED: received,
+                **_remembered(case.data, event),
+                **({SUPERSEDED: [*earlier, *late][-MAX_SUPERSEDED:]} if late else {}),
+            }
+            after = await asyncio.to_thread(
+                self._deps.cases.update_facts,
+                case.id,
+                case.version,
+                folded.facts.to_dict(),
+                reason=reason,
+                new_status=Status.OPEN,
+                data=data,
+                expected=case,
+                delivery_id=event.delivery_id,
+            )
+            if after is not None:
+                return after
+            case = await asyncio.to_thread(self._require, case.id)
+        raise ConcurrencyConflict(f"case {case.id} kept changing while its invoice was applied", doc_id=case.id)
+
     async def po_updated(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         po_amount = parse_amount(event.data["poAmount"], "poAmount")
         order = self._order(event)
 
         def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
+            if case.status == AWAITING_INVOICE:
+                return transitions.held_po(case.facts, po_amount, order=order, orders=_orders(case))
             facts = InvoiceFacts.from_dict(case.facts)
             return transitions.po_updated(case.status, facts, po_amount, order=order, orders=_orders(case))
 
-        return await self._apply(storage, plan, ev.PO_UPDATED, needs_requests=False, delivery_id=event.delivery_id)
+        return await self._apply(storage, plan, event, needs_requests=False, holds=True)
 
     async def credit_note_issued(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         credit_id = str(event.data["creditNoteId"])
@@ -121,6 +177,10 @@ class FactEvents:
         order = self._order(event)
 
         def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
+            if case.status == AWAITING_INVOICE:
+                return transitions.held_credit(
+                    case.facts, credit_note_id=credit_id, amount=amount, order=order, orders=_orders(case)
+                )
             facts = InvoiceFacts.from_dict(case.facts)
             return transitions.credit_note_issued(
                 case.status,
@@ -133,9 +193,7 @@ class FactEvents:
                 orders=_orders(case),
             )
 
-        return await self._apply(
-            storage, plan, ev.CREDIT_NOTE_ISSUED, needs_requests=True, delivery_id=event.delivery_id
-        )
+        return await self._apply(storage, plan, event, needs_requests=True, holds=True)
 
     async def request_withdrawn(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         """A person takes an outstanding credit-note request off the books (recorded with who and why)."""
@@ -143,6 +201,9 @@ class FactEvents:
         key, by, why, at = str(d["effectKey"]), str(d["by"]), str(d["why"]), float(d["at"])
 
         def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
+            if case.status == AWAITING_INVOICE:
+                reason = f"case {case.id} awaits its invoice: it has made no credit-note request to withdraw"
+                raise InvalidEvent(reason, case_id=case.id, fields={"effectKey": reason})
             facts = InvoiceFacts.from_dict(case.facts)
             try:
                 return transitions.request_withdrawn(
@@ -151,25 +212,29 @@ class FactEvents:
             except transitions.NotWithdrawable as exc:
                 raise InvalidEvent(str(exc), case_id=case.id, fields={"effectKey": str(exc)}) from exc
 
-        return await self._apply(storage, plan, ev.REQUEST_WITHDRAWN, needs_requests=True)
+        return await self._apply(storage, plan, event, needs_requests=True)
 
     async def _apply(
         self,
         storage: CaseCheckpointStorage,
         plan: Plan,
-        event_type: str,
+        event: ev.CaseEvent,
         *,
         needs_requests: bool,
-        delivery_id: str | None = None,
+        holds: bool = False,
     ) -> list[RunOutcome]:
         """Apply ``plan`` (a rule of ``shared.domain.transitions``) with a conditional write, re-planning on
         a lost race; then decide again if it says so. A change withdraws a pending approval: it was asked on
         facts that no longer hold. Facts already recorded (a redelivery) still get their follow-up: the
-        first delivery may have died between writing them and deciding."""
+        first delivery may have died between writing them and deciding. ``holds``: a fact that may come
+        before its case's invoice; for a case that does not exist yet, one is created ``awaiting_invoice``
+        to hold it (docs/design.md#facts-before-their-case)."""
         cases, ledger = self._deps.cases, self._deps.ledger
         case_id = storage.case_id
+        event_type, delivery_id = event.type, event.delivery_id
         for _ in range(MAX_FACT_RETRIES):
-            case = await asyncio.to_thread(self._require, case_id)
+            case = await asyncio.to_thread(self._held_or_require if holds else self._require, case_id)
+            _refuse_reused_delivery(case, event)
             requests = credit_requests(await asyncio.to_thread(ledger.effects_for, case)) if needs_requests else ()
             planned = plan(case, requests)
             if (planned.changes or planned.superseded is not None) and _judged_before(case, delivery_id):
@@ -185,7 +250,7 @@ class FactEvents:
                         cases.annotate,
                         case_id,
                         case.version,
-                        functools.partial(_bookkept, planned=planned, version=case.version, at=now),
+                        functools.partial(_bookkept, planned=planned, version=case.version, at=now, event=event),
                         expected=case,
                     )
                     if written is None:
@@ -202,6 +267,7 @@ class FactEvents:
             data: dict[str, Any] = {PENDING_APPROVAL: None} if case.data.get(PENDING_APPROVAL) else {}
             if planned.order is not None:
                 data[FACT_ORDER] = planned.order
+            data.update(_remembered(case.data, event))
             after = await asyncio.to_thread(
                 cases.update_facts,
                 case_id,
@@ -220,6 +286,13 @@ class FactEvents:
                 return [changed, *await self._investigate(storage, event_type, known=after)]
         raise ConcurrencyConflict(f"case {case_id} kept changing while applying {event_type}", doc_id=case_id)
 
+    def _held_or_require(self, case_id: str) -> Case:
+        """The case; one ``awaiting_invoice`` with no facts yet when there is none (a fact came first)."""
+        case = self._deps.cases.get(case_id)
+        if case is not None:
+            return case
+        return self._deps.cases.create_if_absent(case_id, {}, status=AWAITING_INVOICE)[0]
+
     @staticmethod
     def _order(event: ev.CaseEvent) -> FactOrder | None:
         """The report's order; ``None`` for an event handed over without its acceptance time (a direct call,
@@ -235,6 +308,13 @@ SUPERSEDED = "supersededEvents"
 INVOICE_AS_RECEIVED = "invoice"
 """The case ``data`` field with the invoice as its ``invoice.received`` said it (the PO amount may change later)."""
 MAX_SUPERSEDED = 100
+DELIVERIES = "deliveries"
+"""The case ``data`` field that remembers, for every delivery that changed the case or was held or superseded
+on it, its body's digest: ``{deliveryId: digest}``. A delivery id the case knows, with another body, is set
+aside (:func:`_refuse_reused_delivery`), however long after the door's own record of it expired. Each entry
+is the id and :data:`DIGEST_CHARS` hex characters; the case's size bound counts them."""
+DIGEST_CHARS = 32
+"""The digest's first 128 bits: ample to tell two bodies apart, half the size on the case."""
 _INVOICE_FIELDS = ("invoiceId", "supplierId", "poNumber", "invoiceAmount", "poAmount", "currency")
 
 
@@ -265,7 +345,11 @@ def _same_report(a: Any, b: dict[str, Any]) -> bool:
     return isinstance(a, dict) and all(a.get(k) == b.get(k) for k in ("type", "deliveryId", "fact", "creditNoteId"))
 
 
-def _bookkept(data: dict[str, Any], *, planned: FactPlan, version: int, at: float) -> dict[str, Any]:
+def _bookkept(
+    data: dict[str, Any], *, planned: FactPlan, version: int, at: float, event: ev.CaseEvent | None = None
+) -> dict[str, Any]:
+    if event is not None:
+        data.update(_remembered(data, event))
     if planned.order is not None:
         data[FACT_ORDER] = planned.order
     record = planned.superseded
@@ -273,6 +357,38 @@ def _bookkept(data: dict[str, Any], *, planned: FactPlan, version: int, at: floa
         earlier = [r for r in data.get(SUPERSEDED) or () if not _same_report(r, record)]
         data[SUPERSEDED] = [*earlier, {**record, "at": at, "atVersion": version}][-MAX_SUPERSEDED:]
     return data
+
+
+def _remembered(data: Mapping[str, Any], event: ev.CaseEvent) -> dict[str, Any]:
+    """The ``data`` update that remembers ``event``'s delivery with its body's digest (empty: it came in no
+    webhook, so there is nothing to remember it by)."""
+    if event.delivery_id is None or event.body_sha256 is None:
+        return {}
+    known = data.get(DELIVERIES)
+    known = dict(known) if isinstance(known, dict) else {}
+    digest = event.body_sha256[:DIGEST_CHARS]
+    if known.get(event.delivery_id) == digest:
+        return {}
+    return {DELIVERIES: {**known, event.delivery_id: digest}}
+
+
+def _refuse_reused_delivery(case: Case, event: ev.CaseEvent) -> None:
+    """Raise ``InvalidEvent`` (set aside with the reason, shown in the case's ``rejectedEvents``) when the case
+    remembers ``event``'s delivery id with another body: a new event sent under a used id, which would
+    otherwise be taken for a copy of the report the case already judged (the door's record of the id may
+    have expired: ``shared.handlers.door``)."""
+    if event.delivery_id is None or event.body_sha256 is None:
+        return
+    known = case.data.get(DELIVERIES)
+    digest = known.get(event.delivery_id) if isinstance(known, dict) else None
+    if digest is None or digest == event.body_sha256[:DIGEST_CHARS]:
+        return
+    reason = (
+        f"delivery id {event.delivery_id!r} already reported a fact to case {case.id} with another body; this "
+        f"{event.type} differs from it, so it is not a copy: set aside, nothing changed (a new event needs a new "
+        "delivery id)"
+    )
+    raise InvalidEvent(reason, case_id=case.id, fields={"deliveryId": "already used with another body"})
 
 
 def _refuse_another_invoice(case: Case, received: dict[str, Any]) -> None:

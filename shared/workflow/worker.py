@@ -8,7 +8,8 @@ What it does with an event:
    event below rebuilds the decision from the case document (R9). ``invoice.received`` looks only once it
    knows the case existed: a case the event created holds no checkpoint, and none is read.
 2. Fact events (``invoice.received``, ``po.updated``, ``credit_note.issued``) change the case with a
-   conditional write; then the case is investigated if its status asks for it.
+   conditional write; then the case is investigated if its status asks for it. A PO edit or credit note
+   that comes before its invoice is held on an ``awaiting_invoice`` case; the invoice folds them in.
 3. ``approval.answered`` resumes the paused run with the answer, or rebuilds it without the
    checkpoint; the gate re-reads the case either way (R6).
 4. An investigation that lost a race (``superseded``) re-reads and decides again, a bounded number
@@ -32,7 +33,7 @@ from casekeeper import RecordNotFound as CaseNotFound
 from casekeeper.capture import capturing
 from casekeeper.checkpoints import CaseCheckpointStorage
 from shared.domain import events as ev
-from shared.domain.invoice import INVESTIGABLE
+from shared.domain.invoice import AWAITING_INVOICE, INVESTIGABLE
 from shared.errors import InvalidEvent, ModelUnavailable
 from shared.workflow.build import WORKFLOW_NAME
 from shared.workflow.fact_events import FACT_EVENTS, FactEvents
@@ -160,6 +161,10 @@ class CaseWorker:
 
     async def _case_investigate(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         case = await asyncio.to_thread(self._require, event.case_id)
+        if case.status == AWAITING_INVOICE:
+            # Nothing to decide before the invoice: its arrival makes the first decision, on every fact held.
+            why = "the case awaits its invoice; nothing is decided before it comes"
+            return [RunOutcome(case.id, "nothing_to_do", case.status, case.version, why)]
         return await self._investigate(storage, "investigation requested", known=case)
 
     async def _investigate_if_open(self, storage: CaseCheckpointStorage, reason: str) -> list[RunOutcome]:

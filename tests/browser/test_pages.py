@@ -174,7 +174,15 @@ def test_the_ops_page(page: Any, host: DevHost, escalated_key: str) -> None:
         row.get_attribute("data-status"): int(row.locator("td.num").inner_text())
         for row in table.locator("tbody tr").all()
     }
-    assert set(counts) == {"open", "awaiting_approval", "approved", "credit_requested", "needs_review", "closed"}
+    assert set(counts) == {
+        "awaiting_invoice",
+        "open",
+        "awaiting_approval",
+        "approved",
+        "credit_requested",
+        "needs_review",
+        "closed",
+    }
     assert counts["credit_requested"] >= 1
     assert "INV-B6" in table.locator('tr[data-status="credit_requested"]').inner_text()
     assert re.search(

@@ -349,3 +349,22 @@ def test_a_set_aside_report_applied_later_under_its_id_is_not_left_out() -> None
     view = {"history": [{"fromVersion": 1, "status": "open", "deliveryId": "d-1", "changes": {"poAmount": "1.00"}}]}
     assert set_aside_unapplied(rejected, view) == {"d-2"}
     assert set_aside_unapplied(rejected, None) == {"d-1", "d-2"}
+
+
+def test_facts_held_before_the_invoice_count_as_shown_and_the_fold_is_judged_by_source_order() -> None:
+    """Two PO edits came before their invoice (held on an ``awaiting_invoice`` case, the second replacing the
+    first), then the invoice, accepted last, opened the case on its own PO amount, the newest in source order,
+    and recorded the held edit as superseded. Every accepted report is reflected: the first edit was shown
+    while held, the second is superseded; the last fact in source order stands."""
+    story = Story(invoice="1300.00", po="1000.00")
+    invoice = story.evidence.sent[0]
+    story.send("po.updated", {"poAmount": "1250.00"}, "d-1")
+    second = story.send("po.updated", {"poAmount": "1200.00"}, "d-2")
+    invoice.accepted_at = story.tick()  # the invoice was accepted after both edits
+    story.transition("awaiting_invoice", "po.updated: PO amount 1250.00 held", changes={"poAmount": "1250.00"})
+    story.transition("awaiting_invoice", "po.updated: PO amount 1200.00 held", changes={"poAmount": "1200.00"})
+    story.supersede(second, "1000.00")
+    opened = {"invoiceAmount": "1300.00", "poAmount": "1000.00", "credits": [], "withdrawn": []}
+    story.transition("open", "invoice.received: invoice INV-1 opens the case on the facts held", changes=opened)
+    story.request("a", "300.00")
+    assert check_all(story.done()) == []

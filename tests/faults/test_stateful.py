@@ -91,7 +91,7 @@ from chaos.checks import (
     timelines_of,
 )
 from chaos.evidence import Evidence, Sent
-from chaos.order import set_aside_delivery, set_aside_unapplied
+from chaos.order import set_aside_unapplied
 from chaos.violations import Violation
 from devhost.changefeed import LocalChangeFeed, to_document_list
 from devhost.schedule import timer_request
@@ -1093,20 +1093,21 @@ def test_a_fact_that_arrives_while_a_call_is_in_flight_is_not_overtaken_by_a_lat
         machine.world.close()
 
 
-def test_a_fact_set_aside_before_its_invoice_and_sent_again_after_the_redrive_counts(supplier: SupplierStub) -> None:
+def test_a_fact_before_its_invoice_is_held_and_counts_once_the_redriven_invoice_opens_the_case(
+    supplier: SupplierStub,
+) -> None:
     """Found by the state machine (two sequences): the invoice is dead-lettered by a store outage, a credit
-    note for the case then arrives and is set aside (no such case yet), the invoice is redriven, and the
-    sender sends the credit note again under its delivery id once the broker's duplicate window has passed.
-    The case applies it then: an accepted report is never silently ignored. The checks had left every
-    set-aside delivery out of the expected facts, so they called the applied credit a stray; they now leave
-    out only one that no transition applied."""
+    note for the case then arrives, the invoice is redriven, and the sender sends the credit note again under
+    its delivery id once the broker's duplicate window has passed. The credit note is held on the case
+    (``awaiting_invoice``) until the invoice opens it with the credit folded in; the one sent again is a copy
+    of the report the case holds: nothing set aside, nothing counted twice."""
     machine = machine_class(supplier)()
     try:
         machine.invoice(po=Decimal("0.00"), over=Decimal("0.00"), crash=None, then=0, occurred=False)
         machine.an_outage_outlasts_the_retry_window()  # the invoice ends in the dead-letter queue
-        machine.external_credit(amount=Decimal("0.01"), then=0)  # set aside: the case does not exist
+        machine.external_credit(amount=Decimal("0.01"), then=0)  # held: the case awaits its invoice
         machine.an_outage_outlasts_the_retry_window()  # past the broker's duplicate window
-        machine.redrive_the_dead_letters(then=0)  # the invoice makes the case
+        machine.redrive_the_dead_letters(then=0)  # the invoice opens the case
         machine.send_again(pick=1, same_id=True, then=0)  # the sender's retry of the credit note
         machine._settle_and_check()
         view = machine._view()
@@ -1114,8 +1115,9 @@ def test_a_fact_set_aside_before_its_invoice_and_sent_again_after_the_redrive_co
         credits = {str(c["creditNoteId"]): str(c["amount"]) for c in view["case"]["facts"].get("credits") or ()}
         assert list(credits.values()) == ["0.01"], _trail(view)
         credit = next(s for s in machine.sent if s.event_type == ev.CREDIT_NOTE_ISSUED)
-        assert credit.delivery in {set_aside_delivery(r) for r in view["rejectedEvents"]}, "it was never set aside"
-        assert not set_aside_unapplied(view["rejectedEvents"], view), "an applied report still counts as set aside"
+        [held] = [t for t in view["history"] if t["deliveryId"] == credit.delivery]
+        assert held["status"] == "awaiting_invoice", _trail(view)
+        assert view["rejectedEvents"] == [], _trail(view)
     finally:
         machine.world.close()
 

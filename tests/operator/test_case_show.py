@@ -120,3 +120,18 @@ def test_a_missing_store_is_a_usage_error(run: Run) -> None:
     shown = run(main, "show", "C-1")  # nothing ever wrote to --data
     assert shown.code == 2
     assert "no store at" in shown.err
+
+
+def test_a_case_awaiting_its_invoice_says_so_and_shows_the_facts_it_holds(app: Harness, run: Run) -> None:
+    app.handle(ev.PO_UPDATED, "C-early", poAmount="1450.00")  # before any invoice.received: held
+
+    view = run(main, "show", "C-early", "--json").json()
+    assert view["case"]["status"] == "awaiting_invoice" and view["case"]["facts"] == {"poAmount": "1450.00"}
+    assert view["credit"] is None and view["effects"] == []
+    assert view["awaitingInvoice"]["heldSince"] <= view["awaitingInvoice"]["lastFactAt"]
+
+    text = run(main, "show", "C-early")
+    assert text.code == 0, text.err
+    assert text.out.startswith("case C-early: awaiting_invoice at v2")
+    assert "awaiting its invoice: the facts below came before invoice.received" in text.out
+    assert "poAmount       1450.00" in text.out

@@ -66,13 +66,18 @@ def test_a_malformed_message_is_set_aside_with_its_reason(
     assert queue.counts(QUEUE)["active"] == 0  # completed, not retried forever
 
 
-def test_an_event_for_an_unknown_case_is_set_aside(
+def test_a_withdrawal_for_an_unknown_case_is_set_aside_and_a_fact_before_its_invoice_is_held(
     functions: dict[str, Any], svc: Services, queue: LocalSessionQueue
 ) -> None:
-    send(svc, CaseEvent("po.updated", "ghost", {"poAmount": "1.00"}), "m-3")
+    withdrawal = {"effectKey": "k", "by": "ana", "why": "settled by phone", "at": 1.0}
+    send(svc, CaseEvent("request.withdrawn", "ghost", withdrawal), "m-3")
     deliver(functions, queue)
     [rejected] = svc.store.query("health", Query(partition="rejected_event"))
     assert "unknown case" in rejected.body["reason"]
+    send(svc, CaseEvent("po.updated", "early", {"poAmount": "1.00"}), "m-4")
+    deliver(functions, queue)
+    assert svc.cases.require("early").status == "awaiting_invoice"
+    assert len(svc.store.query("health", Query(partition="rejected_event"))) == 1
 
 
 def test_the_reconciler_schedules_a_recheck_for_a_started_entry_on_a_changed_case(

@@ -32,10 +32,16 @@ def test_every_path_is_measured_and_ends_as_it_must(measured: dict[str, OpsResul
     assert {name: r.problems for name, r in measured.items()} == {name: [] for name in measured}
 
 
-def test_the_over_billed_invoice_is_three_case_writes_and_its_delivery_record(
+def test_the_over_billed_invoice_is_three_case_writes_its_delivery_record_and_its_fact_clock(
     measured: dict[str, OpsResult],
 ) -> None:
-    assert calls(measured["over"]) == {("cases", "create"): 1, ("cases", "replace"): 2, ("health", "create"): 1}
+    """The fact clock of a new case: one read (none yet) and one create, beside the delivery record's."""
+    assert calls(measured["over"]) == {
+        ("cases", "create"): 1,
+        ("cases", "replace"): 2,
+        ("health", "create"): 2,
+        ("health", "read"): 1,
+    }
 
 
 def test_no_case_path_touches_the_effects_container(measured: dict[str, OpsResult]) -> None:
@@ -48,14 +54,14 @@ def test_no_case_path_touches_the_effects_container(measured: dict[str, OpsResul
 def test_the_paths_counts(measured: dict[str, OpsResult]) -> None:
     ops = {name: r.per_event() for name, r in measured.items()}
     assert ops == {
-        "within": 4,
-        "over": 4,
-        "credit": 4,
-        "pause": 6,
+        "within": 6,
+        "over": 6,
+        "credit": 6,
+        "pause": 8,
         "answer": 11,
-        "credit_after_answer": 5,
-        "po": 6,
-        "tick": 9,
+        "credit_after_answer": 7,
+        "po": 8,
+        "tick": 11,
     }
     # An idle tick writes nothing but the clock (on Cosmos DB now() is an upsert), and reads that once.
     assert {m for (_, m) in calls(measured["tick"])} <= {"now", "read", "query", "count"}

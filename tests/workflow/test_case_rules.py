@@ -64,9 +64,18 @@ def test_a_second_invoice_under_an_existing_case_id_is_refused(app: Harness) -> 
         app.handle(ev.INVOICE_RECEIVED, "C-1", **invoice("1000.00", invoiceId="INV-OTHER"))
 
 
-def test_events_for_an_unknown_case_are_invalid(app: Harness) -> None:
+def test_facts_before_their_invoice_are_held_and_a_withdrawal_for_an_unknown_case_is_invalid(
+    app: Harness, supplier: SupplierStub
+) -> None:
+    held = app.handle(ev.PO_UPDATED, "early", poAmount="1.00")
+    assert held.status == "awaiting_invoice" and held.outcome == "facts_changed"
+    assert app.handle(ev.CASE_INVESTIGATE, "early").outcome == "nothing_to_do"
+    assert app.cases.require("early").facts == {"poAmount": "1.00"} and posts(supplier) == []
+    withdrawal = {"effectKey": "k", "by": "ana", "why": "settled by phone", "at": 1.0}
     with pytest.raises(InvalidEvent, match="unknown case"):
-        app.handle(ev.PO_UPDATED, "ghost", poAmount="1.00")
+        app.handle(ev.REQUEST_WITHDRAWN, "ghost", **withdrawal)
+    with pytest.raises(InvalidEvent, match="awaits its invoice"):
+        app.handle(ev.REQUEST_WITHDRAWN, "early", **withdrawal)
 
 
 def test_po_update_reinvestigates_an_approved_case(app: Harness, supplier: SupplierStub) -> None:
