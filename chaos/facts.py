@@ -12,7 +12,8 @@ order; transition ``fromVersion f`` makes version ``f + 1``. What a transition c
 
 A case whose facts came before its invoice starts ``awaiting_invoice`` (docs/design.md#facts-before-their-case):
 its versions before the invoice hold no invoice and are left out; the timeline starts at the version the
-invoice opened, with the facts that transition wrote (the invoice with every held fact folded in).
+invoice opened, with the facts held applied to the invoice's, then that transition's changes (the invoice
+with every held fact folded in).
 
 The rebuilt final facts are compared with the case's facts; a difference is reported (an event lost, or
 applied that was never accepted). A report the case recorded as superseded (``supersededEvents``) has
@@ -135,7 +136,9 @@ def rebuild(
             return timeline  # still awaiting its invoice: nothing decided yet
         opening = history[held]
         version = int(opening["fromVersion"]) + 1
-        facts, _ = _apply(facts, opening, iter(()), timeline)
+        # The opening transition records what the invoice changed of the facts held (a list as what it
+        # gained and lost), so it applies to them.
+        facts, _ = _apply(waiting, opening, iter(()), timeline)
         history = history[held + 1 :]
     timeline.at[version] = facts
     next_po = iter(timeline.expected_po)

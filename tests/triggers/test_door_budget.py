@@ -265,12 +265,12 @@ def test_the_door_starts_no_step_that_would_not_fit_its_budget(tmp_path: Path, s
         }
         return ingress.accept_event(headers, body)
 
-    assert post().status == 202  # the record is written: a copy now needs a create and a read
+    assert post().status == 202  # a copy now takes the fact clock's read and write, a create and a read
     store.seconds = 1.6
     store.calls.clear()
     response = post()
     assert response.status == 503 and response.headers == {"Retry-After": str(RETRY_AFTER_SECONDS)}
     assert "budget of 4s" in response.body["error"]
-    assert store.calls == ["create"]  # the read, and the send, were never started
+    assert store.calls == ["read"]  # the fact clock's write, the delivery's create and read, and the send never started
     assert [m.message_id for m in queue.peek(QUEUE)] == ["webhook:d-slow"]
     queue.close()
