@@ -5,7 +5,8 @@ case as the API shows it is compared with this record.
 Invariants, each with its name (``--invariants`` picks some):
 
 - ``door``: every webhook, approval and withdrawal POST is answered within :data:`DOOR_ANSWER_SECONDS`
-  (world time, store waits included), and a 503 carries ``Retry-After``. After every step.
+  (world time, store waits included), never with a 5xx other than 503 (a function that raised), and a 503
+  carries ``Retry-After``. After every step.
 - ``case_size``: no case document is over :data:`MAX_CASE_BYTES`. After every step.
 - ``threshold``: money above the approval threshold is asked for only with a person's approval: when the
   notes the supplier made for a case (less what a person withdrew) total more than the threshold, the
@@ -71,6 +72,7 @@ class Post:
     seconds: float
     retry_after: str | None
     seq: int
+    error: str = ""
 
     @property
     def accepted(self) -> bool:
@@ -172,6 +174,8 @@ def check_door(posts: Iterable[Post]) -> list[Violation]:
             found.append(
                 Violation("door", f"step {p.step}: {p.kind} for {p.case_id} answered {p.status} after {p.seconds:g}s")
             )
+        elif p.status >= 500 and p.status != 503:
+            found.append(Violation("door", f"step {p.step}: {p.kind} for {p.case_id} answered {p.status}: {p.error}"))
         elif p.status == 503 and not p.retry_after:
             found.append(Violation("door", f"step {p.step}: {p.kind} for {p.case_id} answered 503 without Retry-After"))
     return found
@@ -220,6 +224,15 @@ def set_aside_ids(view: dict[str, Any]) -> tuple[set[str], set[str]]:
     return everything, for_size
 
 
+def held_deliveries(view: dict[str, Any]) -> set[str]:
+    """The deliveries the case holds as the newest report of a fact (its ``factOrder``), and those its
+    superseded records name as held: a report that changed nothing when it came is visible there."""
+    orders = view.get("factOrder") or {}
+    held = [orders.get("poAmount"), *((orders.get("credits") or {}).values())]
+    held += [r.get("heldOrder") for r in view.get("supersededEvents") or ()]
+    return {str(o["deliveryId"]) for o in held if isinstance(o, dict) and o.get("deliveryId")}
+
+
 def _delivery_of(rejected: dict[str, Any]) -> str | None:
     try:
         body = json.loads(str(rejected.get("body") or ""))
@@ -259,6 +272,7 @@ def check_quiescent(
         )
     if "deliveries" in wanted:
         applied = {str(t["deliveryId"]) for t in view.get("history") or () if t.get("deliveryId")}
+        applied |= held_deliveries(view)
         superseded = {str(r.get("deliveryId")) for r in view.get("supersededEvents") or ()}
         for p in expected.changing:
             if p.delivery not in applied | superseded | aside:

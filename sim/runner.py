@@ -8,6 +8,8 @@ invariant still breaks). The same plan always runs the same way (see :mod:`sim.w
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -177,6 +179,9 @@ class Outcome:
     at_step: int
     """How many steps had run when the first violation was seen (all of them when none was)."""
     seconds: float
+    digest: str = ""
+    """What the run did, as one hash (the door's answers, the supplier's journal, the cases and effects as
+    stored): two runs of one plan have the same."""
 
 
 @dataclass
@@ -224,12 +229,22 @@ class Sim:
                 if step.name == "settle" and not found:
                     found = self.settle()
                 if found:
-                    return Outcome(self.plan, found, self.step_no, time.monotonic() - started)
+                    return Outcome(self.plan, found, self.step_no, time.monotonic() - started, self.digest())
             self.step_no = len(self.plan.steps) + 1
             found = self.settle()
-            return Outcome(self.plan, found, len(self.plan.steps), time.monotonic() - started)
+            return Outcome(self.plan, found, len(self.plan.steps), time.monotonic() - started, self.digest())
         finally:
             self.world.close()
+
+    def digest(self) -> str:
+        posts = [(p.kind, p.delivery, p.status, p.seconds, p.at) for p in self.record.posts]
+        stored = [
+            (container, doc.id, doc.body)
+            for container in ("cases", "effects")
+            for doc in sorted(self.world.sqlite.query(container, Query()), key=lambda d: d.id)
+        ]
+        text = json.dumps([posts, self.world.supplier.journal, stored], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def execute(self, step: Step) -> None:
         if step.name != "settle":  # judged in run(): a quiescent point
@@ -264,6 +279,7 @@ class Sim:
             answer.seconds,
             answer.retry_after,
             self.seq,
+            str(answer.body.get("error") or "")[:200],
         )
         self.record.posts.append(post)
         if answer.status == 503:
@@ -276,6 +292,9 @@ class Sim:
 
     def do_invoice(self, case: int, po: int, over: int, inst: int) -> None:
         sender = self.senders[case]
+        if sender.invoice is not None:  # one invoice per case: sent again, under a new delivery id
+            self._post(case, ev.INVOICE_RECEIVED, {**sender.invoice, **self._occurred(case)}, self._delivery(case), inst)
+            return
         amount = max(Decimal("0.00"), _cents(po) + _cents(over))
         sender.po = _cents(po)
         sender.invoice = {
@@ -448,7 +467,7 @@ class Sim:
             self.seq += 1
             self.record.posts.append(
                 Post(self.step_no, case_id, "approval", data, str(asked["requestId"]), reply.status,
-                     self.world.clock.now(), reply.seconds, reply.retry_after, self.seq)
+                     self.world.clock.now(), reply.seconds, reply.retry_after, self.seq, str(reply.body.get("error") or "")[:200])
             )
             if reply.status == 202 and answer == "approve":
                 self.record.approved.add(case_id)
@@ -464,7 +483,7 @@ class Sim:
         self.seq += 1
         self.record.posts.append(
             Post(self.step_no, case_id, "withdrawal", {"effectKey": key}, key, reply.status,
-                 self.world.clock.now(), reply.seconds, reply.retry_after, self.seq)
+                 self.world.clock.now(), reply.seconds, reply.retry_after, self.seq, str(reply.body.get("error") or "")[:200])
         )
 
     def do_resolve(self, case: int, pick: int, inst: int) -> None:

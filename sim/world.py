@@ -389,7 +389,10 @@ class World:
 
     def _call(self, instance: int, name: str, req: func.HttpRequest) -> Answer:
         with self.on(instance), self.store.metered() as spent:
-            response = function(name)(req)
+            try:
+                response = function(name)(req)
+            except Exception as exc:  # the Functions host answers 500 for a function that raised
+                response = func.HttpResponse(json.dumps({"error": repr(exc)}), status_code=500)
         try:
             body = json.loads(response.get_body() or b"{}")
         except ValueError:

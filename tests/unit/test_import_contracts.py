@@ -56,6 +56,9 @@ INJECTED = [
     ("no-chaos", "examples/refund/app.py", "import chaos.report"),
     ("no-chaos", "devhost/host.py", "from chaos import config"),
     ("no-chaos", "benchmarks/store_ops.py", "import chaos.processes"),
+    ("no-sim", "shared/cli.py", "def _injected() -> None:\n    from sim.run import main"),
+    ("no-sim", "chaos/run.py", "from sim import runner"),
+    ("no-sim", "devhost/host.py", "import sim.world"),
     ("no-benchmarks", "shared/app/bootstrap.py", "from benchmarks import tables"),
     ("no-benchmarks", "devhost/supplier_stub.py", "import benchmarks.processes"),
     ("no-benchmarks", "chaos/cluster.py", "import benchmarks.scale"),
@@ -69,6 +72,7 @@ INJECTED = [
     ("public-guard", "shared/views/runs.py", "from casekeeper.core import ledger"),
     ("public-guard", "devhost/demo.py", "from casekeeper.core import ledger"),
     ("public-guard", "chaos/collect.py", "import casekeeper._numbers"),
+    ("public-guard", "sim/checks.py", "from casekeeper.core import ledger"),
     # checks.py runs consistency.py's checks; consistency.py importing checks.py back closes a cycle, even
     # from inside a function.
     ("acyclic", "chaos/consistency.py", "def _injected() -> None:\n    from chaos import checks"),
