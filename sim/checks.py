@@ -17,6 +17,8 @@ Invariants, each with its name (``--invariants`` picks some):
 - ``money``: what was requested (every note the supplier made for the case, less what a person withdrew)
   never exceeds what the newest facts owe (invoice - PO - credit notes not asked for) by more than the
   tolerance, unless an ``over_requested`` alert names the case. At every quiescent point.
+- ``outcomes``: a credit note the supplier made is never left behind an entry closed ``failed`` in silence:
+  the entry shows it (``done``), or a ``late_outcome`` alert names the effect. At every quiescent point.
 - ``deliveries``: every accepted delivery that would change a fact is applied (a transition names it),
   superseded or set aside, visibly on its case; an accepted invoice has a case. At every quiescent point.
 - ``quiescence``: a quiescent world has no ``open`` case without an alert naming it (``awaiting_approval``
@@ -45,7 +47,7 @@ TOLERANCE = Decimal("5.00")
 THRESHOLD = Decimal("1000.00")
 """``APPROVAL_THRESHOLD`` (the simulator runs the defaults)."""
 
-INVARIANTS = ("door", "case_size", "threshold", "facts", "money", "deliveries", "quiescence")
+INVARIANTS = ("door", "case_size", "threshold", "facts", "money", "outcomes", "deliveries", "quiescence")
 STEP_INVARIANTS = ("door", "case_size", "threshold")
 
 
@@ -191,7 +193,9 @@ def check_case_size(sizes: dict[str, int]) -> list[Violation]:
 
 def requested(notes: Iterable[Any], view: dict[str, Any] | None) -> Decimal:
     """What the supplier was asked for and made on a case, less the requests a person withdrew."""
-    withdrawn = {str(w.get("effectKey")) for w in ((view or {}).get("case") or {}).get("facts", {}).get("withdrawn") or ()}
+    withdrawn = {
+        str(w.get("effectKey")) for w in ((view or {}).get("case") or {}).get("facts", {}).get("withdrawn") or ()
+    }
     return sum((Decimal(n.amount) for n in notes if n.key not in withdrawn), Decimal("0.00"))
 
 
@@ -299,7 +303,20 @@ def check_quiescent(
                     f"facts owe {owed}, and no over_requested alert names the case (status {case['status']})",
                 )
             )
-    if "quiescence" in wanted and case.get("status") == "open":
-        if not any(str(fields.get("caseId")) == case_id for _, fields in record.alerts.values()):
-            found.append(Violation("quiescence", f"case {case_id} is open in a quiescent world and no alert names it"))
+    if "outcomes" in wanted:
+        made = {n.key: n for n in notes}
+        late = {str(fields.get("effectKey")) for kind, fields in record.alerts.values() if kind == "late_outcome"}
+        for effect in view.get("effects") or ():
+            key = str(effect.get("key"))
+            if effect.get("status") == "failed" and key in made and key not in late:
+                found.append(
+                    Violation(
+                        "outcomes",
+                        f"case {case_id}: the supplier made note {made[key].note_id} ({made[key].amount}) for effect "
+                        f"{key[:12]}, which stays failed ({effect.get('reason')}) and no late_outcome alert names it",
+                    )
+                )
+    named = any(str(fields.get("caseId")) == case_id for _, fields in record.alerts.values())
+    if "quiescence" in wanted and case.get("status") == "open" and not named:
+        found.append(Violation("quiescence", f"case {case_id} is open in a quiescent world and no alert names it"))
     return found

@@ -97,7 +97,9 @@ class Failure:
 FAILURES = (
     Failure("1 a fact before its case", ("facts", "money"), fact_before_case),
     Failure("2 order from the ingress host's clock", ("facts",), skewed_clocks, two_clocks),
-    Failure("3 late success after resolve --failed", ("money",), late_success_after_failed, late_success_after_failed),
+    Failure(
+        "3 late success after resolve --failed", ("outcomes",), late_success_after_failed, late_success_after_failed
+    ),
     Failure("4 over-ask without an alert", ("money",), over_ask_after_request),
     Failure("5 approval threshold split", ("threshold",), split_proposals),
     Failure("6 delivery id re-used after retention", ("deliveries",), reuse_after_retention, reuse_after_retention),
@@ -135,6 +137,7 @@ def hunt(failure: Failure, *, steps: int, budget: float, shrink_seconds: float) 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Find, seed by seed, each failure of issue 32 (the simulator's table in docs/simulator.md)."""
     parser = argparse.ArgumentParser(prog="casekeeper sim-hunt", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--budget", type=float, default=300.0, help="seconds of search per failure (default 300)")
@@ -153,9 +156,13 @@ def main(argv: list[str] | None = None) -> int:
         found = hunt(failure, steps=args.steps, budget=args.budget, shrink_seconds=args.shrink_seconds)
         if found is None:
             missing += 1
-            print(f"| {failure.name} | {'/'.join(failure.invariants)} | not found in {args.budget:g}s | | |", flush=True)
+            print(
+                f"| {failure.name} | {'/'.join(failure.invariants)} | not found in {args.budget:g}s | | |", flush=True
+            )
             continue
-        print(f"| {failure.name} | {found.invariant} | {found.seed} | {found.steps} | {found.seconds:.1f} |", flush=True)
+        print(
+            f"| {failure.name} | {found.invariant} | {found.seed} | {found.steps} | {found.seconds:.1f} |", flush=True
+        )
         details.append(f"{failure.name} (seed {found.seed}, shrunk):\n" + "\n".join(f"  {s}" for s in found.plan.steps))
     print("\n" + "\n\n".join(details))
     return 1 if missing else 0

@@ -28,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--seconds", type=float, help="run seeds for this long (default 60 unless --seeds)")
     budget.add_argument("--seeds", type=int, help="run this many seeds")
     parser.add_argument(
-        "--invariants", default=",".join(INVARIANTS), help=f"which to judge, comma-separated (default all: {','.join(INVARIANTS)})"
+        "--invariants",
+        default=",".join(INVARIANTS),
+        help=f"which to judge, comma-separated (default all: {','.join(INVARIANTS)})",
     )
     parser.add_argument("--expect-violation", metavar="NAME", choices=INVARIANTS, help="exit 0 only if NAME breaks")
     parser.add_argument("--no-shrink", action="store_true", help="print the failing plan as it ran")
@@ -40,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the seeded simulator: seeds in a simulated world until an invariant breaks or the budget ends."""
     args = build_parser().parse_args(argv)
     if args.verbose:
         logging.basicConfig(level=logging.INFO)
@@ -91,14 +94,14 @@ def describe(outcome: Outcome, plan: Plan, elapsed: float, steps: int, shown: Ou
     """The finding as a person reads it: the seed and how to reproduce it, the world, the (shrunk) steps,
     and the violations the shown plan (``shown``: the shrunk plan's run) breaks."""
     shown = shown or outcome
+    shrunk = ", shrunk" if len(plan.steps) < outcome.at_step else ""
     if not outcome.violations:
         return f"seed {outcome.plan.seed}: no violation in {len(outcome.plan.steps)} steps"
     lines = [
         f"seed {outcome.plan.seed}: {outcome.violations[0].invariant} broken at step {outcome.at_step} "
         f"(found in {elapsed:.1f}s); reproduce: casekeeper sim --seed {outcome.plan.seed} --seeds 1 --steps {steps}",
         f"world: {plan.shape}",
-        f"steps ({len(plan.steps)} of {len(outcome.plan.steps)}{', shrunk' if len(plan.steps) < outcome.at_step else ''};"
-        " a quiescent point follows the last):",
+        f"steps ({len(plan.steps)} of {len(outcome.plan.steps)}{shrunk}; a quiescent point follows the last):",
         *(f"  {i + 1:>3}. {step}" for i, step in enumerate(plan.steps)),
         "violations:",
         *(f"  {v}" for v in shown.violations),

@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -65,9 +65,12 @@ class Shape:
     scripted_model: bool
 
     def __str__(self) -> str:
-        senders = ", ".join(f"C{i + 1} {mode}{f' +{ahead:g}s' if ahead else ''}" for i, (mode, ahead) in enumerate(self.senders))
+        senders = ", ".join(
+            f"C{i + 1} {mode}{f' +{ahead:g}s' if ahead else ''}" for i, (mode, ahead) in enumerate(self.senders)
+        )
         clocks = ", ".join(f"{o:+g}s" for o in self.offsets)
-        return f"instances' clocks [{clocks}]; senders [{senders}]; proposer {'scripted model' if self.scripted_model else 'rules'}"
+        proposer = "scripted model" if self.scripted_model else "rules"
+        return f"instances' clocks [{clocks}]; senders [{senders}]; proposer {proposer}"
 
 
 @dataclass(frozen=True)
@@ -112,8 +115,13 @@ def make_plan(seed: int, steps: int) -> Plan:
     place: facts may come first)."""
     rng = random.Random(seed)
     instances = rng.choice((1, 2, 2, 3))
-    offsets = tuple(0.0 if i == 0 else rng.choice((-1, 1)) * rng.randint(0, int(SKEW_BOUND_SECONDS * 2)) / 2 for i in range(instances))
-    senders = tuple((rng.choice(("dated", "undated", "undated", "equal")), rng.choice(FUTURE_SKEWS)) for _ in range(CASES))
+    offsets = tuple(
+        0.0 if i == 0 else rng.choice((-1, 1)) * rng.randint(0, int(SKEW_BOUND_SECONDS * 2)) / 2
+        for i in range(instances)
+    )
+    senders = tuple(
+        (rng.choice(("dated", "undated", "undated", "equal")), rng.choice(FUTURE_SKEWS)) for _ in range(CASES)
+    )
     shape = Shape(offsets, senders, rng.random() < 0.5)
     names = list(WEIGHTS)
     weights = [WEIGHTS[n] for n in names]
@@ -149,7 +157,9 @@ def _step(rng: random.Random, name: str) -> Step:
     if name == "deliver":
         return Step(name, (rng.randint(1, 4), inst))
     if name == "outage":
-        return Step(name, (rng.choice((*CONTAINERS, "*")), rng.choice(("outage", "throttle")), rng.choice(OUTAGE_SECONDS)))
+        return Step(
+            name, (rng.choice((*CONTAINERS, "*")), rng.choice(("outage", "throttle")), rng.choice(OUTAGE_SECONDS))
+        )
     if name == "crash":
         return Step(name, (rng.choice(CRASH_POINTS),))
     if name == "pause":
@@ -162,7 +172,16 @@ def _step(rng: random.Random, name: str) -> Step:
     if name == "script":
         return Step(name, (rng.choice(SCRIPTS),))
     if name == "approval":
-        return Step(name, (case, rng.choice(("approve", "approve", "reject")), rng.random() < 0.5, rng.choice(("once", "twice", "both")), inst))
+        return Step(
+            name,
+            (
+                case,
+                rng.choice(("approve", "approve", "reject")),
+                rng.random() < 0.5,
+                rng.choice(("once", "twice", "both")),
+                inst,
+            ),
+        )
     if name == "time":
         return Step(name, (rng.choice(TIME_JUMPS),))
     return Step(name, ())
@@ -293,7 +312,9 @@ class Sim:
     def do_invoice(self, case: int, po: int, over: int, inst: int) -> None:
         sender = self.senders[case]
         if sender.invoice is not None:  # one invoice per case: sent again, under a new delivery id
-            self._post(case, ev.INVOICE_RECEIVED, {**sender.invoice, **self._occurred(case)}, self._delivery(case), inst)
+            self._post(
+                case, ev.INVOICE_RECEIVED, {**sender.invoice, **self._occurred(case)}, self._delivery(case), inst
+            )
             return
         amount = max(Decimal("0.00"), _cents(po) + _cents(over))
         sender.po = _cents(po)
@@ -310,7 +331,9 @@ class Sim:
     def do_po(self, case: int, move: int, inst: int) -> None:
         sender = self.senders[case]
         sender.po = max(Decimal("0.00"), sender.po + _cents(move))
-        self._post(case, ev.PO_UPDATED, {"poAmount": str(sender.po), **self._occurred(case)}, self._delivery(case), inst)
+        self._post(
+            case, ev.PO_UPDATED, {"poAmount": str(sender.po), **self._occurred(case)}, self._delivery(case), inst
+        )
 
     def do_late_po(self, case: int, back: int, move: int, inst: int) -> None:
         """A PO edit that happened ``back`` minutes before the sender's newest fact, delivered now."""
@@ -318,7 +341,13 @@ class Sim:
         if sender.mode == "undated" or sender.minute == 0:
             return
         amount = max(Decimal("0.00"), sender.po + _cents(move))
-        self._post(case, ev.PO_UPDATED, {"poAmount": str(amount), **self._occurred(case, back=back)}, self._delivery(case), inst)
+        self._post(
+            case,
+            ev.PO_UPDATED,
+            {"poAmount": str(amount), **self._occurred(case, back=back)},
+            self._delivery(case),
+            inst,
+        )
 
     def do_ext_credit(self, case: int, amount: int, inst: int) -> None:
         note = f"EXT-{self.case_ids[case]}-{self.seq + 1}"
@@ -466,8 +495,19 @@ class Sim:
             reply = self.world.post_approval(inst, case_id, str(asked["requestId"]), data)
             self.seq += 1
             self.record.posts.append(
-                Post(self.step_no, case_id, "approval", data, str(asked["requestId"]), reply.status,
-                     self.world.clock.now(), reply.seconds, reply.retry_after, self.seq, str(reply.body.get("error") or "")[:200])
+                Post(
+                    self.step_no,
+                    case_id,
+                    "approval",
+                    data,
+                    str(asked["requestId"]),
+                    reply.status,
+                    self.world.clock.now(),
+                    reply.seconds,
+                    reply.retry_after,
+                    self.seq,
+                    str(reply.body.get("error") or "")[:200],
+                )
             )
             if reply.status == 202 and answer == "approve":
                 self.record.approved.add(case_id)
@@ -482,8 +522,19 @@ class Sim:
         reply = self.world.post_withdrawal(inst, case_id, key)
         self.seq += 1
         self.record.posts.append(
-            Post(self.step_no, case_id, "withdrawal", {"effectKey": key}, key, reply.status,
-                 self.world.clock.now(), reply.seconds, reply.retry_after, self.seq, str(reply.body.get("error") or "")[:200])
+            Post(
+                self.step_no,
+                case_id,
+                "withdrawal",
+                {"effectKey": key},
+                key,
+                reply.status,
+                self.world.clock.now(),
+                reply.seconds,
+                reply.retry_after,
+                self.seq,
+                str(reply.body.get("error") or "")[:200],
+            )
         )
 
     def do_resolve(self, case: int, pick: int, inst: int) -> None:
@@ -491,7 +542,9 @@ class Sim:
         portal: ``--done`` with the note if it has one for the key, else ``--failed``."""
         case_id = self.case_ids[case]
         effects = [
-            e for e in (self.world.view(case_id) or {}).get("effects") or () if e["status"] in ("started", "needs_reconciliation")
+            e
+            for e in (self.world.view(case_id) or {}).get("effects") or ()
+            if e["status"] in ("started", "needs_reconciliation")
         ]
         if not effects:
             return
@@ -500,9 +553,19 @@ class Sim:
         ops = self.world.services(inst).ops
         try:
             if note is not None:
-                resolve(ops, key, result=dict(note.body), reason=None, by="op", why="found at the supplier", case_id=case_id)
+                resolve(
+                    ops, key, result=dict(note.body), reason=None, by="op", why="found at the supplier", case_id=case_id
+                )
             else:
-                resolve(ops, key, result=None, reason="no note at the supplier", by="op", why="none at the supplier", case_id=case_id)
+                resolve(
+                    ops,
+                    key,
+                    result=None,
+                    reason="no note at the supplier",
+                    by="op",
+                    why="none at the supplier",
+                    case_id=case_id,
+                )
         except (Refused, CasekeeperError):
             pass
 
@@ -561,7 +624,10 @@ class Sim:
             world.timer_tick()
             self.do_retry_refused()
             started = [
-                e for cid in self.case_ids for e in (world.view(cid) or {}).get("effects") or () if e["status"] == "started"
+                e
+                for cid in self.case_ids
+                for e in (world.view(cid) or {}).get("effects") or ()
+                if e["status"] == "started"
             ]
             if not started and world.next_due() is None:
                 break

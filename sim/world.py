@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import shutil
 import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,9 @@ from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_servic
 from sim.model import ScriptedModel
 from sim.supplier import Supplier
 
-SECRET = "sim-secret"
+log = logging.getLogger("casekeeper.sim")
+
+SECRET = "sim-secret"  # noqa: S105  # the simulated senders' signing secret
 QUEUE = "case-events"
 CALL_TIMEOUT = 120.0
 LOCK_DURATION = 30.0
@@ -78,7 +81,7 @@ FUNCTIONS: dict[str, Any] = {}
 def function(name: str) -> Callable[..., Any]:
     """The user function of the indexed Functions app's function ``name``."""
     if not FUNCTIONS:
-        FUNCTIONS.update({f.get_function_name(): f for f in function_app.create_app().get_functions()})
+        FUNCTIONS.update({str(f.get_function_name()): f for f in function_app.create_app().get_functions()})
     return FUNCTIONS[name].get_user_function()  # type: ignore[no-any-return]
 
 
@@ -94,11 +97,11 @@ def seeded_uuids(rng: random.Random) -> Iterator[None]:
     def uuid4() -> uuid.UUID:
         return uuid.UUID(int=rng.getrandbits(128), version=4)
 
-    uuid.uuid4 = uuid4  # type: ignore[assignment]
+    uuid.uuid4 = uuid4
     try:
         yield
     finally:
-        uuid.uuid4 = original  # type: ignore[assignment]
+        uuid.uuid4 = original
 
 
 class SkewedClock:
@@ -178,7 +181,7 @@ class FaultyStore:
 
     def update_if(self, container: str, partition: str, doc_id: str, *args: Any, **kwargs: Any) -> Any:
         self._check(container, write=True)
-        return self.inner.update_if(container, partition, doc_id, *args, **kwargs)  # type: ignore[attr-defined]
+        return self.inner.update_if(container, partition, doc_id, *args, **kwargs)
 
     def upsert(self, container: str, partition: str, doc_id: str, body: Mapping[str, Any]) -> Document:
         self._check(container, write=True)
@@ -294,7 +297,7 @@ class World:
         clock = SkewedClock(self.clock, offset)
         services = bootstrap.build(
             self.settings,
-            store=self.store,  # type: ignore[arg-type]  # a DocumentStore by shape (the port is a Protocol)
+            store=self.store,  # a DocumentStore by shape (the port is a Protocol)
             sender=self.network,
             dead_letters=LocalDeadLetters(self.queue, QUEUE),
             clock=clock,
@@ -438,10 +441,9 @@ class World:
 
     @staticmethod
     def _settle(settle: Callable[[Any], None], msg: Any) -> None:
-        try:
+        # A worker frozen past its lock lost it: the broker delivers the message again.
+        with suppress(LockLost):
             settle(msg)
-        except LockLost:
-            pass  # a worker frozen past its lock lost it: the broker delivers the message again
 
     def next_due(self) -> float | None:
         pending = self.queue.peek(QUEUE)
@@ -474,8 +476,8 @@ class World:
                 function("checkpoint_health")(timer_request(past_due=False))
         except Crash:
             self.crashed(instance)
-        except Exception:
-            pass  # a failed check raises to be seen; the next tick runs it again
+        except Exception as exc:  # a failed check raises to be seen; the next tick runs it again
+            log.info("the timer's checks failed: %s", exc)
 
     def services(self, instance: int = 0) -> Services:
         return self.instances[instance % len(self.instances)].services

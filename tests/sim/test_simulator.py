@@ -43,7 +43,9 @@ def test_every_invariant_holds_over_a_fixed_budget_of_seeds() -> None:
     if failing is not None:
         small = shrink(failing, seconds=30)
         shown = Sim(small).run()
-        pytest.fail(describe(failing, small, sum(o.seconds for o in found.outcomes), STEPS, shown if shown.violations else None))
+        pytest.fail(
+            describe(failing, small, sum(o.seconds for o in found.outcomes), STEPS, shown if shown.violations else None)
+        )
     assert len(found.outcomes) == SEEDS
 
 
@@ -52,7 +54,10 @@ def test_a_seed_replays_exactly() -> None:
     for seed in (3, 11):
         first, second = Sim(make_plan(seed, STEPS)).run(), Sim(make_plan(seed, STEPS)).run()
         assert first.digest == second.digest
-        assert (first.at_step, [str(v) for v in first.violations]) == (second.at_step, [str(v) for v in second.violations])
+        assert (first.at_step, [str(v) for v in first.violations]) == (
+            second.at_step,
+            [str(v) for v in second.violations],
+        )
 
 
 def test_a_saved_plan_reads_back_as_it_was() -> None:
@@ -119,8 +124,12 @@ def test_the_cli_exits_by_what_it_found(capsys: pytest.CaptureFixture[str]) -> N
 # --- each invariant can fail ----------------------------------------------------------------------------------
 
 
-def post(kind: str, data: dict[str, object], *, delivery: str, at: float, seq: int, status: int = 202, **kw: object) -> Post:
-    return Post(1, "C", kind, dict(data), delivery, status, at, float(kw.get("seconds", 0.1)), kw.get("retry_after"), seq)  # type: ignore[arg-type]
+def post(
+    kind: str, data: dict[str, object], *, delivery: str, at: float, seq: int, status: int = 202, **kw: object
+) -> Post:
+    return Post(
+        1, "C", kind, dict(data), delivery, status, at, float(kw.get("seconds", 0.1)), kw.get("retry_after"), seq
+    )  # type: ignore[arg-type]
 
 
 def test_the_door_invariant_catches_a_slow_answer_a_500_and_a_503_without_retry_after() -> None:
@@ -141,7 +150,14 @@ def test_the_size_and_threshold_invariants() -> None:
     assert not checks.check_threshold(record, "C", Decimal("1400.00"))
 
 
-INVOICE = {"invoiceId": "I", "supplierId": "S", "poNumber": "P", "invoiceAmount": "1500.00", "poAmount": "1000.00", "currency": "EUR"}
+INVOICE = {
+    "invoiceId": "I",
+    "supplierId": "S",
+    "poNumber": "P",
+    "invoiceAmount": "1500.00",
+    "poAmount": "1000.00",
+    "currency": "EUR",
+}
 
 
 def test_facts_in_source_order_follow_occurred_at_then_the_worlds_acceptance() -> None:
@@ -188,7 +204,10 @@ def test_the_money_invariant_needs_an_over_requested_alert_naming_the_case() -> 
         post("invoice.received", INVOICE, delivery="i", at=10, seq=1),
         post("po.updated", {"poAmount": "1480.00"}, delivery="a", at=20, seq=2),
     ]
-    view = {"case": {"status": "needs_review", "facts": {**INVOICE, "poAmount": "1480.00", "credits": []}}, "history": [{"deliveryId": "a"}]}
+    view = {
+        "case": {"status": "needs_review", "facts": {**INVOICE, "poAmount": "1480.00", "credits": []}},
+        "history": [{"deliveryId": "a"}],
+    }
 
     class Note:
         note_id, key, amount = "CN-1", "k", "100.00"
