@@ -94,6 +94,20 @@ class Record:
     """Cases with a request the simulator's approver approved (the door took it, 202)."""
     alerts: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     """Every alert ever seen (id -> kind, fields): a person saw it, even once its record expired."""
+    shown: dict[str, set[str]] = field(default_factory=dict)
+    """Per case, the deliveries it ever showed as applied, held, superseded or set aside (looked at before every
+    time jump and at every quiescent point): what a person could see, even once its record expired."""
+    shown_aside: dict[str, set[str]] = field(default_factory=dict)
+    """Per case, the deliveries it ever showed as set aside."""
+
+    def observe(self, case_id: str, view: dict[str, Any] | None) -> None:
+        if view is None:
+            return
+        aside, _ = set_aside_ids(view)
+        applied = {str(t["deliveryId"]) for t in view.get("history") or () if t.get("deliveryId")}
+        superseded = {str(r.get("deliveryId")) for r in view.get("supersededEvents") or ()}
+        self.shown.setdefault(case_id, set()).update(applied | held_deliveries(view) | superseded | aside)
+        self.shown_aside.setdefault(case_id, set()).update(aside)
 
     def facts_posts(self, case_id: str) -> list[Post]:
         return [p for p in self.posts if p.case_id == case_id and p.kind in ev.ORDERED_TYPES and p.accepted]
@@ -275,16 +289,26 @@ def check_quiescent(
             )
         )
     if "deliveries" in wanted:
-        applied = {str(t["deliveryId"]) for t in view.get("history") or () if t.get("deliveryId")}
-        applied |= held_deliveries(view)
-        superseded = {str(r.get("deliveryId")) for r in view.get("supersededEvents") or ()}
+        record.observe(case_id, view)
+        shown = record.shown.get(case_id, set())
         for p in expected.changing:
-            if p.delivery not in applied | superseded | aside:
+            if p.delivery not in shown:
                 found.append(
                     Violation(
                         "deliveries",
                         f"case {case_id}: delivery {p.delivery} ({p.kind} {_without_time(p.data)}, accepted at step "
                         f"{p.step}) was neither applied, superseded nor set aside",
+                    )
+                )
+        # A delivery id accepted again with another body is no copy of the first: the case sets it aside.
+        first = record.first_bodies()
+        for p in record.facts_posts(case_id):
+            if first.get(p.delivery) != p.body_key and p.delivery not in record.shown_aside.get(case_id, set()):
+                found.append(
+                    Violation(
+                        "deliveries",
+                        f"case {case_id}: delivery {p.delivery} was accepted at step {p.step} with another body "
+                        f"({_without_time(p.data)}) than its first, and the case does not show it set aside",
                     )
                 )
     if "money" in wanted and expected.po is not None and facts.get("invoiceAmount") is not None:

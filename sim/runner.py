@@ -438,6 +438,8 @@ class Sim:
             self.world.model.script.append(mode)
 
     def do_time(self, seconds: float) -> None:
+        for case_id in self.case_ids:  # what the cases show now, before records expire
+            self.record.observe(case_id, self.world.view(case_id))
         self.world.clock.advance(seconds)
         self.world.sqlite.purge_expired()  # what expired is gone (reads never saw it anyway)
 
