@@ -276,7 +276,7 @@ def check_quiescent(
         return found
     case = view["case"]
     facts = case.get("facts") or {}
-    aside, for_size = set_aside_ids(view)
+    _, for_size = set_aside_ids(view)
     expected = expected_facts(record, case_id, for_size)
     shown_credits = {str(c["creditNoteId"]): str(Decimal(str(c["amount"]))) for c in facts.get("credits") or ()}
     shown_po = str(Decimal(str(facts["poAmount"]))) if facts.get("poAmount") is not None else None
