@@ -10,7 +10,8 @@ Invariants, each with its name (``--invariants`` picks some):
 - ``case_size``: no case document is over :data:`MAX_CASE_BYTES`. After every step.
 - ``threshold``: money above the approval threshold is asked for only with a person's approval: when the
   notes the supplier made for a case (less what a person withdrew) total more than the threshold, the
-  simulator's approver approved a request of that case. After every step.
+  simulator's approver approved a request of that case, or an ``over_requested`` or ``late_outcome`` alert
+  names it (a late success no decision could prevent). After every step.
 - ``facts``: the facts a case holds equal the facts applied in source order (the newest report of each
   fact wins; a report's place is its ``occurredAt`` when it has one, else when the door first accepted
   its delivery, by the world's clock). At every quiescent point.
@@ -214,7 +215,13 @@ def requested(notes: Iterable[Any], view: dict[str, Any] | None) -> Decimal:
 
 
 def check_threshold(record: Record, case_id: str, total: Decimal) -> list[Violation]:
-    if total > THRESHOLD and case_id not in record.approved:
+    """A person approved, or was told: an over-ask (``over_requested``) or a late outcome (``late_outcome``:
+    a call that succeeded after its entry was closed, which no decision can prevent) names the case."""
+    told = any(
+        kind in ("over_requested", "late_outcome") and str(fields.get("caseId")) == case_id
+        for kind, fields in record.alerts.values()
+    )
+    if total > THRESHOLD and case_id not in record.approved and not told:
         return [
             Violation(
                 "threshold",

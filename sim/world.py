@@ -75,6 +75,7 @@ SQLite's busy timeout (30 s, the store's default; Cosmos DB's SDK waits longer, 
 the Cosmos SDK's 429 retries (30 s by default). The door is timed by it (see :meth:`FaultyStore.metered`)."""
 
 CONTAINERS = ("cases", "effects", "checkpoints", "health")
+REQUEST_SECONDS = 0.001
 FUNCTIONS: dict[str, Any] = {}
 
 
@@ -391,6 +392,8 @@ class World:
         return self._call(instance, "withdraw_request", req)
 
     def _call(self, instance: int, name: str, req: func.HttpRequest) -> Answer:
+        # A request takes a millisecond on the wire: no two acceptances share an instant of the store's clock.
+        self.clock.advance(REQUEST_SECONDS)
         with self.on(instance), self.store.metered() as spent:
             try:
                 response = function(name)(req)
