@@ -16,11 +16,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sim.runner import Plan, Sim, Step, make_plan, shrink
+from sim.runner import Plan, Sim, Step, make_plan, replay, shrink
 
 
 def _case_steps(plan: Plan, case: int) -> list[tuple[int, Step]]:
     return [(i, s) for i, s in enumerate(plan.steps) if s.args and s.name in FACT_STEPS and s.args[0] == case]
+
+
+def _invoice_at(plan: Plan, case: int) -> int:
+    """Where the case's invoice is sent: its step, or the first quiescent point (senders send what is missing)."""
+    steps = _case_steps(plan, case)
+    sent = [i for i, s in steps if s.name == "invoice"] + [i for i, s in enumerate(plan.steps) if s.name == "settle"]
+    return min(sent, default=len(plan.steps))
 
 
 FACT_STEPS = ("invoice", "po", "late_po", "ext_credit", "credit_for_request", "investigate")
@@ -34,9 +41,9 @@ def _violated_case(detail: str) -> int:
 
 def fact_before_case(plan: Plan, detail: str) -> bool:
     """A fact of the case was sent before its invoice (or the invoice came only at the end)."""
-    steps = _case_steps(plan, _violated_case(detail))
-    invoice = next((i for i, s in steps if s.name == "invoice"), len(plan.steps))
-    return any(s.name in ("po", "ext_credit", "late_po") and i < invoice for i, s in steps)
+    case = _violated_case(detail)
+    invoice = _invoice_at(plan, case)
+    return any(s.name in ("po", "ext_credit", "late_po") and i < invoice for i, s in _case_steps(plan, case))
 
 
 def skewed_clocks(plan: Plan, detail: str) -> bool:
@@ -65,14 +72,26 @@ def over_ask_after_request(plan: Plan, detail: str) -> bool:
     """A fact that lowers what is owed arrives after a request, the invoice having come first."""
     if fact_before_case(plan, detail) or late_success_after_failed(plan, detail):
         return False
-    steps = _case_steps(plan, _violated_case(detail))
-    invoice = next((i for i, s in steps if s.name == "invoice"), len(plan.steps))
-    return any(s.name in ("po", "ext_credit", "late_po") and i > invoice for i, s in steps)
+    case = _violated_case(detail)
+    invoice = _invoice_at(plan, case)
+    return any(s.name in ("po", "ext_credit", "late_po") and i > invoice for i, s in _case_steps(plan, case))
 
 
 def split_proposals(plan: Plan, detail: str) -> bool:
     """The threshold crossed by several requests (the model's split, or a fact change between them)."""
     return True
+
+
+def model_split(plan: Plan, detail: str) -> bool:
+    """The scripted model's proposals crossed the threshold together: no fact changed after the invoice."""
+    case = _violated_case(detail)
+    invoice = _invoice_at(plan, case)
+    changed = any(s.name in ("po", "ext_credit", "late_po") and i > invoice for i, s in _case_steps(plan, case))
+    return plan.shape.scripted_model and not changed
+
+
+def scripted(plan: Plan, detail: str) -> bool:
+    return plan.shape.scripted_model
 
 
 def reuse_after_retention(plan: Plan, detail: str) -> bool:
@@ -102,6 +121,7 @@ FAILURES = (
     ),
     Failure("4 over-ask without an alert", ("money",), over_ask_after_request),
     Failure("5 approval threshold split", ("threshold",), split_proposals),
+    Failure("5 (by the model's proposals)", ("threshold",), model_split, scripted),
     Failure("6 delivery id re-used after retention", ("deliveries",), reuse_after_retention, reuse_after_retention),
     Failure("7 the door hangs on the store", ("door",), any_step),
     Failure("8 no bound on a case's size", ("case_size",), any_step),
@@ -129,8 +149,9 @@ def hunt(failure: Failure, *, steps: int, budget: float, shrink_seconds: float) 
         # The signature holds for the shrunk steps only if it holds for the steps run (a cheap filter first).
         if outcome.violations and failure.hint(prefix, outcome.violations[0].detail):
             small = shrink(outcome, seconds=shrink_seconds, invariants=failure.invariants)
-            detail = outcome.violations[0].detail
-            if failure.signature(small, detail):
+            # The shrunk steps may break the invariant on another case: judge them by their own violations.
+            shown = replay(small, failure.invariants).violations if small is not outcome.plan else outcome.violations
+            if any(v.invariant in failure.invariants and failure.signature(small, v.detail) for v in shown):
                 return Found(failure, seed, outcome.violations[0].invariant, outcome.at_step, searched, small)
         seed += 1
     return None

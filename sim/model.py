@@ -11,11 +11,13 @@ The script says, proposal by proposal, what the "model" does with what the invoi
 - ``over``: more than may be requested (the guard's validation must refuse it);
 - ``review``: a person's review.
 
-An empty script proposes ``whole``. It makes no network call and keeps nothing but its script.
+Past its script, the "model" draws each proposal's mode from the world's seeded generator (mostly ``whole``),
+as a model steered by an invoice's text would. It makes no network call.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from decimal import Decimal
 
@@ -23,6 +25,8 @@ from shared.domain.credit import Position, decide
 from shared.domain.invoice import Action, InvoiceFacts, Proposal, Rules
 
 SCRIPTS = ("whole", "split", "part", "over", "review")
+UNSCRIPTED = (("whole", 12), ("split", 4), ("part", 2), ("over", 1), ("review", 1))
+"""How often each mode comes when the script is empty."""
 CENT = Decimal("0.01")
 
 
@@ -31,12 +35,16 @@ class ScriptedModel:
     label = "model sim-script"
     calls_model = True
 
-    def __init__(self) -> None:
+    def __init__(self, rng: random.Random) -> None:
         self.script: list[str] = []
+        self.rng = rng
 
     async def propose(self, case_id: str, facts: InvoiceFacts, pos: Position, rules: Rules) -> Proposal:
         proposal = decide(facts, pos, rules)
-        mode = self.script.pop(0) if self.script else "whole"
+        if self.script:
+            mode = self.script.pop(0)
+        else:
+            mode = self.rng.choices([m for m, _ in UNSCRIPTED], [w for _, w in UNSCRIPTED])[0]
         if mode == "review":
             return Proposal(Action.NEEDS_REVIEW, rationale="the model asks a person")
         if proposal.action is not Action.REQUEST_CREDIT_NOTE or proposal.amount is None:

@@ -283,7 +283,7 @@ class World:
         )
         self.network = Network(self.queue)
         self.supplier = Supplier(on_stall=self._stalled)
-        self.model = ScriptedModel() if scripted_model else None
+        self.model = ScriptedModel(self.rng) if scripted_model else None
         self.crash_at: str | None = None
         self.crashes: list[str] = []
         self.pause_at: str | None = None
