@@ -40,10 +40,13 @@ def _violated_case(detail: str) -> int:
 
 
 def fact_before_case(plan: Plan, detail: str) -> bool:
-    """A fact of the case was sent before its invoice (or the invoice came only at the end)."""
+    """A fact of the case was sent before its invoice (or the invoice came only at a quiescent point), or the
+    invoice was held back (the network, a store outage) and a fact sent after it."""
     case = _violated_case(detail)
     invoice = _invoice_at(plan, case)
-    return any(s.name in ("po", "ext_credit", "late_po") and i < invoice for i, s in _case_steps(plan, case))
+    facts = [i for i, s in _case_steps(plan, case) if s.name in ("po", "ext_credit", "late_po")]
+    delayed = any(s.name in ("hold", "outage") for s in plan.steps[:invoice])
+    return any(i < invoice for i in facts) or (delayed and any(i > invoice for i in facts))
 
 
 def skewed_clocks(plan: Plan, detail: str) -> bool:
@@ -83,11 +86,9 @@ def split_proposals(plan: Plan, detail: str) -> bool:
 
 
 def model_split(plan: Plan, detail: str) -> bool:
-    """The scripted model's proposals crossed the threshold together: no fact changed after the invoice."""
-    case = _violated_case(detail)
-    invoice = _invoice_at(plan, case)
-    changed = any(s.name in ("po", "ext_credit", "late_po") and i > invoice for i, s in _case_steps(plan, case))
-    return plan.shape.scripted_model and not changed
+    """The scripted model's proposals crossed the threshold together: no fact of the case but its invoice."""
+    steps = _case_steps(plan, _violated_case(detail))
+    return plan.shape.scripted_model and not any(s.name in ("po", "ext_credit", "late_po") for _, s in steps)
 
 
 def scripted(plan: Plan, detail: str) -> bool:
@@ -114,7 +115,7 @@ class Failure:
 
 
 FAILURES = (
-    Failure("1 a fact before its case", ("facts", "money"), fact_before_case),
+    Failure("1 a fact before its case", ("facts", "money", "deliveries"), fact_before_case),
     Failure("2 order from the ingress host's clock", ("facts",), skewed_clocks, two_clocks),
     Failure(
         "3 late success after resolve --failed", ("outcomes",), late_success_after_failed, late_success_after_failed
