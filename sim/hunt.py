@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from sim.runner import Plan, Sim, Step, make_plan, replay, shrink
 
@@ -165,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=300.0, help="seconds of search per failure (default 300)")
     parser.add_argument("--shrink-seconds", type=float, default=10.0)
     parser.add_argument("--only", help="failure numbers, comma-separated")
+    parser.add_argument("--app-dir", type=Path, default=Path.cwd(), help="where function_app.py is (default: here)")
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(args.app_dir.resolve()))
     logging.disable(logging.CRITICAL)
     wanted = {n.strip() for n in args.only.split(",")} if args.only else None
     missing = 0

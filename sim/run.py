@@ -15,6 +15,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 from sim.checks import INVARIANTS
 from sim.runner import Outcome, Plan, Shape, Step, replay, search, shrink
@@ -38,12 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--save", metavar="FILE", help="write the (shrunk) failing plan as JSON")
     parser.add_argument("--replay", metavar="FILE", help="run a plan written by --save")
     parser.add_argument("--verbose", action="store_true", help="show the app's log lines")
+    parser.add_argument("--app-dir", type=Path, default=Path.cwd(), help="where function_app.py is (default: here)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the seeded simulator: seeds in a simulated world until an invariant breaks or the budget ends."""
     args = build_parser().parse_args(argv)
+    sys.path.insert(0, str(args.app_dir.resolve()))
     if args.verbose:
         logging.basicConfig(level=logging.INFO)
     else:

@@ -36,7 +36,6 @@ from typing import Any
 
 import azure.functions as func
 
-import function_app
 from casekeeper import Document, DocumentStore, Query
 from casekeeper.capture import uninstall
 from casekeeper.clock import ManualClock
@@ -80,8 +79,11 @@ FUNCTIONS: dict[str, Any] = {}
 
 
 def function(name: str) -> Callable[..., Any]:
-    """The user function of the indexed Functions app's function ``name``."""
+    """The user function of the indexed Functions app's function ``name`` (``function_app`` is imported from
+    the app's directory, on the path: the tests' root, or ``casekeeper sim --app-dir``)."""
     if not FUNCTIONS:
+        import function_app
+
         FUNCTIONS.update({str(f.get_function_name()): f for f in function_app.create_app().get_functions()})
     return FUNCTIONS[name].get_user_function()  # type: ignore[no-any-return]
 
