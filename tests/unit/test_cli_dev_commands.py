@@ -1,9 +1,9 @@
 """The ``casekeeper`` command finds the dev tools' subcommands as entry points and loads one only to run it.
 
-The app (``shared``) never imports the local host (``devhost``), the chaos run (``chaos``) or the simulator (``sim``): they are not
-deployed. ``pyproject.toml`` declares their commands in the ``casekeeper.commands`` group; ``shared.cli``
-lists them from the installed metadata, each with the first line of its target's docstring, and says in
-one line when they are not installed.
+The app (``shared``) never imports the local host (``devhost``), the chaos run (``chaos``) or the simulator
+(``sim``): they are not deployed. ``pyproject.toml`` declares their commands in the ``casekeeper.commands``
+group; ``shared.cli`` lists them from the installed metadata, each with the first line of its target's
+docstring, and says in one line when they are not installed.
 """
 
 from __future__ import annotations
