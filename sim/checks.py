@@ -187,14 +187,17 @@ def _without_time(data: dict[str, Any]) -> str:
 def check_door(posts: Iterable[Post]) -> list[Violation]:
     found = []
     for p in posts:
+        problems = []
         if p.seconds > DOOR_ANSWER_SECONDS:
+            problems.append(f"after {p.seconds:g}s")
+        if p.status >= 500 and p.status != 503:
+            problems.append(f"({p.error})")
+        if p.status == 503 and not p.retry_after:
+            problems.append("without Retry-After")
+        if problems:
             found.append(
-                Violation("door", f"step {p.step}: {p.kind} for {p.case_id} answered {p.status} after {p.seconds:g}s")
+                Violation("door", f"step {p.step}: {p.kind} for {p.case_id} answered {p.status} {' '.join(problems)}")
             )
-        elif p.status >= 500 and p.status != 503:
-            found.append(Violation("door", f"step {p.step}: {p.kind} for {p.case_id} answered {p.status}: {p.error}"))
-        elif p.status == 503 and not p.retry_after:
-            found.append(Violation("door", f"step {p.step}: {p.kind} for {p.case_id} answered 503 without Retry-After"))
     return found
 
 
