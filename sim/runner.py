@@ -27,7 +27,7 @@ from sim import checks
 from sim.checks import INVARIANTS, Post, Record, Violation
 from sim.model import SCRIPTS
 from sim.supplier import FAULTS
-from sim.world import CALL_TIMEOUT, CONTAINERS, LOCK_DURATION, SKEW_BOUND_SECONDS, World
+from sim.world import CALL_TIMEOUT, CONTAINERS, LOCK_DURATION, SKEW_BOUND_SECONDS, Outage, World
 
 DAY = 86400.0
 TIME_JUMPS = (1.0, 5.0, LOCK_DURATION + 1, CALL_TIMEOUT + 1, 3600.0 + 1, DAY, 8 * DAY, 31 * DAY, 91 * DAY)
@@ -413,7 +413,7 @@ class Sim:
                 return
 
     def do_outage(self, container: str, mode: str, seconds: float) -> None:
-        self.world.store.outages[container] = _outage(self.world.clock.now() + seconds, mode)
+        self.world.store.outages[container] = Outage(self.world.clock.now() + seconds, mode)
 
     def do_crash(self, point: str) -> None:
         if point == "F7":
@@ -640,12 +640,6 @@ class Sim:
                 self.record, case_id, view, world.supplier.notes_for(case_id), self.invariants
             )
         return found
-
-
-def _outage(until: float, mode: str) -> Any:
-    from sim.world import Outage
-
-    return Outage(until, mode)
 
 
 @dataclass
