@@ -50,7 +50,8 @@ def test_every_invariant_holds_over_a_fixed_budget_of_seeds() -> None:
 
 
 def test_a_seed_replays_exactly() -> None:
-    """Two runs of one plan do the same: the door's answers, the supplier's journal, the stored cases."""
+    """Two runs of one plan do the same: the door's answers, the supplier's journal, the stored cases; judged
+    (stopping where an invariant breaks, if one does) and to the end."""
     for seed in (3, 11):
         first, second = Sim(make_plan(seed, STEPS)).run(), Sim(make_plan(seed, STEPS)).run()
         assert first.digest == second.digest
@@ -58,6 +59,8 @@ def test_a_seed_replays_exactly() -> None:
             second.at_step,
             [str(v) for v in second.violations],
         )
+        whole, again = Sim(make_plan(seed, STEPS), ()).run(), Sim(make_plan(seed, STEPS), ()).run()
+        assert whole.at_step == len(whole.plan.steps) and whole.digest == again.digest
 
 
 def test_a_saved_plan_reads_back_as_it_was() -> None:
