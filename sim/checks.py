@@ -217,9 +217,10 @@ def requested(notes: Iterable[Any], view: dict[str, Any] | None) -> Decimal:
     return sum((Decimal(n.amount) for n in notes if n.key not in withdrawn), Decimal("0.00"))
 
 
-def check_threshold(record: Record, case_id: str, total: Decimal) -> list[Violation]:
+def check_threshold(record: Record, case_id: str, total: Decimal, decided: Iterable[str] = ()) -> list[Violation]:
     """A person approved, or was told: an over-ask (``over_requested``) or a late outcome (``late_outcome``:
-    a call that succeeded after its entry was closed, which no decision can prevent) names the case."""
+    a call that succeeded after its entry was closed, which no decision can prevent) names the case.
+    ``decided``: the reasons of the case's requests, for the reader."""
     told = any(
         kind in ("over_requested", "late_outcome") and str(fields.get("caseId")) == case_id
         for kind, fields in record.alerts.values()
@@ -229,7 +230,7 @@ def check_threshold(record: Record, case_id: str, total: Decimal) -> list[Violat
             Violation(
                 "threshold",
                 f"case {case_id}: {total} requested from the supplier, over the approval threshold {THRESHOLD}, "
-                "and no person approved a request",
+                f"and no person approved a request (decided: {'; '.join(decided) or '-'})",
             )
         ]
     return []

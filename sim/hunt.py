@@ -87,9 +87,8 @@ def split_proposals(plan: Plan, detail: str) -> bool:
 
 
 def model_split(plan: Plan, detail: str) -> bool:
-    """The scripted model's proposals crossed the threshold together: no fact of the case but its invoice."""
-    steps = _case_steps(plan, _violated_case(detail))
-    return plan.shape.scripted_model and not any(s.name in ("po", "ext_credit", "late_po") for _, s in steps)
+    """The scripted model split a proposal just under the threshold (its request's reason says so)."""
+    return "(model: split)" in detail
 
 
 def scripted(plan: Plan, detail: str) -> bool:

@@ -590,8 +590,10 @@ class Sim:
             for case_id in self.case_ids:
                 notes = self.world.supplier.notes_for(case_id)
                 if notes:
-                    total = checks.requested(notes, self.world.view(case_id))
-                    found += checks.check_threshold(self.record, case_id, total)
+                    view = self.world.view(case_id)
+                    decided = [str(t["reason"]) for t in (view or {}).get("history") or () if t.get("effectKey")]
+                    total = checks.requested(notes, view)
+                    found += checks.check_threshold(self.record, case_id, total, decided)
         return found
 
     def settle(self) -> list[Violation]:
