@@ -23,7 +23,7 @@ from sim.run import describe, main, plan_from_json, plan_to_json
 from sim.runner import Plan, Shape, Sim, Step, make_plan, search, shrink
 from sim.supplier import BIG_ANSWER_BYTES, Supplier
 
-SEEDS = 120
+SEEDS = 250
 STEPS = 40
 
 
