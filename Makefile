@@ -14,7 +14,7 @@ PYTHON313 ?= $(shell for p in $$(ls -d $$(pyenv root 2>/dev/null)/versions/3.13*
   $$(command -v python3.13 2>/dev/null); do "$$p" -c 'import sys' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 STAMP313 := .venv313/.installed-stamp
 
-.PHONY: help setup setup-run lint test test-313 run demo bench chaos screenshots clean
+.PHONY: help setup setup-run lint test test-313 run demo bench sim chaos screenshots clean
 .DEFAULT_GOAL := help
 
 # make help: every target with its "##" line.
@@ -126,9 +126,18 @@ bench: setup $(BENCH_STAMP) ## what the guard and a whole case cost, against DBO
 	  $(BIN)/python -m benchmarks.scale; second=$$?; echo; \
 	  $(BIN)/python -m benchmarks.e2e $(E2E_ARGS) && exit $$(( first || second ))
 
-# The promise under faults and kill -9, checked from outside (about 3-4 minutes). Exits non-zero on any
-# violation. More: make chaos CHAOS_ARGS="--hosts 2 --seed 42" (or --store cosmos, --report FILE).
-chaos: setup ## the guarantees under faults and kill -9 (about 3-4 minutes)
+# The seeded simulator (docs/simulator.md): seeds from SIM_SEED on, for SIM_SECONDS; a violation prints its
+# seed and shrunk steps and exits non-zero. More: make sim SIM_SECONDS=3600 SIM_ARGS="--steps 80".
+SIM_SEED ?= 0
+SIM_SECONDS ?= 60
+sim: setup ## the seeded simulator for SIM_SECONDS (default 60) from SIM_SEED (default 0)
+	$(BIN)/casekeeper sim --seed $(SIM_SEED) --seconds $(SIM_SECONDS) $(SIM_ARGS)
+
+# The simulator first, then the promise under faults and kill -9, checked from outside with real processes
+# (about 4-5 minutes). Exits non-zero on any violation. More: make chaos SIM_SECONDS=600 CHAOS_ARGS="--hosts 2
+# --seed 42" (or --store cosmos, --report FILE).
+chaos: setup ## the simulator, then the guarantees under faults and kill -9 with real processes (about 4-5 minutes)
+	$(BIN)/casekeeper sim --seed $(SIM_SEED) --seconds $(SIM_SECONDS) $(SIM_ARGS)
 	$(BIN)/casekeeper chaos $(CHAOS_ARGS)
 
 # The README's pictures of the approval and ops pages, retaken by the browser tests.

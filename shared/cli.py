@@ -38,7 +38,7 @@ Command = tuple[str, Callable[[list[str]], int]]
 DEV_COMMANDS_GROUP = "casekeeper.commands"
 """The entry-point group of the dev tools' commands: name -> ``package.module:main``."""
 
-NOT_INSTALLED = "the dev tools (devhost, chaos) are not installed here: they come with a checkout (make setup)"
+NOT_INSTALLED = "the dev tools (devhost, chaos, sim) are not installed here: they come with a checkout (make setup)"
 
 
 def _local_settings(argv: list[str]) -> int:

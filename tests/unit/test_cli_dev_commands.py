@@ -1,9 +1,9 @@
 """The ``casekeeper`` command finds the dev tools' subcommands as entry points and loads one only to run it.
 
-The app (``shared``) never imports the local host (``devhost``) or the chaos run (``chaos``): they are not
-deployed. ``pyproject.toml`` declares their commands in the ``casekeeper.commands`` group; ``shared.cli``
-lists them from the installed metadata, each with the first line of its target's docstring, and says in
-one line when they are not installed.
+The app (``shared``) never imports the local host (``devhost``), the chaos run (``chaos``) or the simulator
+(``sim``): they are not deployed. ``pyproject.toml`` declares their commands in the ``casekeeper.commands``
+group; ``shared.cli`` lists them from the installed metadata, each with the first line of its target's
+docstring, and says in one line when they are not installed.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 DECLARED: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
     cli.DEV_COMMANDS_GROUP
 ]
-DEV_PACKAGES = ("devhost", "chaos")
+DEV_PACKAGES = ("devhost", "chaos", "sim")
 
 
 def test_pyproject_declares_the_dev_commands_and_the_install_has_them() -> None:
-    assert set(DECLARED) == {"dev", "send", "demo", "supplier-stub", "model-stub", "chaos"}
+    assert set(DECLARED) == {"dev", "send", "demo", "supplier-stub", "model-stub", "chaos", "sim", "sim-hunt"}
     assert all(target.split(".", maxsplit=1)[0] in DEV_PACKAGES for target in DECLARED.values())
     installed = {name: ep.value for name, ep in cli.dev_commands().items()}
     assert installed == DECLARED, "the installed metadata is stale: make setup reinstalls when pyproject changes"
@@ -59,7 +59,7 @@ def test_listing_the_commands_loads_no_dev_tool() -> None:
         "with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):\n"
         "    codes = [cli.main([]), cli.main(['--help']), cli.main(['nonsense'])]\n"
         "import shared.operator.cases\n"
-        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('devhost', 'chaos'))\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('devhost', 'chaos', 'sim'))\n"
         "print(codes, loaded, 'serve the function app locally' in out.getvalue())\n"
     )
     done = _run(probe)
@@ -163,7 +163,7 @@ def test_in_an_environment_without_devhost_the_dev_commands_say_they_are_not_ins
     ``.pth`` file, so no editable install's finder; the site-packages directory alone, for the libraries)."""
     app = _tree_without_dev_tools(tmp_path)
     site = sysconfig.get_paths()["purelib"]
-    for command in ("dev", "demo", "chaos"):
+    for command in ("dev", "demo", "chaos", "sim"):
         done = subprocess.run(
             [sys.executable, "-S", "-m", "shared.cli", command],
             cwd=app,

@@ -25,7 +25,7 @@ def make(*args: str, venv: Path) -> str:
 
 def test_make_help_lists_every_target(tmp_path: Path) -> None:
     shown = make("help", venv=tmp_path / "venv")
-    for target in ("run", "test", "setup", "lint", "demo", "bench", "chaos", "screenshots", "clean"):
+    for target in ("run", "test", "setup", "lint", "demo", "bench", "sim", "chaos", "screenshots", "clean"):
         assert f"make {target} " in shown, f"make help does not list {target}"
     assert make(venv=tmp_path / "venv") == shown  # plain make is make help
 

@@ -77,6 +77,7 @@ LEFT_OUT = [
     "devhost/host.py",
     "devhost/cosmos_server.js",
     "chaos/run.py",
+    "sim/run.py",
     "tests/conftest.py",
     "benchmarks/e2e.py",
     "examples/refund/app.py",
@@ -186,7 +187,8 @@ def test_the_app_imports_and_indexes_from_the_package_alone(checkout: Path) -> N
     probe = (
         "import json, sys, function_app, shared, casekeeper\n"
         "names = [f.get_function_name() for f in function_app.create_app().get_functions()]\n"
-        "outside = sorted({m.split('.')[0] for m in sys.modules} & {'devhost', 'chaos', 'tests', 'benchmarks'})\n"
+        "dev_tools = {'devhost', 'chaos', 'sim', 'tests', 'benchmarks'}\n"
+        "outside = sorted({m.split('.')[0] for m in sys.modules} & dev_tools)\n"
         "where = sorted({str(m.__file__).startswith(sys.argv[1]) for m in (function_app, shared, casekeeper)})\n"
         "print(json.dumps({'functions': len(names), 'outside': outside, 'from_package': where}))\n"
     )
