@@ -39,8 +39,11 @@ from shared.domain import events as ev
 from shared.domain.order import instant
 
 MAX_CASE_BYTES = 2 * 1024 * 1024
-"""The bound a case document must stay under. Cosmos DB's item limit (2 MB) until the product documents
-its own bound (``MAX_CASE_BYTES``, issue 32 item 7): then import that one here."""
+"""The bound a case document must stay under: Cosmos DB's item limit (2 MB), past which a case can record
+nothing more, an effect's outcome included. The product refuses what would take a case past its own
+``casekeeper.core.cases.MAX_CASE_BYTES`` (1 MB) and lets only writes that record what already happened
+(an outcome, a hand-over to a person, a note) use the rest (docs/design.md#case-bounds), so a case over
+2 MB means a bound does not hold."""
 DOOR_ANSWER_SECONDS = 5.0
 """The longest a sender may wait for the door's answer (webhook senders give up after 10-30 s)."""
 TOLERANCE = Decimal("5.00")

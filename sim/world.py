@@ -48,6 +48,7 @@ from shared.app.bootstrap import Services
 from shared.app.retention import RetainingStore
 from shared.app.settings import Settings
 from shared.domain import events as ev
+from shared.handlers import door
 from shared.handlers.ingress import DELIVERY_HEADER, SIGNATURE_HEADER, sign
 from shared.messaging.local import LocalDeadLetters, LocalQueueEventSender
 from shared.messaging.sqlite_queue import LocalSessionQueue, LockLost, to_service_bus_message
@@ -209,6 +210,29 @@ class FaultyStore:
         self.inner.close()
 
 
+class DoorStore(FaultyStore):
+    """The door's own store client (``shared.app.bootstrap.open_door_store``): the same containers and the same
+    outages, but a call gives up after the door's budget per call (``door.STORE_CALL_SECONDS``), as that client
+    is configured to, instead of the worker's client's long waits. Closed with the world's store."""
+
+    def __init__(self, shared: FaultyStore) -> None:
+        super().__init__(shared.inner, shared.clock)
+        self.shared = shared
+
+    def _check(self, container: str, *, write: bool) -> None:
+        outage = self.shared.unavailable(container)
+        if outage is None:
+            return
+        if self.shared.meter is not None:
+            wait = min(STORE_CLIENT_WAIT_SECONDS[outage.mode], door.STORE_CALL_SECONDS)
+            self.shared.meter += wait
+            self.clock.advance(wait)
+        raise StoreUnavailable(f"simulated: the {container} container is unavailable ({outage.mode}), to the door")
+
+    def close(self) -> None:
+        pass
+
+
 class Network:
     """What lies between the door and the queue: it can hold accepted fact events back and let them through
     later, in any order, perhaps twice (a proxy's retry, a redrive under another message id). It outlives
@@ -301,6 +325,7 @@ class World:
         services = bootstrap.build(
             self.settings,
             store=self.store,  # a DocumentStore by shape (the port is a Protocol)
+            door_store=DoorStore(self.store),
             sender=self.network,
             dead_letters=LocalDeadLetters(self.queue, QUEUE),
             clock=clock,

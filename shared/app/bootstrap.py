@@ -348,7 +348,8 @@ def build(
     """Wire everything. Pass ``store``/``sender``/``clock``/``proposer``/``telemetry`` to replace the
     configured ones. ``probe`` is called at the failure points F1, F2, F4 (the ledger), F5 and F6 (the
     commit) by name: the fault tests raise there to stop a run as a crash would; production passes none.
-    ``monotonic`` is the ledger's clock for the send deadline (:func:`build_operations`). ``door_store`` and
+    ``monotonic`` is the process's monotonic clock: the ledger's for the send deadline
+    (:func:`build_operations`), and the door's for its budget per request. ``door_store`` and
     ``door_sender``: what the door uses, with its short budgets (:func:`open_door_store`,
     :func:`open_door_sender`); by default opened from ``settings``, or, where ``store``/``sender`` is given,
     that one.
@@ -373,7 +374,12 @@ def build(
         door_store = open_door_store(settings) if store is None else ops.store
     records = CaseRecords(store=ops.store, cases=ops.cases, ledger=ops.ledger)
     ingress = Ingress(
-        settings.webhook_secrets, door_sender, ops.clock, store=door_store, future_skew=settings.future_skew
+        settings.webhook_secrets,
+        door_sender,
+        ops.clock,
+        store=door_store,
+        future_skew=settings.future_skew,
+        monotonic=monotonic,
     )
     return Services(
         settings=settings,
