@@ -103,6 +103,17 @@ class Record:
     time jump and at every quiescent point): what a person could see, even once its record expired."""
     shown_aside: dict[str, set[str]] = field(default_factory=dict)
     """Per case, the deliveries it ever showed as set aside."""
+    removed: dict[str, int] = field(default_factory=dict)
+    """Per case, the last step at which retention removed it (a closed case past
+    ``CLOSED_CASE_RETENTION_DAYS``): the store keeps nothing of it, so the reports accepted before are no
+    longer the case's, and a fact that comes after it starts a case anew (docs/design.md#facts-before-their-case)."""
+
+    retired_notes: set[str] = field(default_factory=set)
+    """The supplier's notes made for a case retention has since removed: its predecessor's, not the case's."""
+
+    def current(self, post: Post) -> bool:
+        """Whether ``post`` belongs to its case as it stands: accepted after retention last removed it."""
+        return post.step > self.removed.get(post.case_id, 0)
 
     def observe(self, case_id: str, view: dict[str, Any] | None) -> None:
         if view is None:
@@ -110,17 +121,25 @@ class Record:
         aside, _ = set_aside_ids(view)
         applied = {str(t["deliveryId"]) for t in view.get("history") or () if t.get("deliveryId")}
         superseded = {str(r.get("deliveryId")) for r in view.get("supersededEvents") or ()}
-        self.shown.setdefault(case_id, set()).update(applied | held_deliveries(view) | superseded | aside)
+        # Every delivery the case judged is in its data's ``deliveries`` (with its body's digest), a report
+        # that repeated the value the case held included, though a newer one has replaced its order since: a
+        # delivery that was dropped is not there.
+        judged = set((view.get("data") or {}).get("deliveries") or ())
+        self.shown.setdefault(case_id, set()).update(applied | held_deliveries(view) | superseded | aside | judged)
         self.shown_aside.setdefault(case_id, set()).update(aside)
 
     def facts_posts(self, case_id: str) -> list[Post]:
-        return [p for p in self.posts if p.case_id == case_id and p.kind in ev.ORDERED_TYPES and p.accepted]
+        return [
+            p
+            for p in self.posts
+            if p.case_id == case_id and p.kind in ev.ORDERED_TYPES and p.accepted and self.current(p)
+        ]
 
     def first_bodies(self) -> dict[str, str]:
-        """Each delivery id's body as the door first accepted it."""
+        """Each delivery id's body as the door first accepted it, for a case retention has not removed since."""
         first: dict[str, str] = {}
         for p in self.posts:
-            if p.accepted and p.kind in ev.ORDERED_TYPES:
+            if p.accepted and p.kind in ev.ORDERED_TYPES and self.current(p):
                 first.setdefault(p.delivery, p.body_key)
         return first
 

@@ -26,7 +26,7 @@ from shared.views.resolution import Refused, resolve
 from sim import checks
 from sim.checks import INVARIANTS, Post, Record, Violation
 from sim.model import SCRIPTS
-from sim.supplier import FAULTS
+from sim.supplier import FAULTS, Note
 from sim.world import CALL_TIMEOUT, CONTAINERS, LOCK_DURATION, SKEW_BOUND_SECONDS, Outage, World
 
 DAY = 86400.0
@@ -438,10 +438,16 @@ class Sim:
             self.world.model.script.append(mode)
 
     def do_time(self, seconds: float) -> None:
+        before = {}
         for case_id in self.case_ids:  # what the cases show now, before records expire
-            self.record.observe(case_id, self.world.view(case_id))
+            before[case_id] = self.world.view(case_id)
+            self.record.observe(case_id, before[case_id])
         self.world.clock.advance(seconds)
         self.world.sqlite.purge_expired()  # what expired is gone (reads never saw it anyway)
+        for case_id, view in before.items():
+            if view is not None and self.world.view(case_id) is None:
+                self.record.removed[case_id] = self.step_no  # retention removed the case
+                self.record.retired_notes.update(n.note_id for n in self.world.supplier.notes_for(case_id))
 
     def do_reconciler(self) -> None:
         self.world.reconciler_tick()
@@ -577,6 +583,10 @@ class Sim:
         for doc in self.world.sqlite.query("health", Query(equals={"record": KIND_ALERT})):
             self.record.alerts[doc.id] = (str(doc.body.get("alertKind")), dict(doc.body.get("fields") or {}))
 
+    def notes_for(self, case_id: str) -> list[Note]:
+        """The supplier's notes for the case as it stands: not those of a case retention removed before it."""
+        return [n for n in self.world.supplier.notes_for(case_id) if n.note_id not in self.record.retired_notes]
+
     def check_step(self) -> list[Violation]:
         self._see_alerts()
         found: list[Violation] = []
@@ -588,7 +598,7 @@ class Sim:
             found += checks.check_case_size(self.world.case_document_bytes())
         if "threshold" in wanted:
             for case_id in self.case_ids:
-                notes = self.world.supplier.notes_for(case_id)
+                notes = self.notes_for(case_id)
                 if notes:
                     view = self.world.view(case_id)
                     decided = [str(t["reason"]) for t in (view or {}).get("history") or () if t.get("effectKey")]
@@ -638,9 +648,7 @@ class Sim:
         found = self.check_step()
         for case_id in self.case_ids:
             view = world.view(case_id)
-            found += checks.check_quiescent(
-                self.record, case_id, view, world.supplier.notes_for(case_id), self.invariants
-            )
+            found += checks.check_quiescent(self.record, case_id, view, self.notes_for(case_id), self.invariants)
         return found
 
 

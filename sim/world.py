@@ -236,12 +236,18 @@ class DoorStore(FaultyStore):
 class Network:
     """What lies between the door and the queue: it can hold accepted fact events back and let them through
     later, in any order, perhaps twice (a proxy's retry, a redrive under another message id). It outlives
-    a host restart, as a network does."""
+    a host restart, as a network does.
+
+    A held event reaches the queue under an id of its own derived from its message id, as each of the app's
+    own delayed copies and redrives does: the door answers 202 only once the broker has the event, so a real
+    delay after it happens inside the queue, under a copy's id, and the broker's duplicate detection (ids
+    within its window) never compares a late copy with a later send of the same delivery id."""
 
     def __init__(self, queue: LocalSessionQueue) -> None:
         self.inner = LocalQueueEventSender(queue, QUEUE)
         self.hold = 0
         self.held: list[tuple[ev.CaseEvent, str]] = []
+        self.released = 0
 
     def send(self, event: ev.CaseEvent, *, message_id: str, schedule_at: float | None = None) -> None:
         if self.hold > 0 and schedule_at is None and event.type in ev.ORDERED_TYPES:
@@ -252,7 +258,8 @@ class Network:
 
     def release(self, index: int, *, twice: bool) -> None:
         event, message_id = self.held.pop(index % len(self.held))
-        self.inner.send(event, message_id=message_id)
+        self.released += 1
+        self.inner.send(event, message_id=f"{message_id}:held:{self.released}")
         if twice:
             self.inner.send(event, message_id=f"{message_id}:again")
 
