@@ -105,15 +105,21 @@ class Record:
     """Per case, the deliveries it ever showed as set aside."""
     removed: dict[str, int] = field(default_factory=dict)
     """Per case, the last step at which retention removed it (a closed case past
-    ``CLOSED_CASE_RETENTION_DAYS``): the store keeps nothing of it, so the reports accepted before are no
-    longer the case's, and a fact that comes after it starts a case anew (docs/design.md#facts-before-their-case)."""
+    ``CLOSED_CASE_RETENTION_DAYS``): the store keeps nothing of it, so the reports it had judged are no longer
+    the case's, and a fact that reaches it after starts a case anew (docs/design.md#facts-before-their-case)."""
+    retired: dict[str, set[str]] = field(default_factory=dict)
+    """Per case, the deliveries a case retention removed had shown (its predecessor's). A report accepted
+    before the removal and still on its way (held, deferred) is not among them: it reaches the case anew."""
 
     retired_notes: set[str] = field(default_factory=set)
     """The supplier's notes made for a case retention has since removed: its predecessor's, not the case's."""
 
     def current(self, post: Post) -> bool:
-        """Whether ``post`` belongs to its case as it stands: accepted after retention last removed it."""
-        return post.step > self.removed.get(post.case_id, 0)
+        """Whether ``post`` belongs to its case as it stands: accepted after retention last removed it, or on
+        its way then, not judged by the case removed."""
+        if post.step > self.removed.get(post.case_id, 0):
+            return True
+        return post.delivery not in self.retired.get(post.case_id, set())
 
     def observe(self, case_id: str, view: dict[str, Any] | None) -> None:
         if view is None:
@@ -160,12 +166,23 @@ class Expected:
     invoice, which is applied by making its case, nor a report whose content an earlier one already sent."""
 
 
-def expected_facts(record: Record, case_id: str, set_aside_for_size: set[str]) -> Expected:
+def expected_facts(
+    record: Record, case_id: str, set_aside_for_size: set[str], aside_bodies: dict[str, set[str]] | None = None
+) -> Expected:
     """The facts the accepted reports leave, applied in source order: the PO amount (the first invoice's,
     or the newest ``po.updated``) and each credit note's newest amount. Left out: a delivery id re-used with
     another body (the door's and the case's to refuse, visibly) and reports the case set aside because they
-    would take it past its bound."""
+    would take it past its bound.
+
+    Which body of a re-used delivery id counts: the first the door accepted, unless the case set that one
+    aside and applied the other (``aside_bodies``: the bodies it shows set aside, by delivery id). Once the
+    door's record of the id has expired, both bodies are accepted, and the one that reaches the case first is
+    judged; the case sets the other aside, visibly (docs/design.md#delivery-ids)."""
     first = record.first_bodies()
+    for delivery, bodies in (aside_bodies or {}).items():
+        others = {p.body_key for p in record.facts_posts(case_id) if p.delivery == delivery} - bodies
+        if first.get(delivery) in bodies and len(others) == 1:
+            first[delivery] = next(iter(others))
     origins: dict[tuple[str, str], Post] = {}
     for p in record.facts_posts(case_id):
         origins.setdefault((p.delivery, p.body_key), p)
@@ -284,6 +301,20 @@ def held_deliveries(view: dict[str, Any]) -> set[str]:
     return {str(o["deliveryId"]) for o in held if isinstance(o, dict) and o.get("deliveryId")}
 
 
+def set_aside_bodies(view: dict[str, Any]) -> dict[str, set[str]]:
+    """The bodies (``Post.body_key``) of the deliveries the case shows set aside, by delivery id."""
+    found: dict[str, set[str]] = {}
+    for r in view.get("rejectedEvents") or ():
+        delivery = _delivery_of(r)
+        try:
+            body = json.loads(str(r.get("body") or ""))
+        except ValueError:
+            continue
+        if delivery is not None and isinstance(body, dict) and isinstance(body.get("data"), dict):
+            found.setdefault(delivery, set()).add(json.dumps(body["data"], sort_keys=True))
+    return found
+
+
 def _delivery_of(rejected: dict[str, Any]) -> str | None:
     try:
         body = json.loads(str(rejected.get("body") or ""))
@@ -310,7 +341,7 @@ def check_quiescent(
     case = view["case"]
     facts = case.get("facts") or {}
     _, for_size = set_aside_ids(view)
-    expected = expected_facts(record, case_id, for_size)
+    expected = expected_facts(record, case_id, for_size, set_aside_bodies(view))
     shown_credits = {str(c["creditNoteId"]): str(Decimal(str(c["amount"]))) for c in facts.get("credits") or ()}
     shown_po = str(Decimal(str(facts["poAmount"]))) if facts.get("poAmount") is not None else None
     if "facts" in wanted and invoice_accepted and (shown_po, shown_credits) != (expected.po, expected.credits):

@@ -13,6 +13,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -27,7 +28,7 @@ from sim import checks
 from sim.checks import INVARIANTS, Post, Record, Violation
 from sim.model import SCRIPTS
 from sim.supplier import FAULTS, Note
-from sim.world import CALL_TIMEOUT, CONTAINERS, LOCK_DURATION, SKEW_BOUND_SECONDS, Outage, World
+from sim.world import CALL_TIMEOUT, CONTAINERS, LOCK_DURATION, QUEUE, SKEW_BOUND_SECONDS, Outage, World
 
 DAY = 86400.0
 TIME_JUMPS = (1.0, 5.0, LOCK_DURATION + 1, CALL_TIMEOUT + 1, 3600.0 + 1, DAY, 8 * DAY, 31 * DAY, 91 * DAY)
@@ -447,7 +448,23 @@ class Sim:
         for case_id, view in before.items():
             if view is not None and self.world.view(case_id) is None:
                 self.record.removed[case_id] = self.step_no  # retention removed the case
+                on_the_way = self._deliveries_on_the_way()
+                retired = {p.delivery for p in self.record.posts if p.case_id == case_id} - on_the_way
+                self.record.retired.setdefault(case_id, set()).update(retired)
                 self.record.retired_notes.update(n.note_id for n in self.world.supplier.notes_for(case_id))
+
+    def _deliveries_on_the_way(self) -> set[str]:
+        """The delivery ids of events accepted and not yet handled: held by the network, in the queue (active
+        or scheduled) or in its dead-letter queue."""
+        queue = self.world.queue
+        bodies = [m.body for m in (*queue.peek(QUEUE), *queue.dead_letters(QUEUE))]
+        found = {str(e.delivery_id) for e, _ in self.world.network.held if e.delivery_id}
+        for body in bodies:
+            with suppress(ValueError, TypeError):
+                delivery = json.loads(bytes(body)).get("deliveryId")
+                if delivery:
+                    found.add(str(delivery))
+        return found
 
     def do_reconciler(self) -> None:
         self.world.reconciler_tick()
