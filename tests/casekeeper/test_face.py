@@ -70,7 +70,7 @@ def test_the_package_is_named_so_it_cannot_collide_and_is_packaged() -> None:
     app = tomllib.loads((root / "pyproject.toml").read_text())
     # The app's distribution: the app and its dev tools, never a copy of the guard.
     include = app["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert include == ["shared*", "devhost*", "chaos*"]
+    assert include == ["shared*", "devhost*", "chaos*", "sim*"]
     assert not [pattern for pattern in include if fnmatch("casekeeper", pattern) or fnmatch("casekeeper.core", pattern)]
     assert casekeeper.Guard.__module__ == "casekeeper.guard"
     assert casekeeper.SystemClock().now() > 1_600_000_000
