@@ -40,7 +40,7 @@ from casekeeper.core.effect import OPEN_STATUSES, Effect
 from casekeeper.core.entries import CommitPlan
 from casekeeper.core.errors import EffectInFlight, NeedsReconciliation
 from casekeeper.core.keys import canonical_json, effect_key
-from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, Ledger
+from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, DEFAULT_LATE_WATCH, Ledger
 from casekeeper.core.ports import DocumentStore
 from casekeeper.core.reconcile import ActionPolicy, RecheckResult, Reconciler
 from casekeeper.core.watch import AlertSink
@@ -82,6 +82,8 @@ class Guard:
     writes it (a decision, a fact update, an outcome recorded late, a person, reconciliation): the
     :class:`~casekeeper.records.Finding` s it returns are raised through ``alert`` before the write, once
     each (``casekeeper.core.watch``). ``lookup_backoff``: seconds before a failed lookup is tried again.
+    ``late_watch``: seconds an effect a person resolved failed is still looked up by key
+    (docs/design.md#close-stale-claims).
     ``probe`` is a test hook, called at the failure points F1, F2, F4, F5 and F6 (docs/design.md#failure-points)."""
 
     def __init__(
@@ -100,6 +102,7 @@ class Guard:
         trace: Trace | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         watch: Watch | None = None,
+        late_watch: float = DEFAULT_LATE_WATCH,
     ) -> None:
         records = CaseRepository(store, clock or SystemClock(), watch=watch, alert=alert)
         ledger = Ledger(
@@ -111,6 +114,7 @@ class Guard:
             alert=alert,
             send_margin=send_margin,
             monotonic=monotonic,
+            late_watch=late_watch,
         )
         self._assemble(
             store,
@@ -497,7 +501,8 @@ class Guard:
         return self._reconciler(None).recheck(record_id, key)
 
     def _sweep(self, *, loop: asyncio.AbstractEventLoop | None) -> list[RecheckResult]:
-        """Re-check every effect past its call timeout, once each."""
+        """Re-check every effect past its call timeout, and every one a person resolved failed that is still
+        watched (a lookup by key), once each."""
         rec = self._reconciler(loop)
         seen: set[str] = set()
         results: list[RecheckResult] = []
@@ -505,7 +510,8 @@ class Guard:
         def malformed(doc: object, exc: Exception) -> None:
             log.error("skipping a malformed document during reconciliation: %r", exc)
 
-        for effect in self.ledger.overdue(on_malformed=malformed):
+        due = self.ledger.overdue(on_malformed=malformed) + self.ledger.watched_due(on_malformed=malformed)
+        for effect in due:
             if effect.key not in seen:
                 seen.add(effect.key)
                 results.append(rec.recheck(effect.case_id, effect.key))

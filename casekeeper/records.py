@@ -23,13 +23,14 @@ from casekeeper.core.effect import OPEN_STATUSES, Effect, EffectStatus
 from casekeeper.core.entries import CLOSED_KEPT, CommitPlan
 from casekeeper.core.entries import effects_of as entries_of
 from casekeeper.core.keys import approval_request_id, effect_key
-from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, EffectOutcome, Ledger
+from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, DEFAULT_LATE_WATCH, EffectOutcome, Ledger
 from casekeeper.core.reconcile import RECONCILED_SUFFIX, ActionPolicy, RecheckResult, Reconciler
 from casekeeper.core.watch import AlertSink, Finding
 
 __all__ = [
     "CLOSED_KEPT",
     "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_LATE_WATCH",
     "OPEN_STATUSES",
     "RECONCILED_SUFFIX",
     "ActionPolicy",

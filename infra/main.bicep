@@ -25,6 +25,7 @@
 //   EASY_AUTH_ENABLED                    = true when authClientId configures App Service Authentication; only
 //                                          then does shared/web/identity trust X-MS-CLIENT-PRINCIPAL.
 //   CALL_TIMEOUT_SECONDS                 = how long a started effect is presumed in flight (reconciler).
+//   LATE_WATCH_SECONDS                   = how long an effect a person resolved failed is still looked up by key.
 //   SUPPLIER_PORTAL_URL                  = base URL of the supplier portal (shared/supplier/portal.py).
 //   SUPPLIER_TIMEOUT_SECONDS             = per-phase HTTP timeout of a supplier call (4x below CALL_TIMEOUT_SECONDS).
 //   VARIANCE_TOLERANCE                   = invoice variance rule (shared/domain/invoice.Rules).
@@ -259,6 +260,10 @@ param supplierPortalUrl string
 @minValue(1)
 @description('CALL_TIMEOUT_SECONDS: how long a started effect is presumed in flight before it is reconciled.')
 param callTimeoutSeconds int = 120
+
+@minValue(1)
+@description('LATE_WATCH_SECONDS: how long an effect a person resolved failed is still looked up by key (at least callTimeoutSeconds).')
+param lateWatchSeconds int = 86400
 
 @minValue(1)
 @description('SUPPLIER_TIMEOUT_SECONDS: per-phase timeout of a supplier call; 4x it must be below callTimeoutSeconds.')
@@ -548,6 +553,7 @@ var appSettings = {
   // Only where App Service Authentication is configured is X-MS-CLIENT-PRINCIPAL the platform's.
   EASY_AUTH_ENABLED: string(!empty(authClientId))
   CALL_TIMEOUT_SECONDS: string(callTimeoutSeconds)
+  LATE_WATCH_SECONDS: string(lateWatchSeconds)
   SUPPLIER_PORTAL_URL: supplierPortalUrl
   SUPPLIER_TIMEOUT_SECONDS: string(supplierTimeoutSeconds)
   VARIANCE_TOLERANCE: varianceTolerance

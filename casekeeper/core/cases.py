@@ -260,8 +260,9 @@ class Case:
             ],
             "notes": list(self.notes),
             "effects": list(self.entries),
-            # Indexed flag of the timer's backstop sweep: the cases with an effect whose outcome is unknown.
-            "openEffects": any(e.get("status") in _OPEN_ENTRY_STATUSES for e in self.entries),
+            # Indexed flag of the timer's backstop sweep: the cases with an effect whose outcome is unknown, or
+            # one a person resolved failed that the guard still looks up by key (its late watch).
+            "openEffects": any(e.get("status") in _OPEN_ENTRY_STATUSES or e.get("watching") for e in self.entries),
             "effectsArchived": self.effects_archived,
         }
 

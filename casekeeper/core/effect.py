@@ -50,6 +50,9 @@ class Effect:
     history: tuple[dict[str, Any], ...]
     etag: str = field(repr=False)
     ts: float
+    watching: bool = False
+    """A ``failed`` entry a person resolved: the guard still looks it up by key for the late watch
+    (docs/design.md#close-stale-claims), since a stalled call may yet have made it happen."""
 
     @classmethod
     def from_entry(cls, case: Case, entry: Mapping[str, Any]) -> Effect:
@@ -79,6 +82,7 @@ class Effect:
             history=tuple(dict(h) for h in b.get("history") or ()),
             etag=doc.etag,
             ts=doc.ts,
+            watching=bool(b.get("watching", False)),
         )
 
     def to_body(self) -> dict[str, Any]:
@@ -97,6 +101,7 @@ class Effect:
             "attempts": self.attempts,
             "resolution": self.resolution,
             "history": list(self.history),
+            **({"watching": True} if self.watching else {}),
         }
 
 
@@ -190,7 +195,17 @@ def late_done(closed: Effect, result: dict[str, Any], *, source: str) -> Effect:
         result=result,
         reason=f"late outcome: the call succeeded after the entry was {closed.status.value}",
         stale=False,
+        watching=False,
         history_entry={"status": "done", "source": f"{source}-late", "replaced": closed.status.value},
+    )
+
+
+def watch_ended(watched: Effect, *, source: str) -> Effect:
+    """``watched`` (``failed`` by a person) no longer looked up: its late watch ended with nothing found."""
+    return _evolve(
+        watched,
+        watching=False,
+        history_entry={"status": "failed", "source": source, "reason": "late watch ended: not found by key"},
     )
 
 

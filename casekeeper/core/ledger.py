@@ -28,6 +28,9 @@ State machine of an entry::
 
     failed | needs_reconciliation --an earlier attempt's call succeeded--> done (late; ``late_outcome`` alert)
 
+    failed by a person (``watching``) --lookup by key finds it, within the late watch--> done (late; alert)
+                                      \\--nothing found when the late watch ends--> failed, no longer watched
+
 Sequence of one guarded effect on the happy path (two store round trips)::
 
     replace case (+entry started, If-Match) -> call(key) -> replace case (entry done + commit, If-Match)
@@ -47,7 +50,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from casekeeper.core import entries
@@ -63,6 +66,7 @@ from casekeeper.core.effect import (
     left_version_alert,
     reclaimed,
     superseded_by_ignorance,
+    watch_ended,
     with_outcome,
 )
 from casekeeper.core.entries import CommitPlan, Committed
@@ -84,6 +88,11 @@ from casekeeper.core.ports import DocumentStore, OnMalformed, Query, decode_all,
 from casekeeper.core.watch import AlertSink
 
 DEFAULT_CALL_TIMEOUT = 120.0
+DEFAULT_LATE_WATCH = 86_400.0
+"""How long (seconds, store clock) after a person resolves an effect ``failed`` the guard still looks it up by
+key: a call stalled in its client (a frozen worker) can still reach the downstream after the person looked.
+Nothing bounds that stall, so the watch is a day, far past any call timeout, and costs a few lookups per
+watched entry (:meth:`Ledger.next_watch_lookup`)."""
 DEFAULT_SEND_MARGIN_FRACTION = 0.25
 """Without a configured margin, a call is sent only within the first 75% of the call timeout."""
 MAX_WRITES = 8
@@ -129,6 +138,7 @@ class Ledger:
         alert: AlertSink | None = None,
         send_margin: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        late_watch: float = DEFAULT_LATE_WATCH,
     ) -> None:
         """``probe`` is called at the named points ``F1`` (decided, before the claim is written), ``F2``
         (claimed, before the call) and ``F4`` (reply received, before it is recorded): the crash tests end
@@ -140,9 +150,15 @@ class Ledger:
         sent only while the time since its claim was written, by ``monotonic`` (this process's clock), leaves
         at least that much of the call timeout. It must cover how long sending can take (the supplier
         client's pool, connect and write timeouts), so that whatever is sent has reached the downstream
-        before anyone may take the entry for an unknown outcome (rule R3)."""
+        before anyone may take the entry for an unknown outcome (rule R3).
+
+        ``late_watch`` (seconds; default :data:`DEFAULT_LATE_WATCH`): how long an entry a person resolved
+        ``failed`` is still looked up by key (docs/design.md#close-stale-claims)."""
         if call_timeout <= 0:
             raise ValueError("call_timeout must be positive")
+        if late_watch < call_timeout:
+            raise ValueError("late_watch must be at least call_timeout")
+        self._late_watch = late_watch
         margin = call_timeout * DEFAULT_SEND_MARGIN_FRACTION if send_margin is None else send_margin
         if not 0 <= margin < call_timeout:
             raise ValueError("send_margin must be at least 0 and below call_timeout")
@@ -381,6 +397,80 @@ class Ledger:
             return written
         raise ConcurrencyConflict(f"case {effect.case_id!r} kept changing", container=CASES, doc_id=effect.case_id)
 
+    # --- the late watch over an entry a person resolved failed ---------------------------------------
+
+    def record_late_found(
+        self, watched: Effect, found: Mapping[str, Any], *, commit: CommitPlan | None, source: str
+    ) -> tuple[Effect, Committed | Literal["no_intent"]]:
+        """A lookup by key found ``watched`` (``failed`` by a person, still watched) at the downstream: record it
+        ``done`` (late) over the failed entry, with its commit as a late call's outcome has it, and raise the
+        ``late_outcome`` alert before the write. Raises ``OutcomeAlreadyRecorded`` when the entry is no longer
+        that watched failure (recorded meanwhile, or its watch ended)."""
+        case = self._current(watched)
+        plan = commit if commit is not None else intent_plan(watched)
+        for _ in range(MAX_WRITES):
+            current = self._still_watched(case, watched)
+            updated = late_done(current, dict(found), source=source)
+            now = self._cases.now()
+            committed: Committed | Literal["no_intent"]
+            if plan is not None:
+                target, committed = self._settled(case, updated, plan, now)
+            else:
+                why = f"effect {watched.action} ({watched.key[:12]}) is done (late) but names no commit intent"
+                target, committed = entries.escalate(case, updated, "needs_review", why, now), "no_intent"
+            self._late_outcome_recorded(current)  # before the write: a repeat finds it done and stays quiet
+            try:
+                after = self._write(case, target)
+            except ConcurrencyConflict:
+                case = self._current(watched)
+                continue
+            written = entries.entry_of(after, watched.key)
+            assert written is not None
+            return written, committed
+        raise ConcurrencyConflict(f"case {watched.case_id!r} kept changing", container=CASES, doc_id=watched.case_id)
+
+    def end_watch(self, watched: Effect, *, source: str = "late-watch") -> Effect:
+        """Stop looking ``watched`` up: it stays ``failed`` and no longer marks its case as watched. Raises
+        ``OutcomeAlreadyRecorded`` when it is no longer that watched failure."""
+        case = self._current(watched)
+        for _ in range(MAX_WRITES):
+            current = self._still_watched(case, watched)
+            try:
+                after = self._write(case, entries.put(case, watch_ended(current, source=source)))
+            except ConcurrencyConflict:
+                case = self._current(watched)
+                continue
+            written = entries.entry_of(after, watched.key)
+            assert written is not None
+            return written
+        raise ConcurrencyConflict(f"case {watched.case_id!r} kept changing", container=CASES, doc_id=watched.case_id)
+
+    def watch_left(self, watched: Effect) -> float:
+        """Seconds (store clock) left of the late watch of an entry a person resolved ``failed``; at most 0 once
+        it is over. Its ``ts`` is when the person's outcome was written."""
+        return self._late_watch - self.age(watched)
+
+    def next_watch_lookup(self, watched: Effect) -> float:
+        """Seconds until the next lookup of a watched entry: one call timeout after the person's resolve, then
+        each time as long again as the entry has been watched (so a day's watch costs about ten lookups),
+        never past the watch's end."""
+        age = self.age(watched)
+        return max(0.0, min(self._late_watch - age, max(self._call_timeout - age, age)))
+
+    def _still_watched(self, case: Case, watched: Effect) -> Effect:
+        current = entries.entry_of(case, watched.key)
+        if (
+            current is None
+            or current.status is not EffectStatus.FAILED
+            or not current.watching
+            or current.attempts != watched.attempts
+        ):
+            recorded = current.status.value if current is not None else "closed"
+            raise OutcomeAlreadyRecorded(
+                key=watched.key, case_id=watched.case_id, action=watched.action, recorded_status=recorded
+            )
+        return current
+
     # --- in flight or unknown -----------------------------------------------------------------------
 
     def age(self, effect: Effect) -> float:
@@ -403,7 +493,8 @@ class Ledger:
 
     def recheck_due(self, effect: Effect) -> float:
         """When (store clock, seconds since the epoch) a ``started`` effect's current attempt runs out of
-        time and its outcome counts as unknown: the moment a re-check can decide it."""
+        time and its outcome counts as unknown: the moment a re-check can decide it. For a ``watching`` one (a
+        person resolved it failed), its first lookup: a call timeout after the person's outcome."""
         return effect.ts + self._call_timeout
 
     # --- reads --------------------------------------------------------------------------------------
@@ -475,6 +566,15 @@ class Ledger:
         cutoff = self._store.now() - self._call_timeout
         started = [e for e in self.open_entries(on_malformed=on_malformed) if e.status is EffectStatus.STARTED]
         return sorted((e for e in started if e.ts < cutoff), key=lambda e: e.ts)
+
+    def watched_due(self, *, on_malformed: OnMalformed | None = None) -> list[Effect]:
+        """Entries a person resolved ``failed`` that are still watched (:meth:`record_late_found`), past their
+        first lookup's time: from the same indexed ``openEffects`` query, as large as what is open or
+        watched."""
+        cutoff = self._store.now() - self._call_timeout
+        docs = self._store.query(CASES, Query(equals={"openEffects": True}))
+        found = decode_all(docs, Case.from_document, on_malformed)
+        return [e for case in found for e in entries.effects_of(case) if e.watching and e.ts < cutoff]
 
     def with_status(self, *statuses: EffectStatus) -> list[Effect]:
         """Effects in ``statuses``: for the open statuses, the open entries on cases; for the closed ones, the
@@ -600,6 +700,9 @@ class Ledger:
             updated = with_outcome(
                 current, status, result=result, reason=reason, stale=stale, source=source, resolution=resolution
             )
+            if status is EffectStatus.FAILED and resolution is not None and not stale:
+                # A person found nothing, but a stalled call may still land: looked up for the late watch.
+                updated = replace(updated, watching=True)
             now = self._cases.now()
             commit: Committed | Literal["no_intent"] | None = None
             if status is EffectStatus.DONE and plan is not None:

@@ -71,7 +71,8 @@ class RecheckResult:
     """What a re-check did. ``retry_after`` (seconds) asks for another re-check; ``reinvestigate`` asks
     the caller to have the case decided again (the retried decision was stale)."""
 
-    # settled | in_flight | recorded | retried | stale | failed | escalated | lookup_failed | gone | no_intent
+    # settled | in_flight | recorded | recorded_late | retried | stale | failed | escalated | lookup_failed
+    # | watching | gone | no_intent
     outcome: str
     key: str
     case_id: str
@@ -117,6 +118,8 @@ class Reconciler:
         if effect.status is EffectStatus.FAILED and effect.stale:
             # A retry refused as stale never called: have the case decided again.
             return RecheckResult("stale", key, case_id, effect.reason or "stale", reinvestigate=True)
+        if effect.status is EffectStatus.FAILED and effect.watching:
+            return self._watch(effect)
         if effect.status is EffectStatus.FAILED:
             reason = f"{effect.action} was refused: {effect.reason}"
             self._to_review(case_id, reason, {}, effect_key=effect.key)
@@ -150,6 +153,56 @@ class Reconciler:
         if effect.attempts >= self.max_attempts:
             return self._escalate(effect, f"not found downstream after {effect.attempts} attempts")
         return self._retry(effect, policy.retry_call(effect))
+
+    def _watch(self, watched: Effect) -> RecheckResult:
+        """The late watch over an entry a person resolved ``failed``: look it up by key, never call again (a
+        person said it failed). Found: ``done`` (late) over the failure, with the ``late_outcome`` alert. Not
+        found, or the lookup cannot tell: look again later, until the watch ends; then it stays ``failed`` and
+        is no longer watched (a lookup that could not tell at the end raises ``late_watch_unanswered``)."""
+        ctx = (watched.key, watched.case_id)
+        policy = self.policies.get(watched.action)
+        unanswered: str | None = None
+        if policy is None:
+            unanswered = f"no reconciliation policy for action {watched.action}"
+        else:
+            try:
+                found = policy.lookup(watched.key)
+            except OutcomeUnknown as exc:
+                unanswered = f"lookup by key failed: {exc.reason}"
+            else:
+                if found is not None:
+                    return self._record_late(watched, dict(found))
+        left = self.ledger.watch_left(watched)
+        if left > 0:
+            wait = self.ledger.next_watch_lookup(watched)
+            if unanswered is not None:
+                wait = min(wait, self.lookup_backoff)
+            detail = unanswered or "not found by key"
+            return RecheckResult("watching", *ctx, f"{detail}; late watch ends in {left:.0f}s", retry_after=wait)
+        try:
+            self.ledger.end_watch(watched)
+        except OutcomeAlreadyRecorded:
+            return self.recheck(watched.case_id, watched.key)
+        if unanswered is not None and self.raise_alert is not None:
+            message = (
+                f"effect {watched.key[:12]} of case {watched.case_id}, resolved failed by a person, could not be "
+                f"looked up when its late watch ended ({unanswered}); a person checks the downstream for it"
+            )
+            fields = {"caseId": watched.case_id, "effectKey": watched.key, "action": watched.action}
+            fields["detail"] = unanswered
+            self.raise_alert("late_watch_unanswered", message, fields, dedupe_key=watched.key)
+        return RecheckResult("failed", *ctx, f"late watch ended: {unanswered or 'not found by key'}")
+
+    def _record_late(self, watched: Effect, found: dict[str, Any]) -> RecheckResult:
+        try:
+            done, committed = self.ledger.record_late_found(
+                watched, found, commit=self.commit_plan(watched), source="reconciler-lookup"
+            )
+        except OutcomeAlreadyRecorded:
+            return self.recheck(watched.case_id, watched.key)  # recorded or ended meanwhile: follow that
+        return RecheckResult(
+            "recorded_late", done.key, done.case_id, f"found downstream after a person's failed; commit {committed}"
+        )
 
     def rechecks_exhausted(self, result: RecheckResult, rechecks: int) -> None:
         """Re-checks of an effect stop at their cap while it still is not settled: say so, once per effect and

@@ -256,6 +256,7 @@ def build_operations(
         store,
         cases,
         call_timeout=settings.call_timeout,
+        late_watch=settings.late_watch,
         observer=telemetry.observe_effect,
         probe=probe,
         alert=alerts.raise_alert,

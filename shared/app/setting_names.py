@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from casekeeper.records import DEFAULT_CALL_TIMEOUT
+from casekeeper.records import DEFAULT_CALL_TIMEOUT, DEFAULT_LATE_WATCH
 from shared.workflow.model_client import DEFAULT_API_VERSION
 
 MAX_MODEL_TIMEOUT = 120.0
@@ -65,6 +65,11 @@ SETTINGS: tuple[Setting, ...] = (
         "CALL_TIMEOUT_SECONDS",
         f"{DEFAULT_CALL_TIMEOUT:g}",
         "how long a started effect is presumed in flight before it is reconciled",
+    ),
+    Setting(
+        "LATE_WATCH_SECONDS",
+        f"{DEFAULT_LATE_WATCH:g}",
+        "how long an effect a person resolved failed is still looked up by key (at least CALL_TIMEOUT_SECONDS)",
     ),
     Setting("SUPPLIER_PORTAL_URL", "http://127.0.0.1:8765", "base URL of the supplier portal API"),
     Setting(

@@ -53,6 +53,8 @@ class Settings:
     case_events_queue: str
     webhook_secrets: tuple[str, ...]
     call_timeout: float
+    late_watch: float
+    """``LATE_WATCH_SECONDS``: how long an effect a person resolved failed is still looked up by key."""
     supplier_portal_url: str
     supplier_timeout: float
     rules: Rules
@@ -90,6 +92,9 @@ class Settings:
         secret = read.require("WEBHOOK_SECRET") if receives_events else read.values["WEBHOOK_SECRET"]
         who_may_call(read.values, read.problems)
         call_timeout, store_timeout, supplier_timeout = timeouts(read)
+        late_watch = float(read.number("LATE_WATCH_SECONDS"))
+        if late_watch < call_timeout:
+            read.problems.append("LATE_WATCH_SECONDS must be at least CALL_TIMEOUT_SECONDS")
         rules = Rules(
             tolerance=read.number("VARIANCE_TOLERANCE", positive=False),
             approval_threshold=read.number("APPROVAL_THRESHOLD"),
@@ -128,6 +133,7 @@ class Settings:
             case_events_queue=values["CASE_EVENTS_QUEUE"] or "case-events",
             webhook_secrets=tuple(s.strip() for s in (secret or "").split(",") if s.strip()),
             call_timeout=call_timeout,
+            late_watch=late_watch,
             supplier_portal_url=read.text("SUPPLIER_PORTAL_URL").rstrip("/"),
             supplier_timeout=supplier_timeout,
             rules=rules,

@@ -2,8 +2,11 @@
 claimed and closed (``casekeeper.core.entries``).
 
 A case with a ``started`` entry gets a re-check scheduled into its session for when the entry's call timeout
-expires (its claim time by the store's clock, plus a margin); the re-check applies rule R3. A ``done`` entry
-needs nothing: its outcome and its commit were one write. Anything else the feed delivers is ignored.
+expires (its claim time by the store's clock, plus a margin); the re-check applies rule R3. An entry a person
+resolved ``failed`` that the guard still watches gets its first lookup by key a call timeout after the
+person's outcome; each lookup that finds nothing schedules the next until the late watch ends
+(docs/design.md#close-stale-claims). A ``done`` entry needs nothing: its outcome and its commit were one write.
+Anything else the feed delivers is ignored.
 
 All of it is idempotent, so a batch delivered twice (the feed is at-least-once) does no harm: a re-check's
 message id is derived from the effect's key and attempt, so the broker drops the second copy (a case written
@@ -62,8 +65,9 @@ def handle_effect_changes(deps: EffectChangeDeps, changes: Iterable[Mapping[str,
 
 
 def open_entries_from_change(raw: Mapping[str, Any]) -> list[Effect] | None:
-    """The ``started`` entries of a changed case document (``None`` if it is not a case). Their claim time is
-    the entry's ``changedTs``, else the document's ``_ts`` (the write that claimed it, or a later one)."""
+    """The ``started`` and watched entries of a changed case document (``None`` if it is not a case). Their
+    time is the entry's ``changedTs``, else the document's ``_ts`` (the write that claimed or closed it, or a
+    later one)."""
     if raw.get("kind") != "case" or "id" not in raw:
         return None
     if not raw.get("openEffects"):
@@ -71,7 +75,7 @@ def open_entries_from_change(raw: Mapping[str, Any]) -> list[Effect] | None:
     body = {k: v for k, v in raw.items() if not k.startswith("_")}
     doc = Document("cases", str(raw["id"]), str(raw["id"]), body, str(raw.get("_etag", "")), float(raw.get("_ts", 0)))
     case = Record.from_document(doc)
-    return [e for e in entries_of(case) if e.status is EffectStatus.STARTED]
+    return [e for e in entries_of(case) if e.status is EffectStatus.STARTED or e.watching]
 
 
 def _handle_one(deps: EffectChangeDeps, raw: Mapping[str, Any], summary: ChangeSummary) -> None:
@@ -85,5 +89,7 @@ def _handle_one(deps: EffectChangeDeps, raw: Mapping[str, Any], summary: ChangeS
 
 def _schedule(deps: EffectChangeDeps, effect: Effect, summary: ChangeSummary) -> None:
     at = deps.guard.recheck_due(effect) + RECHECK_MARGIN_SECONDS
-    schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, at)
+    # A watched entry's lookups are their own message: the attempt's re-check has the "feed" id already.
+    tag = "watch" if effect.watching else "feed"
+    schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, at, tag=tag)
     summary.rechecks_scheduled.append(effect.key)

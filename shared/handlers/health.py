@@ -207,8 +207,10 @@ def _walk(deps: HealthDeps, duty: str, container: str, query: Query, handle: Cal
 
 
 def _sweep_open_entries(deps: HealthDeps, report: HealthReport, bucket: str, clock: _TickClock) -> None:
-    """The backstop of the change feed on ``cases``: every case with an open entry (indexed ``openEffects``),
-    its ``started`` entries past the call timeout by their claim time. No ``_ts`` bound on the case: a later
+    """The backstop of the change feed on ``cases``: every case with an open or watched entry (indexed
+    ``openEffects``), its ``started`` entries past the call timeout by their claim time, and its entries a
+    person resolved ``failed`` that are still watched, past their first lookup's time (one lookup each per
+    bucket; the re-check ends the watch when it is over). No ``_ts`` bound on the case: a later
     note moves the case's ``_ts`` but not the entry's time (``casekeeper.core.entries``)."""
     now = deps.cases.now()
     cutoff = clock.now() - deps.call_timeout
@@ -216,8 +218,9 @@ def _sweep_open_entries(deps: HealthDeps, report: HealthReport, bucket: str, clo
     def handle(docs: list[Document]) -> None:
         for case in decode_all(docs, Case.from_document, _malformed(deps, report)):
             for effect in entries_of(case):
-                if effect.status is EffectStatus.STARTED and effect.ts < cutoff:
-                    schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, now, tag=bucket)
+                if (effect.status is EffectStatus.STARTED or effect.watching) and effect.ts < cutoff:
+                    tag = f"{bucket}-watch" if effect.watching else bucket  # not the attempt's own re-check
+                    schedule_recheck(deps.sender, effect.case_id, effect.key, effect.attempts, now, tag=tag)
                     report.rechecks_scheduled.append(effect.key)
 
     _walk(deps, "open entries", CASES, Query(equals={"openEffects": True}), handle)

@@ -392,6 +392,90 @@ def test_a_late_success_over_an_escalation_is_recorded_and_alerted_naming_the_am
     assert (fields["amount"], fields["currency"], fields["closedAs"]) == ("10.00", "EUR", "needs_reconciliation")
 
 
+# --- the late watch over an entry a person resolved failed ---------------------------------------------
+
+
+def resolved_failed_by_a_person(store: DocumentStore, *, late_watch: float) -> Bench:
+    """An effect whose call outlived its timeout (nothing made yet: it is stalled in its client), which a person,
+    finding nothing at the downstream, resolved ``failed``."""
+    bench = Bench(store, call_timeout=1.0, send_margin=0.0, late_watch=late_watch)
+    bench.guard.create("c1", {})
+    bench.downstream = CountingDownstream(fail_with=unknown)
+    with pytest.raises(OutcomeUnknown):
+        bench.run()
+    time.sleep(2.1)  # past the call timeout by the store's clock (Cosmos _ts: whole seconds)
+    failed = bench.guard.ledger.record_outcome(
+        bench.entry(),
+        EffectStatus.FAILED,
+        reason="no note at the supplier",
+        source="operator",
+        resolution={"by": "ana", "why": "checked the portal"},
+    )
+    assert failed.status is EffectStatus.FAILED and failed.watching
+    return bench
+
+
+def open_effects_flag(bench: Bench) -> bool:
+    doc = bench.counting.read(CASES, "c1", "c1")
+    assert doc is not None
+    return bool(doc.body["openEffects"])
+
+
+def test_a_lookup_that_finds_an_effect_a_person_resolved_failed_records_it_done_late_with_an_alert(
+    store: DocumentStore,
+) -> None:
+    bench = resolved_failed_by_a_person(store, late_watch=60.0)
+    key = effect_key("c1", ACTION, 1)
+    assert open_effects_flag(bench)  # watched: the feed and the sweep see it
+    first = bench.guard.reconcile_effect("c1", key)
+    assert (first.outcome, bench.lookups) == ("watching", 1)
+    assert first.retry_after is not None and 0 < first.retry_after <= 60.0
+    assert bench.entry().status is EffectStatus.FAILED and bench.alerts == []
+    bench.made[key] = {"creditNoteId": "CN-LATE"}  # the stalled call reaches the downstream; its process dies
+    time.sleep(2.1)  # the sweep looks a watched entry up from a call timeout after the person's outcome
+    [swept] = bench.guard.reconcile()
+    assert swept.outcome == "recorded_late"
+    stored = bench.entry()
+    assert stored.status is EffectStatus.DONE and stored.result == {"creditNoteId": "CN-LATE"}
+    assert "late outcome" in (stored.reason or "") and not stored.watching
+    assert stored.resolution == {"by": "ana", "why": "checked the portal"}  # what the person said stays
+    [(kind, message, fields, dedupe)] = bench.alerts
+    assert (kind, dedupe, fields["closedAs"], fields["amount"]) == ("late_outcome", key, "failed", "10.00")
+    assert "over-requested" in message
+    assert bench.downstream.total == 1  # type: ignore[attr-defined]  # looked up, never called again
+    assert not open_effects_flag(bench)
+    assert bench.guard.reconcile_effect("c1", key).outcome == "settled"
+    assert bench.alert_kinds() == ["late_outcome"]  # once
+
+
+def test_a_watch_that_finds_nothing_until_it_ends_leaves_the_effect_failed_and_stops_looking(
+    store: DocumentStore,
+) -> None:
+    bench = resolved_failed_by_a_person(store, late_watch=2.0)
+    key = effect_key("c1", ACTION, 1)
+    assert bench.guard.reconcile_effect("c1", key).outcome == "watching"
+    time.sleep(2.1)  # past the late watch by the store's clock
+    ended = bench.guard.reconcile_effect("c1", key)
+    assert (ended.outcome, ended.retry_after) == ("failed", None)
+    assert "late watch ended" in ended.detail
+    stored = bench.entry()
+    assert stored.status is EffectStatus.FAILED and not stored.watching
+    assert stored.reason == "no note at the supplier"
+    assert not open_effects_flag(bench)
+    lookups = bench.lookups
+    assert bench.guard.reconcile() == []  # the sweep no longer looks it up
+    assert bench.guard.reconcile_effect("c1", key).outcome == "failed" and bench.lookups == lookups
+    bench.made[key] = {"creditNoteId": "CN-TOO-LATE"}  # beyond the documented watch: nobody looks any more
+    assert bench.guard.reconcile() == [] and bench.entry().status is EffectStatus.FAILED
+    assert bench.downstream.total == 1  # type: ignore[attr-defined]  # never retried after a person's failed
+    assert bench.alerts == []
+
+
+def test_a_late_watch_shorter_than_the_call_timeout_is_refused(store: DocumentStore) -> None:
+    with pytest.raises(ValueError, match="late_watch"):
+        Guard(store, call_timeout=120.0, late_watch=60.0)
+
+
 def test_facts_changed_during_the_call_record_the_outcome_and_escalate_with_an_alert(bench: Bench) -> None:
     downstream = CountingDownstream()
     bench.downstream = downstream

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import azure.functions as func
 import pytest
 
 from casekeeper import EffectInFlight, EffectStatus, effect_key
@@ -30,7 +31,7 @@ from devhost.supplier_stub import SupplierStub
 from shared.app.alerts import Alert
 from shared.app.bootstrap import Services
 from shared.domain.events import CaseEvent
-from shared.messaging.sqlite_queue import LocalSessionQueue
+from shared.messaging.sqlite_queue import LocalSessionQueue, to_service_bus_message
 from shared.views.resolution import resolve
 from tests.support.supplier import posts
 from tests.triggers.conftest import QUEUE, deliver_next, on_the_local_queue, settings_for, signed_request, user_function
@@ -135,12 +136,19 @@ def test_an_external_credit_note_on_top_of_an_outstanding_request_raises_over_re
     assert numbers(alert) == ("C-7", "0", "100.00", "100.00")
 
 
+class Killed(BaseException):
+    """kill -9 of the worker's process: nothing after it runs (a ``BaseException``, so nothing in the app catches
+    it, and the message it was handling is never settled)."""
+
+
 class StalledSupplier:
     """The app's supplier client, its first call held before it sends until :meth:`release`: a call stalled
     inside the HTTP client (a slow DNS answer, a frozen connection pool) past the call timeout, which then
     goes through."""
 
     def __init__(self, svc: Services) -> None:
+        self.kill_after_send = False
+        """Set: the process is killed (kill -9) once the supplier has answered, before the reply is read (F3)."""
         self._portal = svc.ops.supplier
         self._send = self._portal.request_credit_note
         self._go = threading.Event()
@@ -154,9 +162,12 @@ class StalledSupplier:
         self.stalled.set()
         assert self._go.wait(30), "never released"
         try:
-            return self._send(key, **kwargs)
+            answer = self._send(key, **kwargs)
         finally:
             self.answered.set()
+        if self.kill_after_send:
+            raise Killed("kill -9 at F3: the supplier made the note, its reply is never read")
+        return answer
 
     def release(self) -> None:
         self._go.set()
@@ -213,6 +224,60 @@ def test_a_late_success_over_a_person_failed_entry_is_recorded_done_and_alerted(
     deliver_all(functions, queue)
     assert created(supplier) == ["100.00"]  # asked once, not twice
     assert over_requested(svc) == []  # 100.00 requested, 100.00 owed
+
+
+def test_a_late_success_whose_process_died_at_f3_is_found_by_the_late_watch(
+    functions: dict[str, Any], world: tuple[Services, LocalSessionQueue], supplier: SupplierStub
+) -> None:
+    """The call stalls past the call timeout, a person resolves it failed, the stalled call makes the note and
+    the process is killed before it reads the reply (F3). The invoice's message comes back when its lock
+    expires and the case, on what it knows, asks again. The person's ``failed`` does not end the guard's
+    interest: the change feed sees the watched entry and schedules a lookup by key into the case's session; the
+    lookup finds the note and records it done (late) with the late_outcome alert, and the money rule names
+    the 100.00 asked twice. The note is never asked for again by the guard (a lookup, no retry)."""
+    svc, queue = world
+    queue.lock_duration = CALL_TIMEOUT  # the killed invocation's lock expires as Service Bus's would
+    stalled, worker, errors = invoice_with_a_stalled_call(functions, svc, queue)
+    stalled.kill_after_send = True
+    key = effect_key("C-7", ACTION, 1)
+    resolve(svc.ops, key, result=None, reason="no note at the supplier", by="ana", why="checked the portal")
+    stalled.release()
+    worker.join(30)
+    stalled.restore()
+    assert [type(e) for e in errors] == [Killed]
+    assert created(supplier) == ["100.00"]
+    failed = svc.ledger.get("C-7", key)
+    assert failed is not None and failed.status is EffectStatus.FAILED and failed.watching
+    # The change feed delivers the case as the person's resolve left it.
+    doc = svc.store.read("cases", "C-7", "C-7")
+    assert doc is not None and doc.body["openEffects"] is True
+    raw = {**doc.body, "_ts": doc.ts, "_etag": doc.etag}
+    user_function(functions, "reconciler")(func.DocumentList([func.Document.from_dict(raw)]))
+    deadline = time.monotonic() + CALL_TIMEOUT + 20
+    while time.monotonic() < deadline:
+        effect = svc.ledger.get("C-7", key)
+        assert effect is not None
+        if effect.status is EffectStatus.DONE:
+            break
+        msg = queue.receive(QUEUE, timeout=1.0)  # the redelivered invoice, then the watch's lookup when due
+        if msg is not None:
+            asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
+            queue.complete(msg)
+    assert effect.status is EffectStatus.DONE and "late outcome" in (effect.reason or ""), effect
+    assert not effect.watching
+    assert effect.history[-1]["source"] == "reconciler-lookup-late"
+    late = [a for a in svc.alerts.recent() if a.alert_kind == "late_outcome"]
+    assert [(a.fields["effectKey"], a.fields["amount"], a.fields["closedAs"]) for a in late] == [
+        (key, "100.00", "failed")
+    ]
+    assert created(supplier) == ["100.00", "100.00"]  # the redelivered invoice asked again, on what it knew
+    [alert] = over_requested(svc)
+    assert numbers(alert) == ("C-7", "100.00", "200.00", "100.00")
+    post(functions, "case.investigate", "d-2")
+    deliver_all(functions, queue)
+    assert created(supplier) == ["100.00", "100.00"]  # the late note counts: nothing more is asked
+    after = svc.store.read("cases", "C-7", "C-7")
+    assert after is not None and after.body["openEffects"] is False  # no longer watched
 
 
 def test_a_late_success_after_the_case_asked_again_raises_over_requested(

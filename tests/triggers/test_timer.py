@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from casekeeper.core.clock import ManualClock
+from casekeeper.core.effect import EffectStatus
 from casekeeper.core.entries import CommitPlan
 from casekeeper.core.ports import Document, DocumentStore, Query
 from casekeeper.stores.sqlite import SqliteDocumentStore
@@ -292,3 +293,58 @@ def test_an_unknown_outcome_on_the_case_is_swept_by_its_claim_time_however_many_
     case = svc.cases.require("E-1")
     assert case.status == "credit_requested" and [t.effect_key for t in case.transitions_of(key)] == [key]
     assert len(posts(supplier)) == 1  # the same-key retry after a lookup that found nothing
+
+
+def test_an_effect_a_person_resolved_failed_is_swept_for_its_late_watch_and_then_no_more(
+    functions: dict[str, Any], timed: tuple[Services, ReadCounter], clock: ManualClock, supplier: SupplierStub
+) -> None:
+    """A person resolved the effect failed; the supplier had nothing then. The timer's sweep of ``openEffects``
+    looks the watched entry up once per bucket (a lookup, never a call); when the watch ends with nothing
+    found, the entry stays failed, its case's flag drops, and the sweep no longer reads it."""
+    from casekeeper.core.keys import effect_key
+    from casekeeper.errors import OutcomeUnknown
+    from shared.views.resolution import resolve
+
+    svc, counter = timed
+    svc.cases.create("E-1", INVOICE)
+
+    def unknown(key: str) -> dict[str, Any]:
+        raise OutcomeUnknown("reset by the test")
+
+    with pytest.raises(OutcomeUnknown):
+        svc.ledger.run(
+            case_id="E-1",
+            action="request_credit_note",
+            decided_on_version=1,
+            call=unknown,
+            commit=CommitPlan.from_intent(COMMIT),
+            request={**REQUEST, "caseId": "E-1"},
+        )
+    key = effect_key("E-1", "request_credit_note", 1)
+    clock.advance(130)  # past the call timeout: a person may resolve it
+    svc.cases.require("E-1")  # a reader stamps the claim's time
+    resolve(svc.ops, key, result=None, reason="no note at the supplier", by="ana", why="checked the portal")
+    clock.advance(130)  # the first lookup is due a call timeout after the person's outcome
+    assert run_health_checks(svc.health).rechecks_scheduled == [key]
+    bodies = deliver_all(functions, svc)
+    assert [b["type"] for b in bodies] == ["effect.recheck"]
+    watched = svc.ledger.get("E-1", key)
+    assert watched is not None and watched.status is EffectStatus.FAILED and watched.watching
+    clock.advance(svc.settings.late_watch)  # the watch is over, nothing was ever found
+    assert run_health_checks(svc.health).rechecks_scheduled == [key]
+    # The lookup that found nothing scheduled the next one into the case's session: due now, by the store's
+    # (manual) clock, so delivered on a queue that keeps that clock.
+    queue = LocalSessionQueue(svc.settings.local_queue_path, clock=clock.now)
+    delivered = []
+    while (msg := queue.receive(QUEUE)) is not None:
+        delivered.append(json.loads(msg.body)["type"])
+        asyncio.run(user_function(functions, "case_worker")(to_service_bus_message(msg)))
+        queue.complete(msg)
+    queue.close()
+    assert delivered and set(delivered) == {"effect.recheck"}
+    ended = svc.ledger.get("E-1", key)
+    assert ended is not None and ended.status is EffectStatus.FAILED and not ended.watching
+    clock.advance(3600)
+    assert run_health_checks(svc.health).rechecks_scheduled == []
+    assert counter.query("cases", Query(equals={"openEffects": True})) == []  # the sweep's query: no longer there
+    assert posts(supplier) == []  # looked up, never asked: a person said it failed
