@@ -218,7 +218,8 @@ def _listed(held: tuple[Any, ...], change: Any, item: Callable[[Any], Any]) -> t
 
 
 def _expected_po(initial: Decimal, order: SourceOrder, superseded: set[str]) -> list[Decimal]:
-    """The PO amounts the accepted ``po.updated`` events produce: each distinct delivery once (``order``
+    """The PO amounts the accepted reports of the PO produce (each ``po.updated``, and each ``invoice.received``
+    but the oldest, which gives ``initial``): each distinct delivery once (``order``
     holds those not set aside), in source order (``occurredAt`` when given, else first acceptance), not
     those the case recorded as superseded, and only those that differ from the PO amount at the time.
     A case that applies a report only when it is newer than the one it holds applies exactly these."""

@@ -7,8 +7,9 @@ delivery id keeps that place, a copy under a new delivery id takes its own). The
 applies a fact only if it is newer than the one it holds, per fact (the PO amount; each credit note by
 its id), so that
 
-- the case's final PO amount is that of the newest accepted ``po.updated``, or the invoice's own when
-  none is newer; each credit note's final amount is that of its newest report;
+- the case's final PO amount is that of the newest accepted report of it, a ``po.updated`` or an
+  ``invoice.received`` (every invoice report carries the invoice's PO amount); each credit note's final
+  amount is that of its newest report;
 - every PO change and credit change in the history applied a fact newer than the one held before it
   (:func:`walk`); and the facts that were true at each version, for the money rule, are the newest
   the case had seen by then, not what it showed if it applied an older fact over a newer one.
@@ -108,12 +109,15 @@ def occurred_at(data: dict[str, Any]) -> float | None:
 
 def source_order(sent: Iterable[Sent], set_aside: set[str]) -> SourceOrder:
     """The case's accepted fact events (``sent``: the driver's records for one case), each delivery once,
-    those set aside (their delivery ids in ``set_aside``) left out. The invoice is the first accepted."""
+    those set aside (their delivery ids in ``set_aside``) left out. The invoice is the oldest accepted invoice
+    report; every other one (the same invoice sent again under another delivery id) is also a report of the PO
+    amount, in its own place in the order, as a ``po.updated`` is."""
     accepted = [s for s in sent if s.accepted and s.accepted_at is not None and s.event_type in FACT_EVENTS]
     first_accepted: dict[str, float] = {}
     for s in accepted:
         first_accepted[s.delivery] = min(first_accepted.get(s.delivery, s.accepted_at or 0.0), s.accepted_at or 0.0)
     order = SourceOrder()
+    invoices: list[Report] = []
     seen: set[str] = set()
     for s in sorted(accepted, key=lambda s: s.accepted_at or 0.0):
         if s.delivery in seen or s.delivery in set_aside:
@@ -124,8 +128,8 @@ def source_order(sent: Iterable[Sent], set_aside: set[str]) -> SourceOrder:
         stamped = str(s.data[OCCURRED_AT]) if stamp is not None else None
         first = first_accepted[s.delivery]
         try:
-            if s.event_type == INVOICE and order.invoice is None:
-                order.invoice = Report(key, Decimal(str(s.data["poAmount"])), s.delivery, stamped, first)
+            if s.event_type == INVOICE:
+                invoices.append(Report(key, Decimal(str(s.data["poAmount"])), s.delivery, stamped, first))
             elif s.event_type == PO:
                 order.po.append(Report(key, Decimal(str(s.data["poAmount"])), s.delivery, stamped, first))
             elif s.event_type == CREDIT:
@@ -133,6 +137,9 @@ def source_order(sent: Iterable[Sent], set_aside: set[str]) -> SourceOrder:
                 order.credits.setdefault(str(s.data["creditNoteId"]), []).append(report)
         except (KeyError, InvalidOperation):
             continue  # an event the case could not read is the per-event check's to report
+    if invoices:
+        order.invoice = min(invoices, key=lambda r: r.rank)
+        order.po.extend(r for r in invoices if r is not order.invoice)
     return order
 
 
@@ -219,11 +226,11 @@ SUPERSEDED = "supersededEvents"
 """The case view's list of reports older than the fact the case held when they came: each with ``type``,
 ``deliveryId``, ``fact`` (``poAmount`` or ``credits``), ``creditNoteId`` (credits), ``value``, ``order``,
 ``heldValue``, ``heldOrder``, ``reason``, ``at``, ``atVersion``."""
-_FACT_OF = {PO: "poAmount", CREDIT: "credits"}
+_FACT_OF = {INVOICE: "poAmount", PO: "poAmount", CREDIT: "credits"}
 
 
 def superseded_record(view: dict[str, Any], sent: Sent) -> dict[str, Any] | None:
-    """The case's record of ``sent`` (a ``po.updated`` or ``credit_note.issued``) as superseded: the
+    """The case's record of ``sent`` (a report of the PO amount or of a credit note) as superseded: the
     ``supersededEvents`` entry with its delivery id, type and fact (and credit-note id), with a reason and
     the value it reported. ``None`` when the case recorded no such thing."""
     for record in view.get(SUPERSEDED) or ():
@@ -233,7 +240,7 @@ def superseded_record(view: dict[str, Any], sent: Sent) -> dict[str, Any] | None
             continue
         if sent.event_type == CREDIT and record.get("creditNoteId") != sent.data.get("creditNoteId"):
             continue
-        field_name = "poAmount" if sent.event_type == PO else "amount"
+        field_name = "amount" if sent.event_type == CREDIT else "poAmount"
         try:
             same_value = Decimal(str(record.get("value"))) == Decimal(str(sent.data.get(field_name)))
         except InvalidOperation:

@@ -169,8 +169,9 @@ class Expected:
 def expected_facts(
     record: Record, case_id: str, set_aside_for_size: set[str], aside_bodies: dict[str, set[str]] | None = None
 ) -> Expected:
-    """The facts the accepted reports leave, applied in source order: the PO amount (the first invoice's,
-    or the newest ``po.updated``) and each credit note's newest amount. Left out: a delivery id re-used with
+    """The facts the accepted reports leave, applied in source order: the PO amount (that of the newest
+    report of it, ``invoice.received`` or ``po.updated``: each invoice report carries the invoice's PO) and
+    each credit note's newest amount. Left out: a delivery id re-used with
     another body (the door's and the case's to refuse, visibly) and reports the case set aside because they
     would take it past its bound.
 
@@ -191,11 +192,10 @@ def expected_facts(
         for (delivery, body), p in origins.items()
         if first.get(delivery) == body and delivery not in set_aside_for_size
     ]
-    invoices = [p for p in reports if p.kind == ev.INVOICE_RECEIVED]
-    invoice = min(invoices, key=lambda p: source_key(p, p)) if invoices else None
-    ordered = sorted(
-        [p for p in reports if p.kind != ev.INVOICE_RECEIVED or p is invoice], key=lambda p: source_key(p, p)
-    )
+    # Every invoice report is also a report of the invoice's PO amount, in its own place in the order; the
+    # oldest is the invoice the case's facts start from.
+    ordered = sorted(reports, key=lambda p: source_key(p, p))
+    invoice = next((p for p in ordered if p.kind == ev.INVOICE_RECEIVED), None)
     po: str | None = None
     credits: dict[str, str] = {}
     changing: list[Post] = []
@@ -203,8 +203,8 @@ def expected_facts(
     for p in ordered:
         if p.kind in (ev.INVOICE_RECEIVED, ev.PO_UPDATED):
             amount = str(Decimal(str(p.data["poAmount"])))
-            # The invoice is applied by making its case (checked apart); a PO edit must show.
-            if p.kind == ev.PO_UPDATED and amount != po and (p.kind, _without_time(p.data)) not in seen_bodies:
+            # The oldest invoice is applied by making its case (checked apart); any other report must show.
+            if p is not invoice and amount != po and (p.kind, _without_time(p.data)) not in seen_bodies:
                 changing.append(p)
             po = amount
         else:

@@ -25,6 +25,8 @@ request withdrawn by a person     any but ``closed``              recorded; ``ne
 ``invoice.received``              ``awaiting_invoice``            the invoice, then each held fact by its
                                                                   order (:func:`fold_held`); ``open``,
                                                                   decided on every fact held
+                                  any other (the same invoice)    a report of the PO amount, as
+                                                                  ``po.updated`` (:func:`invoice_po`)
 ================================  ==============================  ==========================================
 
 An event whose facts are already recorded (a redelivery) changes nothing, but still asks for the
@@ -87,9 +89,12 @@ def po_updated(
     *,
     order: FactOrder | None = None,
     orders: Mapping[str, Any] | None = None,
+    event_type: str = "po.updated",
+    why: str = "",
 ) -> FactPlan:
     """``order``: the report's; ``orders``: the case's ``factOrder``. Without ``order`` (a caller that keeps
-    none), the report is taken as the newest."""
+    none), the report is taken as the newest. ``event_type``: the event that reported the amount, named in a
+    superseded record; ``why``: said after a change (see :func:`invoice_po`)."""
     orders = orders or {}
     held = FactOrder.from_json(orders.get(PO_AMOUNT))
     if order is not None and not order.newer_than(held):
@@ -97,7 +102,7 @@ def po_updated(
             return _unchanged(status, f"PO amount {po_amount} already recorded from this report")
         return _superseded(
             status,
-            "po.updated",
+            event_type,
             order,
             held,
             fact=PO_AMOUNT,
@@ -109,12 +114,32 @@ def po_updated(
     if facts.po_amount == po_amount:
         return replace(_unchanged(status, f"PO amount already {po_amount}"), order=new_orders)
     change = {"poAmount": amount_text(po_amount)}
-    reason = f"PO amount {facts.po_amount} -> {po_amount}"
+    reason = f"PO amount {facts.po_amount} -> {po_amount}{why}"
     if status == Status.CLOSED:
         return FactPlan(change, None, f"{reason} on a closed case: recorded only", False, new_orders)
     if status in _REDECIDE:
         return FactPlan(change, Status.OPEN, f"{reason}: the decision is made again", True, new_orders)
     return FactPlan(change, None, reason, True, new_orders)
+
+
+def invoice_po(
+    status: str,
+    facts: InvoiceFacts,
+    po_amount: Decimal,
+    *,
+    order: FactOrder | None = None,
+    orders: Mapping[str, Any] | None = None,
+) -> FactPlan:
+    """An ``invoice.received`` on a case its invoice already opened (the same invoice: the caller refuses
+    another): a report of the PO amount like any ``po.updated``, judged by its order, so that the PO is that
+    of the newest report of it, whichever report arrived first (docs/design.md#fact-order). A copy of the
+    report that opened the case changes nothing; a newer report applies the invoice's PO amount; an older one
+    is superseded. ``order`` and ``orders`` as for :func:`po_updated`."""
+    orders = orders or {}
+    if order is not None and order.same_as(FactOrder.from_json(orders.get(INVOICE))):
+        return _unchanged(status, f"invoice already recorded from this report (PO amount {po_amount})")
+    why = f": a newer report of the invoice's PO ({describe(order)})" if order is not None else ""
+    return po_updated(status, facts, po_amount, order=order, orders=orders, event_type="invoice.received", why=why)
 
 
 def credit_note_issued(

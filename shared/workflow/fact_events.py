@@ -73,11 +73,13 @@ class FactEvents:
 
     async def invoice_received(self, event: ev.CaseEvent, storage: CaseCheckpointStorage) -> list[RunOutcome]:
         """Create the case, its facts' orders starting at this report's; a report of the same case that
-        describes another invoice is set aside with each difference named (``InvalidEvent``).
+        describes another invoice is set aside with each difference named (``InvalidEvent``). On a case its
+        invoice already opened, the report is one of the PO amount, judged by its order as a ``po.updated``
+        is (``transitions.invoice_po``): the PO follows the newest report, whichever arrived first.
 
         A case this event created holds no checkpoint: none is read (``storage.assume_empty``), and a run
         that ends writes none. A case that existed is first checked for an interrupted run, as every other
-        event's case is (this event records no fact on it, so the order does not matter)."""
+        event's case is, before the report is judged."""
         data = event.data
         facts = InvoiceFacts(
             invoice_id=data["invoiceId"],
@@ -111,10 +113,17 @@ class FactEvents:
                 return [step, *await self._investigate(storage, "invoice received", known=opened, new_case=True)]
         _refuse_another_invoice(case, received)
         resumed = await self._finish_interrupted(storage) if self._finish_interrupted is not None else None
-        if resumed is None:
-            return await self._investigate(storage, "invoice received", known=case)
-        # The resumed run may have changed the case: the decision reads it again.
-        return [resumed, *await self._investigate(storage, "invoice received")]
+
+        def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
+            if case.status == AWAITING_INVOICE:
+                # A case leaves awaiting_invoice only for good: one read as such above was opened since.
+                raise ConcurrencyConflict(f"case {case.id} awaits its invoice", doc_id=case.id)
+            _refuse_another_invoice(case, received)
+            current = InvoiceFacts.from_dict(case.facts)
+            return transitions.invoice_po(case.status, current, facts.po_amount, order=order, orders=_orders(case))
+
+        judged = await self._apply(storage, plan, event, needs_requests=False)
+        return judged if resumed is None else [resumed, *judged]
 
     async def _open_held(
         self,

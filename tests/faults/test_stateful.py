@@ -956,14 +956,10 @@ def _facts_in_source_order(
     when applied in the sender's order (the newest report of each fact wins), whatever order they came in."""
     po: tuple[tuple[Decimal, float, int], str] | None = None
     credits: dict[str, tuple[tuple[Decimal, float, int], str]] = {}
-    # An invoice sent again under another delivery id is the same invoice, not a new report of its PO amount:
-    # only the first accepted one orders the invoice's PO (a copy must not roll back a later po.updated).
-    invoices = [r for r in sent if r.accepted and r.delivery not in set_aside and r.event_type == ev.INVOICE_RECEIVED]
-    first_invoice = min(invoices, key=key) if invoices else None
+    # Every invoice.received is also a report of the invoice's PO amount, in its own place in the order (an
+    # invoice sent again under another delivery id after a po.updated is the newer report of the PO).
     for report in sent:
         if not report.accepted or report.delivery in set_aside:
-            continue
-        if report.event_type == ev.INVOICE_RECEIVED and report is not first_invoice:
             continue
         order = key(report)
         if report.event_type in (ev.INVOICE_RECEIVED, ev.PO_UPDATED):

@@ -216,6 +216,46 @@ def test_two_ingress_hosts_with_skewed_clocks_order_facts_by_the_stores_clock(
     assert asked(supplier) == [], "money followed the report a fast host clock put last"
 
 
+@pytest.mark.parametrize("invoice_delayed", [False, True], ids=["in-order", "invoice-delayed"])
+def test_an_invoice_sent_again_under_a_new_delivery_id_is_a_report_of_the_po_whichever_invoice_arrives_first(
+    functions: dict[str, Any],
+    clock: ManualClock,
+    world: tuple[Services, OutageStore, LocalSessionQueue],
+    invoice_delayed: bool,
+) -> None:
+    """An undated sender: invoice.received (PO 1000.00, d-5), then a PO edit (1450.00), then the same invoice
+    again under a new delivery id (d-22), accepted last, so the newest report of the PO is the invoice's
+    own. Delivered in order, or with d-5 held up (a store outage) until after d-22: the case ends on PO
+    1000.00 either way, and shows the report it did not apply as superseded."""
+    _, store, queue = world
+    accepted(functions, clock, "invoice.received", "d-5", **INVOICE)
+    if invoice_delayed:
+        store.down = ALL
+        assert deliver_next(functions, queue) == "completed"  # waits in place ran out: a delayed copy
+        store.down = frozenset()
+    accepted(functions, clock, "po.updated", "d-po", poAmount="1450.00")
+    assert deliver_next(functions, queue) == "completed"
+    if not invoice_delayed:
+        deliver_next(functions, queue)
+    assert case_json(functions)["case"]["facts"]["poAmount"] == "1450.00"
+    accepted(functions, clock, "invoice.received", "d-22", **INVOICE)
+    assert queue.peek(QUEUE)[0].message_id == "webhook:d-22"
+    deliver_all(functions, queue, clock)
+    shown = case_json(functions)
+    assert shown["case"]["facts"]["poAmount"] == "1000.00", shown["history"]
+    assert shown["rejectedEvents"] == []
+    superseded = {r["deliveryId"]: r for r in shown["supersededEvents"]}
+    if invoice_delayed:
+        # d-22 opened the case, the held PO edit older than it; d-5, older still, came last.
+        assert sorted(superseded) == ["d-5", "d-po"]
+        assert (superseded["d-5"]["type"], superseded["d-5"]["value"]) == ("invoice.received", "1000.00")
+        assert superseded["d-5"]["heldOrder"]["deliveryId"] == "d-22"
+    else:
+        assert superseded == {}
+        applied = next(t for t in shown["history"] if t["deliveryId"] == "d-22")
+        assert "PO amount 1450.00 -> 1000.00: a newer report of the invoice's PO" in applied["reason"]
+
+
 @contextmanager
 def other_host(svc: Services, clock: ManualClock, *, ahead: float) -> Iterator[None]:
     """The functions served, for a while, by a second host on the same store and queue whose clock runs

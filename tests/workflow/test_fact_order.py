@@ -204,13 +204,23 @@ def test_an_invoice_that_disagrees_with_the_case_is_refused_naming_the_field(
     assert (after.version, after.facts) == (before.version, before.facts)
 
 
-def test_the_same_invoice_again_after_a_po_change_is_not_a_conflict(app: Harness) -> None:
-    """The PO amount is compared with the invoice's own, not with the PO as a later po.updated left it."""
+def test_the_same_invoice_again_after_a_po_change_is_not_a_conflict_but_a_report_of_its_po(app: Harness) -> None:
+    """The PO amount is compared with the invoice's own, not with the PO as a later po.updated left it. The
+    same invoice sent again is a report of its PO amount, judged by its order as a po.updated is: a copy of
+    the delivery that opened the case changes nothing; one sent under a new delivery id after the PO edit is
+    the newest report of the PO, and one dated before it is superseded."""
     handle(app, ev.INVOICE_RECEIVED, "C-1", "d-1", ACCEPTED, **invoice("1000.00"))
     handle(app, ev.PO_UPDATED, "C-1", "d-2", ACCEPTED + 1, poAmount="990.00")
     handle(app, ev.INVOICE_RECEIVED, "C-1", "d-1", ACCEPTED, **invoice("1000.00"))  # redelivered
+    case = app.cases.require("C-1")
+    assert case.facts["poAmount"] == "990.00" and not case.data.get("supersededEvents")
     handle(app, ev.INVOICE_RECEIVED, "C-1", "d-9", ACCEPTED + 2, **invoice("1000.00"))  # re-sent, same invoice
-    assert app.cases.require("C-1").facts["poAmount"] == "990.00"
+    case = app.cases.require("C-1")
+    assert case.facts["poAmount"] == "1000.00"
+    assert any(t.delivery_id == "d-9" and "a newer report of the invoice's PO" in t.reason for t in case.history)
+    handle(app, ev.PO_UPDATED, "C-1", "d-3", ACCEPTED + 3, poAmount="980.00")
+    handle(app, ev.INVOICE_RECEIVED, "C-1", "d-9", ACCEPTED + 2, **invoice("1000.00"))  # redelivered: one report
+    assert app.cases.require("C-1").facts["poAmount"] == "980.00"
 
 
 def test_a_case_written_before_orders_were_kept_takes_any_report_then_keeps_its_order(
