@@ -13,7 +13,7 @@ import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from casekeeper import ConcurrencyConflict
+from casekeeper import ConcurrencyConflict, EffectInFlight
 from casekeeper import Record as Case
 from casekeeper.checkpoints import CaseCheckpointStorage
 from shared.domain import events as ev
@@ -112,7 +112,6 @@ class FactEvents:
                 step = RunOutcome(event.case_id, "facts_changed", opened.status, opened.version, "held facts folded in")
                 return [step, *await self._investigate(storage, "invoice received", known=opened, new_case=True)]
         _refuse_another_invoice(case, received)
-        resumed = await self._finish_interrupted(storage) if self._finish_interrupted is not None else None
 
         def plan(case: Case, requests: tuple[CreditRequest, ...]) -> FactPlan:
             if case.status == AWAITING_INVOICE:
@@ -122,6 +121,14 @@ class FactEvents:
             current = InvoiceFacts.from_dict(case.facts)
             return transitions.invoice_po(case.status, current, facts.po_amount, order=order, orders=_orders(case))
 
+        try:
+            resumed = await self._finish_interrupted(storage) if self._finish_interrupted is not None else None
+        except EffectInFlight:
+            # As for every fact event (shared.workflow.worker): the report is judged when it arrives, even
+            # while an interrupted run's call is in flight; only the decision waits, and the copy the queue
+            # brings back only decides, so the report must be written before the wait is raised.
+            await self._apply(storage, plan, event, needs_requests=False)
+            raise
         judged = await self._apply(storage, plan, event, needs_requests=False)
         return judged if resumed is None else [resumed, *judged]
 

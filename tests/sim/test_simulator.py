@@ -49,6 +49,19 @@ def test_every_invariant_holds_over_a_fixed_budget_of_seeds() -> None:
     assert len(found.outcomes) == SEEDS
 
 
+FOUND_ON_THE_MERGED_CODE = (61, 173, 182, 258, 383, 1272, 1276, 2079, 2145)
+"""Seeds past the fixed budget at which the simulator stopped on the code with issue 32's fixes
+(docs/simulator.md says what each was): the product's three (1276, a late success whose process died after a
+person's resolve; 2079, the PO depending on which invoice report came first; 2145, an invoice report lost
+when it met an interrupted run's call in flight) and the model's."""
+
+
+@pytest.mark.parametrize("seed", FOUND_ON_THE_MERGED_CODE)
+def test_a_seed_the_simulator_stopped_at_holds_now(seed: int) -> None:
+    outcome = Sim(make_plan(seed, STEPS)).run()
+    assert outcome.violations == [], [str(v) for v in outcome.violations]
+
+
 def test_a_seed_replays_exactly() -> None:
     """Two runs of one plan do the same: the door's answers, the supplier's journal, the stored cases; judged
     (stopping where an invariant breaks, if one does) and to the end."""
