@@ -526,6 +526,14 @@ class World:
             for doc in self.sqlite.query("cases", Query())
         }
 
+    def watched_keys(self, case_id: str) -> set[str]:
+        """The keys of the case's entries a person resolved failed that the late watch has not looked up to its
+        end yet, read past the faults: the one thing the simulator reads of the store besides sizes, because
+        the API does not show it."""
+        doc = self.sqlite.read("cases", case_id, case_id)
+        effects = (doc.body.get("effects") or ()) if doc is not None else ()
+        return {str(e.get("id")) for e in effects if e.get("watching")}
+
     def close(self) -> None:
         bootstrap.use(None)
         uninstall()
