@@ -126,7 +126,7 @@ class FactEvents:
         except EffectInFlight:
             # As for every fact event (shared.workflow.worker): the report is judged when it arrives, even
             # while an interrupted run's call is in flight; only the decision waits, and the copy the queue
-            # brings back only decides, so the report must be written before the wait is raised.
+            # brings back only decides: the report is judged first, then the wait is raised.
             await self._apply(storage, plan, event, needs_requests=False)
             raise
         judged = await self._apply(storage, plan, event, needs_requests=False)
