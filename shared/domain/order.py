@@ -74,8 +74,9 @@ class FactOrder:
         return when, accepted, self.delivery_id or ""
 
     def newer_than(self, held: FactOrder | None) -> bool:
-        """Whether a fact of this order replaces one of order ``held``. A fact recorded before orders were
-        kept (``held`` is ``None``) is replaced by any; the report ``held`` came from replaces nothing."""
+        """Whether a fact of this order replaces one of order ``held``. A fact the case holds no order for
+        (``held`` is ``None``: it came in a report without an acceptance time, or was written by a direct call)
+        is replaced by any; the report ``held`` came from replaces nothing."""
         return held is None or (not self.same_as(held) and self.key() > held.key())
 
     def same_as(self, held: FactOrder | None) -> bool:

@@ -4,8 +4,8 @@ the real store (SQLite, and the Cosmos DB test server) and the supplier stub ove
 The property: however reports of one case's facts are delayed, reordered or repeated, the case ends with
 the facts of the newest report of each (in the sender's order), every report older than one already
 applied is recorded as superseded with its delivery id, and the money rule held at every request. Then
-the examples the issue names: a credit note corrected, an invoice re-sent with other facts, a case
-written before orders were kept.
+the examples the issue names: a credit note corrected, an invoice re-sent with other facts, a fact the
+case holds no order for.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def test_the_same_invoice_again_after_a_po_change_is_not_a_conflict_but_a_report
     assert app.cases.require("C-1").facts["poAmount"] == "980.00"
 
 
-def test_a_case_written_before_orders_were_kept_takes_any_report_then_keeps_its_order(
+def test_a_fact_the_case_holds_no_order_for_takes_any_report_then_keeps_its_order(
     app: Harness, store: DocumentStore
 ) -> None:
     facts = dict(invoice("1000.00"))
@@ -237,7 +237,7 @@ def test_a_case_written_before_orders_were_kept_takes_any_report_then_keeps_its_
     case = app.cases.require("C-old")
     assert case.facts["poAmount"] == "990.00"
     assert [r["deliveryId"] for r in case.data["supersededEvents"]] == ["d-1"]
-    # An unstamped report (handed over without its acceptance time) is taken as it comes, as before.
+    # An unstamped report (handed over without its acceptance time) leaves no order: the next is taken as it comes.
     asyncio.run(app.worker.handle(CaseEvent(ev.PO_UPDATED, "C-old", {"poAmount": "970.00"})))
     assert app.cases.require("C-old").facts["poAmount"] == "970.00"
 
