@@ -167,7 +167,11 @@ class Expected:
 
 
 def expected_facts(
-    record: Record, case_id: str, set_aside_for_size: set[str], aside_bodies: dict[str, set[str]] | None = None
+    record: Record,
+    case_id: str,
+    set_aside_for_size: set[str],
+    aside_bodies: dict[str, set[str]] | None = None,
+    opened_with: dict[str, Any] | None = None,
 ) -> Expected:
     """The facts the accepted reports leave, applied in source order: the PO amount (that of the newest
     report of it, ``invoice.received`` or ``po.updated``: each invoice report carries the invoice's PO) and
@@ -178,7 +182,11 @@ def expected_facts(
     Which body of a re-used delivery id counts: the first the door accepted, unless the case set that one
     aside and applied the other (``aside_bodies``: the bodies it shows set aside, by delivery id). Once the
     door's record of the id has expired, both bodies are accepted, and the one that reaches the case first is
-    judged; the case sets the other aside, visibly (docs/design.md#delivery-ids)."""
+    judged; the case sets the other aside, visibly (docs/design.md#delivery-ids).
+
+    ``opened_with``: the invoice the case was opened with (its ``data.invoice``). An invoice report that differs
+    from it in any of its fields, its own PO amount included, describes another invoice: the case sets it
+    aside (docs/design.md#fact-order), so it is no report of the PO either."""
     first = record.first_bodies()
     for delivery, bodies in (aside_bodies or {}).items():
         others = {p.body_key for p in record.facts_posts(case_id) if p.delivery == delivery} - bodies
@@ -190,7 +198,9 @@ def expected_facts(
     reports = [
         p
         for (delivery, body), p in origins.items()
-        if first.get(delivery) == body and delivery not in set_aside_for_size
+        if first.get(delivery) == body
+        and delivery not in set_aside_for_size
+        and not (p.kind == ev.INVOICE_RECEIVED and _another_invoice(p.data, opened_with))
     ]
     # Every invoice report is also a report of the invoice's PO amount, in its own place in the order; the
     # oldest is the invoice the case's facts start from.
@@ -214,6 +224,25 @@ def expected_facts(
             credits[note] = amount
         seen_bodies.add((p.kind, _without_time(p.data)))
     return Expected(po, credits, changing)
+
+
+INVOICE_FIELDS = ("invoiceId", "supplierId", "poNumber", "invoiceAmount", "poAmount", "currency")
+
+
+def _another_invoice(data: dict[str, Any], opened_with: dict[str, Any] | None) -> bool:
+    if not opened_with:
+        return False
+    for name in INVOICE_FIELDS:
+        mine, theirs = data.get(name), opened_with.get(name)
+        if name in ("invoiceAmount", "poAmount"):
+            try:
+                if Decimal(str(mine)) != Decimal(str(theirs)):
+                    return True
+            except ArithmeticError:
+                return True
+        elif str(mine) != str(theirs):
+            return True
+    return False
 
 
 def _without_time(data: dict[str, Any]) -> str:
@@ -341,7 +370,10 @@ def check_quiescent(
     case = view["case"]
     facts = case.get("facts") or {}
     _, for_size = set_aside_ids(view)
-    expected = expected_facts(record, case_id, for_size, set_aside_bodies(view))
+    opened_with = (view.get("data") or {}).get("invoice")
+    expected = expected_facts(
+        record, case_id, for_size, set_aside_bodies(view), opened_with if isinstance(opened_with, dict) else None
+    )
     shown_credits = {str(c["creditNoteId"]): str(Decimal(str(c["amount"]))) for c in facts.get("credits") or ()}
     shown_po = str(Decimal(str(facts["poAmount"]))) if facts.get("poAmount") is not None else None
     if "facts" in wanted and invoice_accepted and (shown_po, shown_credits) != (expected.po, expected.credits):
