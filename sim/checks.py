@@ -113,6 +113,9 @@ class Record:
 
     retired_notes: set[str] = field(default_factory=set)
     """The supplier's notes made for a case retention has since removed: its predecessor's, not the case's."""
+    reached: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    """Per (case, delivery id, body), the acceptance stamp of the first copy its case judged (the world's
+    ``reached``)."""
 
     def current(self, post: Post) -> bool:
         """Whether ``post`` belongs to its case as it stands: accepted after retention last removed it, or on
@@ -195,6 +198,13 @@ def expected_facts(
     origins: dict[tuple[str, str], Post] = {}
     for p in record.facts_posts(case_id):
         origins.setdefault((p.delivery, p.body_key), p)
+    for delivery, body in list(origins):
+        stamp = record.reached.get((case_id, delivery, body))
+        copies = [q for q in record.facts_posts(case_id) if (q.delivery, q.body_key) == (delivery, body)]
+        if stamp is not None and len(copies) > 1:
+            # Posted again after the door forgot the id, a copy took a stamp of its own: the case judged
+            # whichever copy reached it first (docs/design.md#delivery-ids), at that copy's acceptance.
+            origins[(delivery, body)] = min(copies, key=lambda q: abs(q.at - stamp))
     reports = [
         p
         for (delivery, body), p in origins.items()

@@ -223,7 +223,7 @@ class Sim:
         self.invariants = tuple(invariants)
         self.world = World(plan.seed, list(plan.shape.offsets), scripted_model=plan.shape.scripted_model)
         self.world.meanwhile = self._meanwhile
-        self.record = Record()
+        self.record = Record(reached=self.world.reached)
         self.senders = [Sender(mode, ahead) for mode, ahead in plan.shape.senders]
         self.case_ids = [f"SIM{plan.seed}-C{i + 1}" for i in range(CASES)]
         self.asked: dict[int, list[dict[str, Any]]] = {i: [] for i in range(CASES)}
@@ -452,6 +452,8 @@ class Sim:
                 retired = {p.delivery for p in self.record.posts if p.case_id == case_id} - on_the_way
                 self.record.retired.setdefault(case_id, set()).update(retired)
                 self.record.retired_notes.update(n.note_id for n in self.world.supplier.notes_for(case_id))
+                for key in [k for k in self.world.reached if k[0] == case_id]:
+                    del self.world.reached[key]  # the removed case's: a copy on its way reaches the new one
 
     def _deliveries_on_the_way(self) -> set[str]:
         """The delivery ids of events accepted and not yet handled: held by the network, in the queue (active

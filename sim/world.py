@@ -315,6 +315,10 @@ class World:
             clock=self.clock.now,
         )
         self.network = Network(self.queue)
+        self.reached: dict[tuple[str, str, str], float] = {}
+        """Per (case, delivery id, body), the acceptance stamp of the first copy its case judged. The door
+        gives every copy of a delivery its first stamp while it remembers the id; a copy posted again after
+        that takes a stamp of its own, and which of the two reaches the case first is the one it judges."""
         self.supplier = Supplier(on_stall=self._stalled)
         self.model = ScriptedModel(self.rng) if scripted_model else None
         self.crash_at: str | None = None
@@ -473,8 +477,19 @@ class World:
             self._settle(self.queue.abandon, msg)
             return True
         self.store.checkpoints_failing = False
+        self._note_reached(msg.body)
         self._settle(self.queue.complete, msg)
         return True
+
+    def _note_reached(self, body: bytes) -> None:
+        """Remember the stamp of the first copy of each report its case judged (the handler finished)."""
+        try:
+            raw = json.loads(body)
+        except ValueError:
+            return
+        if raw.get("type") in ev.ORDERED_TYPES and raw.get("deliveryId") and "acceptedAt" in raw:
+            key = (str(raw["caseId"]), str(raw["deliveryId"]), json.dumps(raw.get("data"), sort_keys=True))
+            self.reached.setdefault(key, float(raw["acceptedAt"]))
 
     @staticmethod
     def _settle(settle: Callable[[Any], None], msg: Any) -> None:
