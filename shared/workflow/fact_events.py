@@ -253,10 +253,12 @@ class FactEvents:
             _refuse_reused_delivery(case, event)
             requests = credit_requests(await asyncio.to_thread(ledger.effects_for, case)) if needs_requests else ()
             planned = plan(case, requests)
-            if (planned.changes or planned.superseded is not None) and _judged_before(case, delivery_id):
+            writes = planned.changes or planned.superseded is not None or planned.order is not None
+            if writes and _judged_before(case, delivery_id):
                 # One delivery is one report, judged once: a copy of one that changed the facts when it first
                 # came (its decision failed, say) and was replaced since is old news, and so is a copy of one
-                # already recorded as superseded, even if posted again with a later stamp.
+                # already recorded as superseded, even if posted again with a later stamp; nor does a copy
+                # move the order of the report it repeats.
                 why = f"delivery {delivery_id} was judged when it first came; a copy changes nothing"
                 planned = FactPlan({}, None, why, investigate=case.status in INVESTIGABLE)
             if not planned.changes:
@@ -340,9 +342,16 @@ def _orders(case: Case) -> dict[str, Any]:
 
 
 def _judged_before(case: Case, delivery_id: str | None) -> bool:
-    """Whether the case already shows this delivery: a change of facts it made, or its superseded record."""
+    """Whether the case already judged this delivery: it remembers it (``data.deliveries``: every delivery
+    that changed it, was held or superseded on it, or repeated a value it held), or shows it (a change of
+    facts it made, its superseded record). Called once the body was found the same
+    (:func:`_refuse_reused_delivery`), so a copy whatever its stamp: posted again after the door forgot the
+    id, a copy takes a new, later stamp, which must not make an old report the newest."""
     if delivery_id is None:
         return False
+    known = case.data.get(DELIVERIES)
+    if isinstance(known, dict) and delivery_id in known:
+        return True
     recorded = case.data.get(SUPERSEDED) or ()
     return any(t.delivery_id == delivery_id for t in case.history) or any(
         isinstance(r, dict) and r.get("deliveryId") == delivery_id for r in recorded

@@ -307,6 +307,30 @@ def test_a_delivery_id_reused_with_another_body_after_the_doors_record_expired_i
     assert len(case_json(functions)["rejectedEvents"]) == 1
 
 
+def test_a_report_that_repeated_the_value_held_is_a_copy_when_posted_again_after_the_door_forgot_it(
+    functions: dict[str, Any],
+    clock: ManualClock,
+    world: tuple[Services, OutageStore, LocalSessionQueue],
+    supplier: SupplierStub,
+) -> None:
+    """d-same repeated the PO amount the case held (1000.00); d-new changed it to 1050.00 after. d-same posted
+    again once the door forgot it takes a new stamp, newer than d-new's; the case remembers d-same and its
+    body, so it is a copy: the PO stays 1050.00."""
+    svc, _, queue = world
+    accepted(functions, clock, "invoice.received", "d-inv", **{**INVOICE, "invoiceAmount": "1100.00"})
+    accepted(functions, clock, "po.updated", "d-same", poAmount="1000.00")
+    accepted(functions, clock, "po.updated", "d-new", poAmount="1050.00")
+    deliver_all(functions, queue, clock)
+    assert case_json(functions)["case"]["facts"]["poAmount"] == "1050.00"
+    expire_door_record(svc.store, "d-same")
+    clock.advance(svc.settings.retention.closed_case_days * 86400)  # the broker's duplicate window is long past
+    accepted(functions, clock, "po.updated", "d-same", poAmount="1000.00")
+    deliver_all(functions, queue, clock)
+    shown = case_json(functions)
+    assert shown["case"]["facts"]["poAmount"] == "1050.00", shown["history"][-1]
+    assert shown["rejectedEvents"] == []
+
+
 def expire_door_record(store: DocumentStore, delivery: str) -> None:
     """What the record's time to live does once it runs out."""
     record = store.read(HEALTH, KIND_DELIVERY, delivery)
