@@ -1,17 +1,26 @@
 """The Agent Framework pieces on both backends: the ``CheckpointStorage`` contract as the framework's own
-storages keep it, the deliberate differences (numbers a store of JSON doubles would change are refused at
-save), the rebuild path (R8) and failure capture (R7) in a user's own workflow."""
+storages keep it (numbers included: exact through a store of JSON doubles), the deliberate differences, the
+rebuild path (R8) and failure capture (R7) in a user's own workflow."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Never
 
 import pytest
-from agent_framework import Executor, WorkflowBuilder, WorkflowCheckpoint, WorkflowContext, handler
+from agent_framework import (
+    Executor,
+    FileCheckpointStorage,
+    WorkflowBuilder,
+    WorkflowCheckpoint,
+    WorkflowContext,
+    handler,
+)
 from agent_framework.exceptions import WorkflowCheckpointException
 
 from casekeeper import DocumentStore, Guard, capture
@@ -21,9 +30,9 @@ from casekeeper.agent import (
     capturing,
     checkpoint_types,
     failures_since,
-    inexact_numbers,
     resumable,
 )
+from casekeeper.checkpoints import CaseCheckpointStorage
 
 NAME = "user-workflow"
 
@@ -77,37 +86,81 @@ def test_records_keep_their_own_checkpoints(store: DocumentStore) -> None:
     assert run(two.list_checkpoints(workflow_name=NAME)) == []
 
 
-# --- deliberate differences ---------------------------------------------------------------------------------
+# --- numbers: exact on every backend, as the framework's own storages keep them ------------------------------
+
+# Numbers a store that keeps JSON numbers as IEEE doubles (Cosmos DB) would change if they were stored as JSON
+# numbers: an integer beyond 2^53 comes back rounded (2^60 + 1 as 1152921504606847000), an integral float as an
+# int (2.0 as 2). The rest are numbers at the edges that a careless encoding could also lose.
+EXACT_STATE: dict[str, Any] = {
+    "big": 2**60 + 1,
+    "negative_big": -(2**60) - 1,
+    "huge": 10**40 + 7,
+    "two": 2.0,
+    "float_beyond_2^53": float(2**60),
+    "nested": [1, {"deep": 10.0, "list": [2**53 + 1, -3.0]}],
+    "max_exact": 2**53,
+    "ratio": 0.1,
+    "smallest": 5e-324,
+    "negative_zero": -0.0,
+    "flag": True,
+    "nothing": None,
+}
 
 
-@pytest.mark.parametrize(
-    "value",
-    [2**53 + 1, -(2**53) - 7, 2.0, [1, {"deep": 10.0}]],
-    ids=["int-above-2^53", "int-below-minus-2^53", "integral-float", "nested"],
-)
-def test_numbers_a_double_based_store_would_change_are_refused_at_save(store: DocumentStore, value: Any) -> None:
-    storage = RecordCheckpoints(store, "r1")
-    refused = cp({"value": value})
-    with pytest.raises(WorkflowCheckpointException, match="numbers a store of JSON doubles would change"):
-        run(storage.save(refused))
-    assert storage.records() == []  # nothing written
+def same_numbers(got: Any, want: Any) -> bool:
+    """Equal, of the same types all the way down, and -0.0 keeps its sign."""
+    if type(got) is not type(want):
+        return False
+    if isinstance(want, dict):
+        return got.keys() == want.keys() and all(same_numbers(got[k], want[k]) for k in want)
+    if isinstance(want, list):
+        return len(got) == len(want) and all(same_numbers(g, w) for g, w in zip(got, want, strict=True))
+    if isinstance(want, float):
+        return got == want and math.copysign(1.0, got) == math.copysign(1.0, want)
+    return bool(got == want)
 
 
-def test_numbers_at_the_edge_come_back_exactly_after_a_trip_through_the_store(store: DocumentStore) -> None:
-    storage = RecordCheckpoints(store, "r1")
-    saved = cp({"max": 2**53, "min": -(2**53), "ratio": 0.1, "small": 3})
+STORAGES: dict[str, Callable[[DocumentStore], Any]] = {
+    "RecordCheckpoints": lambda store: RecordCheckpoints(store, "r1"),
+    "CaseCheckpointStorage": lambda store: CaseCheckpointStorage(store, "r1", frozenset()),
+}
+
+
+def test_the_framework_s_own_storage_gives_numbers_back_exactly(tmp_path: Path) -> None:
+    """The contract the storages below keep: Agent Framework's own storage loads what it saved, number for
+    number."""
+    storage = FileCheckpointStorage(tmp_path)
+    saved = cp(dict(EXACT_STATE))
     run(storage.save(saved))
+    assert same_numbers(run(FileCheckpointStorage(tmp_path).load(saved.checkpoint_id)).state, EXACT_STATE)
+
+
+@pytest.mark.parametrize("make", STORAGES.values(), ids=STORAGES.keys())
+def test_every_storage_gives_numbers_back_exactly_through_the_store(
+    store: DocumentStore, make: Callable[[DocumentStore], Any]
+) -> None:
+    saved = cp(dict(EXACT_STATE))
+    run(make(store).save(saved))
     # A new storage reads what the store holds: no cache between save and load.
-    state = run(RecordCheckpoints(store, "r1").load(saved.checkpoint_id)).state
-    assert state == {"max": 2**53, "min": -(2**53), "ratio": 0.1, "small": 3}
-    assert all(type(state[k]) is type(v) for k, v in saved.state.items())
+    fresh = make(store)
+    assert same_numbers(run(fresh.load(saved.checkpoint_id)).state, EXACT_STATE)
+    latest = run(fresh.get_latest(workflow_name=NAME))
+    assert latest is not None and same_numbers(latest.state, EXACT_STATE)
+    [listed] = run(fresh.list_checkpoints(workflow_name=NAME))
+    assert same_numbers(listed.state, EXACT_STATE)
+    # Saving the very same checkpoint again is still the no-op it was: the stored form compares equal.
+    assert run(fresh.save(saved)) == saved.checkpoint_id
 
 
-def test_inexact_numbers_names_where_they_are() -> None:
-    assert inexact_numbers({"a": [1, 2.5, {"b": 4.0}], "c": 2**60, "d": True}) == [
-        "$.a[2].b = 4.0 (would load back as 4)",
-        f"$.c = {2**60} (integer beyond 2^53)",
-    ]
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("make", STORAGES.values(), ids=STORAGES.keys())
+def test_a_number_json_cannot_carry_is_refused_at_save_naming_it(
+    store: DocumentStore, make: Callable[[DocumentStore], Any], value: float
+) -> None:
+    storage = make(store)
+    with pytest.raises(WorkflowCheckpointException, match=rf"\$\.state\.value = {value!r}: JSON has no such number"):
+        run(storage.save(cp({"value": value})))
+    assert storage.records() == []  # nothing written
 
 
 def test_a_different_checkpoint_under_an_existing_id_is_refused_and_the_same_one_is_a_no_op(
