@@ -93,7 +93,7 @@ def encode_checkpoint(checkpoint: WorkflowCheckpoint) -> str:
     try:
         return json.dumps(encoded, separators=(",", ":"), allow_nan=False)
     except ValueError:
-        paths = ", ".join(non_finite_numbers(encoded)) or "a number"
+        paths = ", ".join(_non_finite_numbers(encoded)) or "a number"
         raise ValueError(f"{paths}: JSON has no such number (keep it as a string or Decimal)") from None
 
 
@@ -121,14 +121,14 @@ def is_pickled(value: object) -> bool:
     return isinstance(value, dict) and _PICKLE_MARKER in value and _TYPE_MARKER in value
 
 
-def non_finite_numbers(value: Any, path: str = "$") -> list[str]:
+def _non_finite_numbers(value: Any, path: str = "$") -> list[str]:
     """Where ``value`` (JSON-shaped) holds NaN or an infinity, as ``path = value``."""
     if isinstance(value, float) and not math.isfinite(value):
         return [f"{path} = {value!r}"]
     if isinstance(value, dict):
-        return [found for k, v in value.items() for found in non_finite_numbers(v, f"{path}.{k}")]
+        return [found for k, v in value.items() for found in _non_finite_numbers(v, f"{path}.{k}")]
     if isinstance(value, list):
-        return [found for i, v in enumerate(value) for found in non_finite_numbers(v, f"{path}[{i}]")]
+        return [found for i, v in enumerate(value) for found in _non_finite_numbers(v, f"{path}[{i}]")]
     return []
 
 
