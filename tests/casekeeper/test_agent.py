@@ -46,48 +46,7 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-# --- the framework's CheckpointStorage contract --------------------------------------------------------------
-
-
-def test_save_then_load_gives_the_same_checkpoint(store: DocumentStore) -> None:
-    storage = RecordCheckpoints(store, "r1")
-    saved = cp({"n": 1, "text": "x", "nested": {"list": [1, "a", None, True]}, "ratio": 0.25})
-    assert run(storage.save(saved)) == saved.checkpoint_id
-    loaded = run(storage.load(saved.checkpoint_id))
-    assert loaded.to_dict() == saved.to_dict()
-
-
-def test_list_and_latest_are_per_workflow_name_oldest_first(store: DocumentStore) -> None:
-    storage = RecordCheckpoints(store, "r1")
-    first, second, other = cp({"i": 1}), cp({"i": 2}), cp({"i": 3}, name="other")
-    for c in (first, second, other):
-        run(storage.save(c))
-    assert [c.checkpoint_id for c in run(storage.list_checkpoints(workflow_name=NAME))] == [
-        first.checkpoint_id,
-        second.checkpoint_id,
-    ]
-    assert run(storage.list_checkpoint_ids(workflow_name="other")) == [other.checkpoint_id]
-    assert run(storage.get_latest(workflow_name=NAME)).checkpoint_id == second.checkpoint_id
-    assert run(storage.get_latest(workflow_name="none")) is None
-
-
-def test_delete_says_whether_there_was_one_and_load_of_a_missing_one_raises(store: DocumentStore) -> None:
-    storage = RecordCheckpoints(store, "r1")
-    saved = cp()
-    run(storage.save(saved))
-    assert run(storage.delete(saved.checkpoint_id)) is True
-    assert run(storage.delete(saved.checkpoint_id)) is False
-    with pytest.raises(WorkflowCheckpointException):
-        run(storage.load(saved.checkpoint_id))
-
-
-def test_records_keep_their_own_checkpoints(store: DocumentStore) -> None:
-    one, two = RecordCheckpoints(store, "r1"), RecordCheckpoints(store, "r2")
-    run(one.save(cp({"who": 1})))
-    assert run(two.list_checkpoints(workflow_name=NAME)) == []
-
-
-# --- numbers: exact on every backend, as the framework's own storages keep them ------------------------------
+# --- the framework's CheckpointStorage contract: as its own FileCheckpointStorage keeps it, so do ours ---------
 
 # Numbers a store that keeps JSON numbers as IEEE doubles (Cosmos DB) would change if they were stored as JSON
 # numbers: an integer beyond 2^53 comes back rounded (2^60 + 1 as 1152921504606847000), an integral float as an
@@ -121,6 +80,62 @@ def same_numbers(got: Any, want: Any) -> bool:
     return bool(got == want)
 
 
+Fresh = Callable[[], Any]
+"""A new storage instance over the same stored checkpoints: what it gives back was read from the store."""
+
+
+def at(second: int) -> str:
+    return f"2026-12-05T10:00:{second:02d}+00:00"
+
+
+def saves_and_loads_the_same_checkpoint(fresh: Fresh) -> None:
+    saved = cp({"n": 1, "text": "x", "nested": {"list": [1, "a", None, True]}, "ratio": 0.25})
+    assert run(fresh().save(saved)) == saved.checkpoint_id
+    assert run(fresh().load(saved.checkpoint_id)).to_dict() == saved.to_dict()
+
+
+def gives_every_number_back_exactly(fresh: Fresh) -> None:
+    saved = cp(dict(EXACT_STATE))
+    run(fresh().save(saved))
+    assert same_numbers(run(fresh().load(saved.checkpoint_id)).state, EXACT_STATE)
+    latest = run(fresh().get_latest(workflow_name=NAME))
+    assert latest is not None and same_numbers(latest.state, EXACT_STATE)
+    [listed] = run(fresh().list_checkpoints(workflow_name=NAME))
+    assert same_numbers(listed.state, EXACT_STATE)
+
+
+def lists_and_finds_the_latest_per_workflow_name(fresh: Fresh) -> None:
+    first, second = cp({"i": 1}, timestamp=at(1)), cp({"i": 2}, timestamp=at(2))
+    other = cp({"i": 3}, name="other", timestamp=at(3))
+    for checkpoint in (first, second, other):
+        run(fresh().save(checkpoint))
+    listed = run(fresh().list_checkpoints(workflow_name=NAME))
+    assert {c.checkpoint_id for c in listed} == {first.checkpoint_id, second.checkpoint_id}
+    assert run(fresh().list_checkpoint_ids(workflow_name="other")) == [other.checkpoint_id]
+    assert run(fresh().get_latest(workflow_name=NAME)).checkpoint_id == second.checkpoint_id
+    assert run(fresh().get_latest(workflow_name="none")) is None
+
+
+def deletes_once_and_a_missing_one_does_not_load(fresh: Fresh) -> None:
+    saved = cp()
+    run(fresh().save(saved))
+    assert run(fresh().delete(saved.checkpoint_id)) is True
+    assert run(fresh().delete(saved.checkpoint_id)) is False
+    with pytest.raises(WorkflowCheckpointException):
+        run(fresh().load(saved.checkpoint_id))
+
+
+CONTRACT = {
+    f.__name__: f
+    for f in (
+        saves_and_loads_the_same_checkpoint,
+        gives_every_number_back_exactly,
+        lists_and_finds_the_latest_per_workflow_name,
+        deletes_once_and_a_missing_one_does_not_load,
+    )
+}
+
+
 class WriteEvery(RunCheckpoints):
     """A run's storage that writes every checkpoint at once, so that each passes through to the store."""
 
@@ -135,30 +150,46 @@ STORAGES: dict[str, Callable[[DocumentStore], Any]] = {
 }
 
 
-def test_the_framework_s_own_storage_gives_numbers_back_exactly(tmp_path: Path) -> None:
-    """The contract the storages below keep: Agent Framework's own storage loads what it saved, number for
-    number."""
-    storage = FileCheckpointStorage(tmp_path)
-    saved = cp(dict(EXACT_STATE))
-    run(storage.save(saved))
-    assert same_numbers(run(FileCheckpointStorage(tmp_path).load(saved.checkpoint_id)).state, EXACT_STATE)
+@pytest.mark.parametrize("behaviour", CONTRACT.values(), ids=CONTRACT.keys())
+def test_the_framework_s_own_storage_keeps_the_contract(tmp_path: Path, behaviour: Callable[[Fresh], None]) -> None:
+    """The reference: what Agent Framework's own storage does, over JSON files."""
+    behaviour(lambda: FileCheckpointStorage(tmp_path))
+
+
+@pytest.mark.parametrize("behaviour", CONTRACT.values(), ids=CONTRACT.keys())
+@pytest.mark.parametrize("make", STORAGES.values(), ids=STORAGES.keys())
+def test_every_storage_of_ours_keeps_the_contract_through_the_store(
+    store: DocumentStore, make: Callable[[DocumentStore], Any], behaviour: Callable[[Fresh], None]
+) -> None:
+    behaviour(lambda: make(store))
+
+
+# --- what ours promise beyond it ---------------------------------------------------------------------------
+
+
+def test_list_is_oldest_first_in_save_order_whatever_the_timestamps(store: DocumentStore) -> None:
+    storage = RecordCheckpoints(store, "r1")
+    first, second = cp({"i": 1}, timestamp=at(9)), cp({"i": 2}, timestamp=at(1))
+    for checkpoint in (first, second):
+        run(storage.save(checkpoint))
+    assert run(storage.list_checkpoint_ids(workflow_name=NAME)) == [first.checkpoint_id, second.checkpoint_id]
+    assert run(storage.get_latest(workflow_name=NAME)).checkpoint_id == second.checkpoint_id
+
+
+def test_records_keep_their_own_checkpoints(store: DocumentStore) -> None:
+    one, two = RecordCheckpoints(store, "r1"), RecordCheckpoints(store, "r2")
+    run(one.save(cp({"who": 1})))
+    assert run(two.list_checkpoints(workflow_name=NAME)) == []
 
 
 @pytest.mark.parametrize("make", STORAGES.values(), ids=STORAGES.keys())
-def test_every_storage_gives_numbers_back_exactly_through_the_store(
+def test_saving_the_very_same_checkpoint_again_is_a_no_op(
     store: DocumentStore, make: Callable[[DocumentStore], Any]
 ) -> None:
     saved = cp(dict(EXACT_STATE))
     run(make(store).save(saved))
-    # A new storage reads what the store holds: no cache between save and load.
-    fresh = make(store)
-    assert same_numbers(run(fresh.load(saved.checkpoint_id)).state, EXACT_STATE)
-    latest = run(fresh.get_latest(workflow_name=NAME))
-    assert latest is not None and same_numbers(latest.state, EXACT_STATE)
-    [listed] = run(fresh.list_checkpoints(workflow_name=NAME))
-    assert same_numbers(listed.state, EXACT_STATE)
-    # Saving the very same checkpoint again is still the no-op it was: the stored form compares equal.
-    assert run(fresh.save(saved)) == saved.checkpoint_id
+    assert run(make(store).save(saved)) == saved.checkpoint_id  # the stored text compares equal
+    assert len(RecordCheckpoints(store, "r1").records()) == 1
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
