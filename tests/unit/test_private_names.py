@@ -138,7 +138,9 @@ class Reads(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         args = node.args.posonlyargs + node.args.args
-        self.annotated_self.append(bool(args) and args[0].arg == "self" and args[0].annotation is not None)
+        annotation = args[0].annotation if args and args[0].arg == "self" else None
+        # self: Self is the class's own; self: SomeProtocol borrows another's attributes.
+        self.annotated_self.append(annotation is not None and ast.unparse(annotation) not in {"Self", "typing.Self"})
         self.generic_visit(node)
         self.annotated_self.pop()
 
@@ -239,6 +241,7 @@ def test_each_kind_of_reach_is_found(source: str, module: str, expected: list[st
         ("class A(B):\n    def f(self) -> None:\n        super()._hook()", "shared.x"),
         ("x = obj.__class__; y = obj.__dict__", "shared.x"),
         ("os._exit(1)", "examples.refund.payments"),
+        ("class A:\n    def f(self: Self) -> None:\n        self._x = 1", "shared.x"),
     ],
 )
 def test_what_is_not_a_reach_into_another_module_is_not_found(source: str, module: str) -> None:
