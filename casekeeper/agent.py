@@ -15,28 +15,24 @@
   the run from the record, which is the truth (rule R9); the record gets a note saying so, once.
 
 Differences from Agent Framework's own storages, on purpose (the rest of the ``CheckpointStorage``
-contract holds, see ``tests/casekeeper/test_checkpoint_contract.py``):
+contract holds on every store, numbers included: an integer beyond 2^53 and ``2.0`` come back exactly from
+Cosmos DB too, whose JSON numbers are doubles; see ``tests/casekeeper/test_agent.py``):
 
-- **save refuses what would not load back**: a type outside the allow-list, NaN or infinity, a document
-  over 1.5 MB, and numbers the Cosmos DB protocol would change (JSON numbers are doubles there: an
-  integer beyond ±2^53 comes back rounded, ``2.0`` comes back as ``2``). Keep such values as strings or
-  ``Decimal`` (pickled, exact). The refusal is what a failed save is: captured (R7), never silent.
+- **save refuses what would not load back**: a type outside the allow-list, NaN or infinity (JSON has no
+  such numbers; the message names where they sit), a document over 1.5 MB. The refusal is what a failed
+  save is: captured (R7), never silent.
 - **a different checkpoint under an existing id is refused**, not overwritten (the very same one is a no-op).
 - **a damaged newest checkpoint raises** from ``get_latest`` instead of falling back to an older one.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
 from agent_framework import WorkflowCheckpoint
-from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
-from agent_framework.exceptions import WorkflowCheckpointException
 
-from casekeeper._numbers import inexact_numbers
 from casekeeper.capture import (
     CheckpointFailure,
     RunCapture,
@@ -63,9 +59,9 @@ class RecordCheckpoints(CaseCheckpointStorage):
 
     ``allowed_types``: your message and state classes (or :func:`checkpoint_types` keys). Save refuses,
     with ``WorkflowCheckpointException`` and nothing written, anything that would not load back exactly
-    (see the module docstring). Load, list, delete and ``get_latest`` behave as the framework's storages
-    do. Also offers ``records()`` and ``latest_record()`` (metadata without decoding), ``try_decode()``
-    and ``prune(keep)``."""
+    (see the module docstring); what it saves loads back exactly, every number included. Load, list, delete
+    and ``get_latest`` behave as the framework's storages do. Also offers ``records()`` and
+    ``latest_record()`` (metadata without decoding), ``try_decode()`` and ``prune(keep)``."""
 
     def __init__(
         self,
@@ -83,25 +79,6 @@ class RecordCheckpoints(CaseCheckpointStorage):
     def record_id(self) -> str:
         """The record whose checkpoints this storage holds."""
         return self.case_id
-
-    async def save(self, checkpoint: WorkflowCheckpoint) -> str:
-        """Store ``checkpoint`` and return its id; refuses (``WorkflowCheckpointException``) what would not
-        load back exactly. Saving the very same checkpoint twice is a no-op."""
-        await asyncio.to_thread(self._check_exact, checkpoint)
-        return await super().save(checkpoint)
-
-    def _check_exact(self, checkpoint: WorkflowCheckpoint) -> None:
-        try:
-            encoded = encode_checkpoint_value(checkpoint.to_dict())
-        except Exception:
-            return  # the base save reports what cannot be encoded
-        problems = inexact_numbers(encoded)
-        if problems:
-            shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint.checkpoint_id} of record {self.case_id} holds numbers a store of JSON "
-                f"doubles would change: {shown}. Keep them as strings or Decimal; refusing to save"
-            )
 
 
 class _Named(Protocol):
@@ -176,7 +153,6 @@ __all__ = [
     "capturing",
     "checkpoint_types",
     "failures_since",
-    "inexact_numbers",
     "mark_alerted",
     "resumable",
 ]

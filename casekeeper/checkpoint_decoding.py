@@ -1,8 +1,15 @@
-"""Checkpoint decoding that admits exactly the types Casekeeper's checkpoints are known to contain.
+"""How a checkpoint is stored and loaded back: as JSON text, decoded admitting only the types it may hold.
 
-Agent Framework's restricted unpickler admits, besides the types it is given, every top-level class of
-``agent_framework.*`` and ``openai.types.*``. A value planted in a stored checkpoint (write access to the
-store needed) can therefore construct any of those classes with arguments of its choosing when the
+**The stored form.** :func:`encode_checkpoint` turns a checkpoint into the framework's JSON-safe encoding
+(plain JSON for dicts, lists and primitives, base64 pickles for everything else) written out as one JSON
+*text*, a string. A store keeps a string as it is, while Cosmos DB (and its test server) keeps a JSON number
+as an IEEE double: stored as numbers, 2^60 + 1 would come back as 1152921504606847000 and ``2.0`` as ``2``.
+As text every number comes back exactly, on every backend, as Agent Framework's own storages give them
+back. NaN and infinity, which JSON has no numbers for, are refused with the path where they sit.
+
+**Decoding.** Agent Framework's restricted unpickler admits, besides the types it is given, every top-level
+class of ``agent_framework.*`` and ``openai.types.*``. A value planted in a stored checkpoint (write access
+to the store needed) can therefore construct any of those classes with arguments of its choosing when the
 checkpoint is decoded: by the worker on resume, by ``casekeeper drain check``, by the ops page. This
 decoder is the framework's format and the framework's unpickler with that door closed: it admits only
 
@@ -16,21 +23,40 @@ Anything else is refused with the framework's own message ("blocked for type 'mo
 refusal is reported to the handler :func:`on_refused` installed (the composition root raises an alert:
 a refused type means a tampered store or a type this build forgot to list). Pickle stays what it is:
 the allow-list narrows what a checkpoint can build; the store must still be writable by this app only.
+
+This is the one module of Casekeeper that uses names Agent Framework 1.23 does not export: its encoder, its
+unpickler and the key sets the unpickler checks (``agent_framework._workflows._checkpoint_encoding``), and
+``MessageType`` (``agent_framework._workflows._runner_context``). tests/unit/test_private_names.py keeps
+them here.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
+import math
 import pickle
 import re
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from agent_framework._workflows import _checkpoint_encoding as framework
-from agent_framework._workflows._events import WorkflowEvent, WorkflowEventSource
-from agent_framework._workflows._runner_context import MessageType, WorkflowMessage
+from agent_framework import WorkflowCheckpoint, WorkflowEvent, WorkflowEventSource, WorkflowMessage
+
+# Not exported by Agent Framework 1.23 (see the module docstring): used here and nowhere else.
+from agent_framework._workflows._checkpoint_encoding import (
+    _BLOCKED_FRAMEWORK_GLOBAL_KEYS,
+    _BUILTIN_ALLOWED_TYPE_KEYS,
+    _GETATTR_GLOBAL_KEYS,
+    _PICKLE_MARKER,
+    _REGISTERED_CHECKPOINT_TYPE_KEYS,
+    _TYPE_MARKER,
+    _RestrictedUnpickler,
+    _verify_type,
+    encode_checkpoint_value,
+)
+from agent_framework._workflows._runner_context import MessageType
 from agent_framework.exceptions import WorkflowCheckpointException
 
 logger = logging.getLogger("casekeeper.checkpoints")
@@ -58,18 +84,75 @@ def on_refused(handler: RefusalHandler | None) -> None:
     _handler = handler
 
 
-class _ExactUnpickler(framework._RestrictedUnpickler):
+def encode_checkpoint(checkpoint: WorkflowCheckpoint) -> str:
+    """``checkpoint`` as the JSON text a store keeps (see the module docstring).
+
+    Raises ``ValueError`` naming the path of every NaN or infinity (JSON cannot carry them), and whatever the
+    framework's encoding raises for a value it cannot pickle."""
+    encoded = encode_checkpoint_value(checkpoint.to_dict())
+    try:
+        return json.dumps(encoded, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        paths = ", ".join(_non_finite_numbers(encoded)) or "a number"
+        raise ValueError(f"{paths}: JSON has no such number (keep it as a string or Decimal)") from None
+
+
+def decode_checkpoint(text: object, *, allowed_types: Iterable[str]) -> WorkflowCheckpoint:
+    """The checkpoint :func:`encode_checkpoint` wrote as ``text``, admitting only the types above and
+    ``allowed_types``. Raises ``WorkflowCheckpointException`` when ``text`` is not a checkpoint's JSON text,
+    or holds a type outside them (named as the framework names it)."""
+    decoded = decode_checkpoint_value(_parsed(text), allowed_types=allowed_types)
+    if not isinstance(decoded, dict):
+        raise WorkflowCheckpointException(f"stored checkpoint data is a {type(decoded).__name__}, not an object")
+    try:
+        return WorkflowCheckpoint.from_dict(decoded)
+    except Exception as exc:
+        raise WorkflowCheckpointException(f"stored checkpoint data is not a checkpoint: {exc!r}") from exc
+
+
+def stored_value(text: object) -> Any:
+    """The framework's encoding inside a checkpoint's JSON text, parsed but not decoded (nothing unpickled).
+    Raises ``WorkflowCheckpointException`` when ``text`` is not JSON text."""
+    return _parsed(text)
+
+
+def is_pickled(value: object) -> bool:
+    """Whether ``value`` (part of :func:`stored_value`) is the framework's envelope of a pickled value."""
+    return isinstance(value, dict) and _PICKLE_MARKER in value and _TYPE_MARKER in value
+
+
+def _non_finite_numbers(value: Any, path: str = "$") -> list[str]:
+    """Where ``value`` (JSON-shaped) holds NaN or an infinity, as ``path = value``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{path} = {value!r}"]
+    if isinstance(value, dict):
+        return [found for k, v in value.items() for found in _non_finite_numbers(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [found for i, v in enumerate(value) for found in _non_finite_numbers(v, f"{path}[{i}]")]
+    return []
+
+
+def _parsed(text: object) -> Any:
+    if not isinstance(text, str):
+        raise WorkflowCheckpointException(f"stored checkpoint data is not JSON text but {type(text).__name__}")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise WorkflowCheckpointException(f"stored checkpoint data is not valid JSON: {exc}") from exc
+
+
+class _ExactUnpickler(_RestrictedUnpickler):
     """The framework's unpickler, admitting exactly the given keys: no module-prefix admission."""
 
     def _is_allowed_type(self, resolved: type) -> bool:
         key = _key(resolved)
-        return key in framework._BUILTIN_ALLOWED_TYPE_KEYS or key in self._allowed_types
+        return key in _BUILTIN_ALLOWED_TYPE_KEYS or key in self._allowed_types
 
     def find_class(self, module: str, name: str) -> Any:
         key = f"{module}:{name}"
-        if key in framework._GETATTR_GLOBAL_KEYS or key in framework._BUILTIN_ALLOWED_TYPE_KEYS:
+        if key in _GETATTR_GLOBAL_KEYS or key in _BUILTIN_ALLOWED_TYPE_KEYS:
             return super().find_class(module, name)
-        if key in self._allowed_types and key not in framework._BLOCKED_FRAMEWORK_GLOBAL_KEYS:
+        if key in self._allowed_types and key not in _BLOCKED_FRAMEWORK_GLOBAL_KEYS:
             return super().find_class(module, name)  # the parent admits only a class under this key
         raise pickle.UnpicklingError(
             f"Checkpoint deserialization blocked for type '{key}': not a type Casekeeper's checkpoints contain"
@@ -77,18 +160,18 @@ class _ExactUnpickler(framework._RestrictedUnpickler):
 
 
 def decode_checkpoint_value(value: Any, *, allowed_types: Iterable[str]) -> Any:
-    """Decode what ``encode_checkpoint_value`` encoded, admitting only the types above and
+    """Decode a value of the framework's encoding (part of :func:`stored_value`), admitting only the types above and
     ``allowed_types``. Raises ``WorkflowCheckpointException`` (naming a refused type as the framework
     does) when the data holds anything else, or is corrupt."""
-    allowed = frozenset(allowed_types) | FRAMEWORK_CHECKPOINT_TYPES | framework._REGISTERED_CHECKPOINT_TYPE_KEYS
+    allowed = frozenset(allowed_types) | FRAMEWORK_CHECKPOINT_TYPES | _REGISTERED_CHECKPOINT_TYPE_KEYS
     return _decode(value, allowed)
 
 
 def _decode(value: Any, allowed: frozenset[str]) -> Any:
     if isinstance(value, dict):
-        if framework._PICKLE_MARKER in value and framework._TYPE_MARKER in value:
-            obj = _unpickle(str(value[framework._PICKLE_MARKER]), allowed)
-            framework._verify_type(obj, str(value[framework._TYPE_MARKER]))
+        if is_pickled(value):
+            obj = _unpickle(str(value[_PICKLE_MARKER]), allowed)
+            _verify_type(obj, str(value[_TYPE_MARKER]))
             return obj
         return {k: _decode(v, allowed) for k, v in value.items()}
     if isinstance(value, list):

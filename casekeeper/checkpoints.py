@@ -19,9 +19,10 @@ Documents (all in partition ``caseId``):
 - ``kind="checkpoint"``, ``id`` = checkpoint id: ``workflowName``, ``graphHash``,
   ``previousCheckpointId``, ``iteration``, ``seq``, ``pendingRequestIds``, ``createdAt`` (the
   checkpoint's own ISO timestamp), ``encodedBytes`` and ``encoded`` (the framework's JSON-safe
-  encoding: plain JSON for dicts, lists and primitives, base64 pickles for everything else), and
-  ``stateSchemas``: the fields of every allowed type the checkpoint holds (:mod:`.state_schemas`),
-  compared with the running build's before a resume.
+  encoding as JSON text, a string, so that every number comes back exactly from a store that keeps JSON
+  numbers as doubles: :func:`~casekeeper.checkpoint_decoding.encode_checkpoint`), and ``stateSchemas``:
+  the fields of every allowed type the checkpoint holds (:mod:`.state_schemas`), compared with the running
+  build's before a resume.
 
 **The sequence.** ``seq`` is one more than the highest ``seq`` of the case's checkpoints, as this storage
 instance last read them (the worker reads them at the start of every event to look for an interrupted run,
@@ -43,7 +44,7 @@ resumed", which makes the caller rebuild the run.
 encoding, which pickles) in a worker thread via :func:`asyncio.to_thread`, because the Functions
 worker runs several sessions concurrently on one event loop.
 
-Checkpoint data is decoded by :mod:`casekeeper.checkpoint_decoding`: only built-in value types, the
+Checkpoint data is encoded and decoded by :mod:`casekeeper.checkpoint_decoding`: only built-in value types, the
 few framework types a checkpoint holds, the storage's ``allowed_types`` and types registered process-wide
 with ``agent_framework.register_checkpoint_type`` load (the framework's own decoder admits every class of
 ``agent_framework.*`` and ``openai.types.*``). The ``checkpoints`` container must be writable by
@@ -62,13 +63,10 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from agent_framework import WorkflowCheckpoint
-
-# Not re-exported at the package top level in 1.23; this is the function FileCheckpointStorage uses.
-from agent_framework._workflows._checkpoint_encoding import encode_checkpoint_value
 from agent_framework.exceptions import WorkflowCheckpointException
 
 from casekeeper import state_schemas
-from casekeeper.checkpoint_decoding import decode_checkpoint_value
+from casekeeper.checkpoint_decoding import decode_checkpoint, decode_checkpoint_value, encode_checkpoint, stored_value
 from casekeeper.errors import AlreadyExists, CaseError
 from casekeeper.stores import Document, DocumentStore, Query, id_problem
 
@@ -212,11 +210,12 @@ class CaseCheckpointStorage:
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         """Store ``checkpoint`` and return its id.
 
+        Every number comes back exactly (integers beyond 2^53, ``2.0`` as a float), on every backend.
         Raises ``WorkflowCheckpointException``, with nothing written, when the checkpoint could not be
         loaded back under this storage's allow-list (the message names the types), cannot be encoded
-        as JSON, is larger than ``max_document_bytes``, or its id is already taken by a different
-        checkpoint. Saving the very same checkpoint twice is a no-op. Store failures propagate as
-        ``StoreError``. (The framework logs any of these as one WARNING and carries on: install
+        as JSON (NaN or infinity: the message names where), is larger than ``max_document_bytes``, or its id
+        is already taken by a different checkpoint. Saving the very same checkpoint twice is a no-op. Store
+        failures propagate as ``StoreError``. (The framework logs any of these as one WARNING and carries on: install
         :mod:`casekeeper.capture` to make that loud.)
         """
         return await asyncio.to_thread(self._save, checkpoint)
@@ -347,22 +346,15 @@ class CaseCheckpointStorage:
     def _save(self, checkpoint: WorkflowCheckpoint) -> str:
         checkpoint_id = checkpoint.checkpoint_id
         self._check_id(checkpoint_id)
-        state = checkpoint.to_dict()
         try:
-            encoded = encode_checkpoint_value(state)
+            encoded = encode_checkpoint(checkpoint)
         except Exception as exc:
             raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} of case {self._case_id} cannot be encoded ({exc!r}); refusing to save"
+                f"Checkpoint {checkpoint_id} of case {self._case_id} cannot be encoded as JSON ({exc}); "
+                "refusing to save"
             ) from exc
         self._verify_loads_back(checkpoint_id, encoded)
-        try:
-            encoded_json = json.dumps(encoded, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            # NaN/infinity in state: the framework keeps floats as JSON numbers, which JSON cannot carry.
-            raise WorkflowCheckpointException(
-                f"Checkpoint {checkpoint_id} of case {self._case_id} is not valid JSON ({exc}); refusing to save"
-            ) from exc
-        encoded_bytes = len(encoded_json.encode("utf-8"))
+        encoded_bytes = len(encoded.encode("utf-8"))
         body: dict[str, Any] = {
             "id": checkpoint_id,
             "caseId": self._case_id,
@@ -376,10 +368,10 @@ class CaseCheckpointStorage:
             "createdAt": checkpoint.timestamp,
             "encodedBytes": encoded_bytes,
             "encoded": encoded,
-            "stateSchemas": state_schemas.held_by(state, self._allowed),
+            "stateSchemas": state_schemas.held_by(checkpoint.to_dict(), self._allowed),
         }
-        # The metadata is small and of known shape; only the payload can be big.
-        document_bytes = encoded_bytes + len(json.dumps({**body, "encoded": None}).encode("utf-8"))
+        # As the store writes it: the text's quotes are escaped inside the document.
+        document_bytes = len(json.dumps(body, separators=(",", ":")).encode("utf-8"))
         if document_bytes > self._max_document_bytes:
             raise WorkflowCheckpointException(
                 f"Checkpoint {checkpoint_id} of case {self._case_id} would be a {document_bytes:,}-byte document, "
@@ -412,11 +404,11 @@ class CaseCheckpointStorage:
         )
         return checkpoint_id
 
-    def _verify_loads_back(self, checkpoint_id: str, encoded: Any) -> None:
+    def _verify_loads_back(self, checkpoint_id: str, encoded: str) -> None:
         """Decode ``encoded`` as :meth:`load` would; raise ``WorkflowCheckpointException`` naming every
         type that would not load."""
         try:
-            WorkflowCheckpoint.from_dict(decode_checkpoint_value(encoded, allowed_types=self._allowed))
+            decode_checkpoint(encoded, allowed_types=self._allowed)
         except Exception as first:
             blocked = _blocked_types(first)
             if not blocked:
@@ -428,9 +420,10 @@ class CaseCheckpointStorage:
             # lists all of them at once instead of one per deploy. Only our own, just-encoded data is
             # decoded here, and only on this failure path.
             extra = set(blocked)
+            value = stored_value(encoded)
             for _ in range(_MAX_BLOCKED_TYPES_REPORTED):
                 try:
-                    decode_checkpoint_value(encoded, allowed_types=self._allowed | extra)
+                    decode_checkpoint_value(value, allowed_types=self._allowed | extra)
                     break
                 except Exception as again:
                     more = set(_blocked_types(again)) - extra
@@ -488,9 +481,7 @@ class CaseCheckpointStorage:
     def _decode(self, doc: Document) -> WorkflowCheckpoint:
         """Decode a checkpoint document; any failure becomes ``WorkflowCheckpointException``."""
         try:
-            checkpoint = WorkflowCheckpoint.from_dict(
-                decode_checkpoint_value(doc.body["encoded"], allowed_types=self._allowed)
-            )
+            checkpoint = decode_checkpoint(doc.body.get("encoded"), allowed_types=self._allowed)
         except WorkflowCheckpointException:
             raise
         except Exception as exc:

@@ -374,7 +374,9 @@ def _resource_json_once(resource: Any) -> Any:
     from opentelemetry.sdk.resources import Resource
 
     class JsonOnceResource(Resource):
-        _json: dict[int | None, str]
+        def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
+            super().__init__(attributes, schema_url)
+            self._json: dict[int | None, str] = {}
 
         def to_json(self, indent: int | None = 4) -> str:
             cached = self._json.get(indent)
@@ -382,9 +384,7 @@ def _resource_json_once(resource: Any) -> Any:
                 cached = self._json[indent] = super().to_json(indent)
             return cached
 
-    once = JsonOnceResource(resource.attributes, resource.schema_url)
-    once._json = {}
-    return once
+    return JsonOnceResource(resource.attributes, resource.schema_url)
 
 
 def _console_stream() -> IO[str]:

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_framework import Workflow
+from agent_framework.exceptions import WorkflowCheckpointException
 
+from casekeeper.checkpoint_decoding import is_pickled, stored_value
 from casekeeper.checkpoints import (
     CHECKPOINTS,
     CaseCheckpointStorage,
@@ -53,7 +55,6 @@ PROBLEM_TEXT: dict[UnusableKind, str] = {
     "resume_failed": "resume failed",
 }
 
-_PICKLE_MARKER = "__pickled__"  # the framework's envelope of a pickled value
 # How the restricted unpickler names a refused type (the framework's message, quoted in the reason).
 _BLOCKED_TYPE = re.compile(r"blocked for (?:nested )?type '([^']+)'")
 _SUMMARY_CHARS = 160
@@ -167,9 +168,12 @@ def _count_encoded_messages(store: DocumentStore, record: CheckpointRecord) -> i
     """Pending messages of a checkpoint that does not decode, counted from the encoded JSON structure
     (``{source executor id: [pickled message, ...]}``) without unpickling; ``None`` if it is not that."""
     doc = store.read(CHECKPOINTS, record.case_id, record.checkpoint_id)
-    encoded = doc.body.get("encoded") if doc is not None else None
+    try:
+        encoded = stored_value(doc.body.get("encoded")) if doc is not None else None
+    except WorkflowCheckpointException:
+        return None
     messages = encoded.get("messages") if isinstance(encoded, dict) else None
-    if not isinstance(messages, dict) or _PICKLE_MARKER in messages:
+    if not isinstance(messages, dict) or is_pickled(messages):
         return None
     if not all(isinstance(batch, list) for batch in messages.values()):
         return None

@@ -18,10 +18,15 @@ dropped, and a new one built. The executors hold no per-run state: what one run 
 from :func:`shared.workflow.deps.run_knowing`, per task. The graph, and so its hash (rule R8), is the same
 for every object the pool builds.
 
-The reset reaches into Agent Framework's runner (``Workflow._runner``, ``_previous_checkpoint_id``), which
-is not public API: :func:`reusable` checks that those attributes exist on the installed version, and where
-they do not, the pool builds a new object for every run (``tests/workflow/test_workflow_reuse.py``
-pins the behaviour on the installed version).
+This module is the one place the app reaches into Agent Framework's runner, which 1.23 does not make public:
+the reset uses ``Workflow._runner`` and the runner's ``_previous_checkpoint_id`` (there is no public way to
+reset a workflow object), and it and :func:`build_only_needed_checkpoints` read the runner context's
+``_messages``, ``_pending_request_info_events``, ``_event_queue`` and ``_get_effective_checkpoint_storage``
+(its public readers are coroutines, and these are read where nothing can await: in the context's synchronous
+``has_checkpointing`` and in the pool's ``take``). :func:`reusable` checks that those attributes exist on the
+installed version, and where they do not, the pool builds a new object for every run
+(``tests/workflow/test_workflow_reuse.py`` pins the behaviour on the installed version;
+``tests/unit/test_private_names.py`` keeps the list to these names and this module).
 """
 
 from __future__ import annotations

@@ -1,29 +1,39 @@
 """The Agent Framework pieces on both backends: the ``CheckpointStorage`` contract as the framework's own
-storages keep it, the deliberate differences (numbers a store of JSON doubles would change are refused at
-save), the rebuild path (R8) and failure capture (R7) in a user's own workflow."""
+storages keep it (numbers included: exact through a store of JSON doubles), the deliberate differences, the
+rebuild path (R8) and failure capture (R7) in a user's own workflow."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Never
 
 import pytest
-from agent_framework import Executor, WorkflowBuilder, WorkflowCheckpoint, WorkflowContext, handler
+from agent_framework import (
+    Executor,
+    FileCheckpointStorage,
+    WorkflowBuilder,
+    WorkflowCheckpoint,
+    WorkflowContext,
+    handler,
+)
 from agent_framework.exceptions import WorkflowCheckpointException
 
 from casekeeper import DocumentStore, Guard, capture
 from casekeeper.agent import (
     RecordCheckpoints,
+    RunCheckpoints,
     capture_failures,
     capturing,
     checkpoint_types,
     failures_since,
-    inexact_numbers,
     resumable,
 )
+from casekeeper.checkpoints import CaseCheckpointStorage
 
 NAME = "user-workflow"
 
@@ -36,39 +46,134 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-# --- the framework's CheckpointStorage contract --------------------------------------------------------------
+# --- the framework's CheckpointStorage contract: as its own FileCheckpointStorage keeps it, so do ours ---------
+
+# Numbers a store that keeps JSON numbers as IEEE doubles (Cosmos DB) would change if they were stored as JSON
+# numbers: an integer beyond 2^53 comes back rounded (2^60 + 1 as 1152921504606847000), an integral float as an
+# int (2.0 as 2). The rest are numbers at the edges that a careless encoding could also lose.
+EXACT_STATE: dict[str, Any] = {
+    "big": 2**60 + 1,
+    "negative_big": -(2**60) - 1,
+    "huge": 10**40 + 7,
+    "two": 2.0,
+    "float_beyond_2^53": float(2**60),
+    "nested": [1, {"deep": 10.0, "list": [2**53 + 1, -3.0]}],
+    "max_exact": 2**53,
+    "ratio": 0.1,
+    "smallest": 5e-324,
+    "negative_zero": -0.0,
+    "flag": True,
+    "nothing": None,
+}
 
 
-def test_save_then_load_gives_the_same_checkpoint(store: DocumentStore) -> None:
-    storage = RecordCheckpoints(store, "r1")
+def same_numbers(got: Any, want: Any) -> bool:
+    """Equal, of the same types all the way down, and -0.0 keeps its sign."""
+    if type(got) is not type(want):
+        return False
+    if isinstance(want, dict):
+        return got.keys() == want.keys() and all(same_numbers(got[k], want[k]) for k in want)
+    if isinstance(want, list):
+        return len(got) == len(want) and all(same_numbers(g, w) for g, w in zip(got, want, strict=True))
+    if isinstance(want, float):
+        return got == want and math.copysign(1.0, got) == math.copysign(1.0, want)
+    return bool(got == want)
+
+
+Fresh = Callable[[], Any]
+"""A new storage instance over the same stored checkpoints: what it gives back was read from the store."""
+
+
+def at(second: int) -> str:
+    return f"2026-12-05T10:00:{second:02d}+00:00"
+
+
+def saves_and_loads_the_same_checkpoint(fresh: Fresh) -> None:
     saved = cp({"n": 1, "text": "x", "nested": {"list": [1, "a", None, True]}, "ratio": 0.25})
-    assert run(storage.save(saved)) == saved.checkpoint_id
-    loaded = run(storage.load(saved.checkpoint_id))
-    assert loaded.to_dict() == saved.to_dict()
+    assert run(fresh().save(saved)) == saved.checkpoint_id
+    assert run(fresh().load(saved.checkpoint_id)).to_dict() == saved.to_dict()
 
 
-def test_list_and_latest_are_per_workflow_name_oldest_first(store: DocumentStore) -> None:
-    storage = RecordCheckpoints(store, "r1")
-    first, second, other = cp({"i": 1}), cp({"i": 2}), cp({"i": 3}, name="other")
-    for c in (first, second, other):
-        run(storage.save(c))
-    assert [c.checkpoint_id for c in run(storage.list_checkpoints(workflow_name=NAME))] == [
-        first.checkpoint_id,
-        second.checkpoint_id,
-    ]
-    assert run(storage.list_checkpoint_ids(workflow_name="other")) == [other.checkpoint_id]
-    assert run(storage.get_latest(workflow_name=NAME)).checkpoint_id == second.checkpoint_id
-    assert run(storage.get_latest(workflow_name="none")) is None
+def gives_every_number_back_exactly(fresh: Fresh) -> None:
+    saved = cp(dict(EXACT_STATE))
+    run(fresh().save(saved))
+    assert same_numbers(run(fresh().load(saved.checkpoint_id)).state, EXACT_STATE)
+    latest = run(fresh().get_latest(workflow_name=NAME))
+    assert latest is not None and same_numbers(latest.state, EXACT_STATE)
+    [listed] = run(fresh().list_checkpoints(workflow_name=NAME))
+    assert same_numbers(listed.state, EXACT_STATE)
 
 
-def test_delete_says_whether_there_was_one_and_load_of_a_missing_one_raises(store: DocumentStore) -> None:
-    storage = RecordCheckpoints(store, "r1")
+def lists_and_finds_the_latest_per_workflow_name(fresh: Fresh) -> None:
+    first, second = cp({"i": 1}, timestamp=at(1)), cp({"i": 2}, timestamp=at(2))
+    other = cp({"i": 3}, name="other", timestamp=at(3))
+    for checkpoint in (first, second, other):
+        run(fresh().save(checkpoint))
+    listed = run(fresh().list_checkpoints(workflow_name=NAME))
+    assert {c.checkpoint_id for c in listed} == {first.checkpoint_id, second.checkpoint_id}
+    assert run(fresh().list_checkpoint_ids(workflow_name="other")) == [other.checkpoint_id]
+    assert run(fresh().get_latest(workflow_name=NAME)).checkpoint_id == second.checkpoint_id
+    assert run(fresh().get_latest(workflow_name="none")) is None
+
+
+def deletes_once_and_a_missing_one_does_not_load(fresh: Fresh) -> None:
     saved = cp()
-    run(storage.save(saved))
-    assert run(storage.delete(saved.checkpoint_id)) is True
-    assert run(storage.delete(saved.checkpoint_id)) is False
+    run(fresh().save(saved))
+    assert run(fresh().delete(saved.checkpoint_id)) is True
+    assert run(fresh().delete(saved.checkpoint_id)) is False
     with pytest.raises(WorkflowCheckpointException):
-        run(storage.load(saved.checkpoint_id))
+        run(fresh().load(saved.checkpoint_id))
+
+
+CONTRACT = {
+    f.__name__: f
+    for f in (
+        saves_and_loads_the_same_checkpoint,
+        gives_every_number_back_exactly,
+        lists_and_finds_the_latest_per_workflow_name,
+        deletes_once_and_a_missing_one_does_not_load,
+    )
+}
+
+
+class WriteEvery(RunCheckpoints):
+    """A run's storage that writes every checkpoint at once, so that each passes through to the store."""
+
+    def worth(self, checkpoint: WorkflowCheckpoint) -> bool:
+        return True
+
+
+STORAGES: dict[str, Callable[[DocumentStore], Any]] = {
+    "RecordCheckpoints": lambda store: RecordCheckpoints(store, "r1"),
+    "CaseCheckpointStorage": lambda store: CaseCheckpointStorage(store, "r1", frozenset()),
+    "RunCheckpoints": lambda store: WriteEvery(RecordCheckpoints(store, "r1")),
+}
+
+
+@pytest.mark.parametrize("behaviour", CONTRACT.values(), ids=CONTRACT.keys())
+def test_the_framework_s_own_storage_keeps_the_contract(tmp_path: Path, behaviour: Callable[[Fresh], None]) -> None:
+    """The reference: what Agent Framework's own storage does, over JSON files."""
+    behaviour(lambda: FileCheckpointStorage(tmp_path))
+
+
+@pytest.mark.parametrize("behaviour", CONTRACT.values(), ids=CONTRACT.keys())
+@pytest.mark.parametrize("make", STORAGES.values(), ids=STORAGES.keys())
+def test_every_storage_of_ours_keeps_the_contract_through_the_store(
+    store: DocumentStore, make: Callable[[DocumentStore], Any], behaviour: Callable[[Fresh], None]
+) -> None:
+    behaviour(lambda: make(store))
+
+
+# --- what ours promise beyond it ---------------------------------------------------------------------------
+
+
+def test_list_is_oldest_first_in_save_order_whatever_the_timestamps(store: DocumentStore) -> None:
+    storage = RecordCheckpoints(store, "r1")
+    first, second = cp({"i": 1}, timestamp=at(9)), cp({"i": 2}, timestamp=at(1))
+    for checkpoint in (first, second):
+        run(storage.save(checkpoint))
+    assert run(storage.list_checkpoint_ids(workflow_name=NAME)) == [first.checkpoint_id, second.checkpoint_id]
+    assert run(storage.get_latest(workflow_name=NAME)).checkpoint_id == second.checkpoint_id
 
 
 def test_records_keep_their_own_checkpoints(store: DocumentStore) -> None:
@@ -77,37 +182,25 @@ def test_records_keep_their_own_checkpoints(store: DocumentStore) -> None:
     assert run(two.list_checkpoints(workflow_name=NAME)) == []
 
 
-# --- deliberate differences ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("make", STORAGES.values(), ids=STORAGES.keys())
+def test_saving_the_very_same_checkpoint_again_is_a_no_op(
+    store: DocumentStore, make: Callable[[DocumentStore], Any]
+) -> None:
+    saved = cp(dict(EXACT_STATE))
+    run(make(store).save(saved))
+    assert run(make(store).save(saved)) == saved.checkpoint_id  # the stored text compares equal
+    assert len(RecordCheckpoints(store, "r1").records()) == 1
 
 
-@pytest.mark.parametrize(
-    "value",
-    [2**53 + 1, -(2**53) - 7, 2.0, [1, {"deep": 10.0}]],
-    ids=["int-above-2^53", "int-below-minus-2^53", "integral-float", "nested"],
-)
-def test_numbers_a_double_based_store_would_change_are_refused_at_save(store: DocumentStore, value: Any) -> None:
-    storage = RecordCheckpoints(store, "r1")
-    refused = cp({"value": value})
-    with pytest.raises(WorkflowCheckpointException, match="numbers a store of JSON doubles would change"):
-        run(storage.save(refused))
-    assert storage.records() == []  # nothing written
-
-
-def test_numbers_at_the_edge_come_back_exactly_after_a_trip_through_the_store(store: DocumentStore) -> None:
-    storage = RecordCheckpoints(store, "r1")
-    saved = cp({"max": 2**53, "min": -(2**53), "ratio": 0.1, "small": 3})
-    run(storage.save(saved))
-    # A new storage reads what the store holds: no cache between save and load.
-    state = run(RecordCheckpoints(store, "r1").load(saved.checkpoint_id)).state
-    assert state == {"max": 2**53, "min": -(2**53), "ratio": 0.1, "small": 3}
-    assert all(type(state[k]) is type(v) for k, v in saved.state.items())
-
-
-def test_inexact_numbers_names_where_they_are() -> None:
-    assert inexact_numbers({"a": [1, 2.5, {"b": 4.0}], "c": 2**60, "d": True}) == [
-        "$.a[2].b = 4.0 (would load back as 4)",
-        f"$.c = {2**60} (integer beyond 2^53)",
-    ]
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("make", STORAGES.values(), ids=STORAGES.keys())
+def test_a_number_json_cannot_carry_is_refused_at_save_naming_it(
+    store: DocumentStore, make: Callable[[DocumentStore], Any], value: float
+) -> None:
+    storage = make(store)
+    with pytest.raises(WorkflowCheckpointException, match=rf"\$\.state\.value = {value!r}: JSON has no such number"):
+        run(storage.save(cp({"value": value})))
+    assert RecordCheckpoints(store, "r1").records() == []  # nothing written
 
 
 def test_a_different_checkpoint_under_an_existing_id_is_refused_and_the_same_one_is_a_no_op(

@@ -5,6 +5,7 @@ admits only the types the checkpoints contain, refuses the rest and raises an al
 from __future__ import annotations
 
 import base64
+import json
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -51,9 +52,9 @@ def plant(store: SqliteDocumentStore, case_id: str, value: object) -> str:
     docs = [d for d in store.query(CHECKPOINTS, _query(case_id)) if d.body.get("kind") == KIND_CHECKPOINT]
     newest = max(docs, key=lambda d: d.body["seq"])
     body = dict(newest.body)
-    encoded = dict(body["encoded"])
+    encoded = json.loads(body["encoded"])
     encoded["state"] = {**dict(encoded.get("state") or {}), "planted": envelope(value)}
-    body["encoded"] = encoded
+    body["encoded"] = json.dumps(encoded)
     store.replace(CHECKPOINTS, case_id, newest.id, body, etag=newest.etag)
     return newest.id
 
