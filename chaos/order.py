@@ -276,7 +276,8 @@ def set_aside_delivery(rejected: dict[str, Any]) -> str | None:
     message_id = str(rejected.get("messageId") or rejected.get("id") or "")
     if not message_id.startswith("webhook:"):
         return None
-    # A delayed copy's message id is the first one's with ":retry:<n>" (or ":redrive:<n>") after it.
+    # A delayed copy's message id is the first one's, with "@<its acceptance in ms>" when it had one, and
+    # ":retry:<n>" (or ":recheck:<n>", ":redrive:<n>") after it.
     return _COPY_SUFFIX.sub("", message_id.removeprefix("webhook:"))
 
 
@@ -290,4 +291,4 @@ def set_aside_unapplied(rejected: Iterable[dict[str, Any]], view: dict[str, Any]
     return aside - applied
 
 
-_COPY_SUFFIX = re.compile(r"(?::(?:retry|recheck|redrive):[0-9]+)+$")
+_COPY_SUFFIX = re.compile(r"(?:@[0-9]+)?(?::(?:retry|recheck|redrive):[0-9]+)+$")

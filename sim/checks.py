@@ -363,7 +363,8 @@ def _delivery_of(rejected: dict[str, Any]) -> str | None:
         return str(body["deliveryId"])
     message_id = str(rejected.get("messageId") or rejected.get("id") or "")
     if message_id.startswith("webhook:"):
-        return message_id.removeprefix("webhook:").split(":")[0]
+        # A copy's id is the first message's, with "@<acceptance>" and ":retry:<n>" (or the like) after it.
+        return message_id.removeprefix("webhook:").split(":")[0].split("@")[0]
     return None
 
 

@@ -233,6 +233,14 @@ class DoorStore(FaultyStore):
         pass
 
 
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        raw = json.loads(body)
+    except ValueError:
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
 class Network:
     """What lies between the door and the queue: it can hold accepted fact events back and let them through
     later, in any order, perhaps twice (a proxy's retry, a redrive under another message id). It outlives
@@ -482,14 +490,18 @@ class World:
         return True
 
     def _note_reached(self, body: bytes) -> None:
-        """Remember the stamp of the first copy of each report its case judged (the handler finished)."""
-        try:
-            raw = json.loads(body)
-        except ValueError:
+        """Remember the stamp of the first copy of each report its case judged: the handler finished without
+        deferring it (a deferred report leaves a later copy of itself, with its stamp, in the queue)."""
+        raw = _json_object(body)
+        if raw.get("type") not in ev.ORDERED_TYPES or not raw.get("deliveryId") or "acceptedAt" not in raw:
             return
-        if raw.get("type") in ev.ORDERED_TYPES and raw.get("deliveryId") and "acceptedAt" in raw:
-            key = (str(raw["caseId"]), str(raw["deliveryId"]), json.dumps(raw.get("data"), sort_keys=True))
-            self.reached.setdefault(key, float(raw["acceptedAt"]))
+        for pending in self.queue.peek(QUEUE):
+            copy = _json_object(pending.body)
+            same = (copy.get("deliveryId"), copy.get("acceptedAt")) == (raw["deliveryId"], raw["acceptedAt"])
+            if same and int(copy.get("retry") or 0) > int(raw.get("retry") or 0):
+                return
+        key = (str(raw["caseId"]), str(raw["deliveryId"]), json.dumps(raw.get("data"), sort_keys=True))
+        self.reached.setdefault(key, float(raw["acceptedAt"]))
 
     @staticmethod
     def _settle(settle: Callable[[Any], None], msg: Any) -> None:

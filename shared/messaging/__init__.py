@@ -76,10 +76,13 @@ class Envelope:
 
     def copy_id(self, kind: str, number: int) -> str:
         """The message id of this event's ``number``-th copy of ``kind`` (``retry``, ``recheck``): derived
-        from the first message's id, so a copy sent twice (a crash after sending) is one message."""
+        from the first message's id and its acceptance stamp, so a copy sent twice (a crash after sending) is
+        one message, while copies of two acceptances under one delivery id (posted again after the door
+        forgot the id, perhaps with another body) are two: the broker would drop the later as a duplicate."""
         if self.root is None:
             raise ValueError("an envelope without the first message's id cannot name a copy")
-        return derived_message_id(self.root, kind, str(number))
+        root = self.root if self.accepted_at is None else f"{self.root}@{round(self.accepted_at * 1000)}"
+        return derived_message_id(root, kind, str(number))
 
     @classmethod
     def from_body(cls, raw: Mapping[str, Any]) -> Envelope:

@@ -331,6 +331,32 @@ def test_a_report_that_repeated_the_value_held_is_a_copy_when_posted_again_after
     assert shown["rejectedEvents"] == []
 
 
+def test_two_acceptances_of_one_delivery_id_both_deferred_in_an_outage_are_two_messages_and_both_judged(
+    functions: dict[str, Any],
+    clock: ManualClock,
+    world: tuple[Services, OutageStore, LocalSessionQueue],
+) -> None:
+    """d-po is accepted with PO 1050.00 and waits in the queue; the door forgets it, and the same id comes again
+    with PO 1100.00. A store outage defers both: each leaves a delayed copy. The copies are two messages (the
+    broker would drop the later of two copies under one id as a duplicate), so the case judges both: one
+    applied, the other set aside with the reason, none dropped."""
+    svc, store, queue = world
+    accepted(functions, clock, "invoice.received", "d-inv", **{**INVOICE, "invoiceAmount": "1200.00"})
+    deliver_all(functions, queue, clock)
+    accepted(functions, clock, "po.updated", "d-po", poAmount="1050.00")
+    expire_door_record(svc.store, "d-po")
+    clock.advance(svc.settings.retention.closed_case_days * 86400)  # the broker's duplicate window is long past
+    accepted(functions, clock, "po.updated", "d-po", poAmount="1100.00")
+    store.down = ALL
+    assert [deliver_next(functions, queue) for _ in range(2)] == ["completed", "completed"]  # each deferred
+    store.down = frozenset()
+    deliver_all(functions, queue, clock)
+    shown = case_json(functions)
+    assert shown["case"]["facts"]["poAmount"] == "1050.00"
+    [aside] = shown["rejectedEvents"]
+    assert "d-po" in aside["reason"] and "another body" in aside["reason"], aside
+
+
 def expire_door_record(store: DocumentStore, delivery: str) -> None:
     """What the record's time to live does once it runs out."""
     record = store.read(HEALTH, KIND_DELIVERY, delivery)
