@@ -20,6 +20,10 @@ _HISTORY_LIMIT = 50
 
 
 class EffectStatus(StrEnum):
+    """Where an effect stands: ``started`` (claimed; the call may be in flight or its outcome unknown),
+    ``done`` (happened, result recorded, committed with it), ``failed`` (definitely refused, or closed as
+    stale or by a person), ``needs_reconciliation`` (handed to a person: only they settle it)."""
+
     STARTED = "started"
     DONE = "done"
     FAILED = "failed"
