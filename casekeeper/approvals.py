@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from casekeeper.core.cases import Answer, Case, CaseRepository, version_after
-from casekeeper.core.errors import StaleDecision
+from casekeeper.core.errors import ApprovalPending, StaleDecision
 from casekeeper.core.keys import approval_request_id, canonical_json, effect_key
 from casekeeper.effects import Decision
 from casekeeper.errors import ApprovalNotPending, StaleApproval
@@ -116,6 +116,15 @@ def ask(
         dict(details),
         asked_from,
     )
+    waiting = pending_of(decision.record) if decision.record.version == decision.version else None
+    if waiting is not None:
+        # Another request waits on this version: asking over it would drop it unanswered.
+        raise ApprovalPending(
+            key=effect_key(decision.record_id, action, decision.version),
+            case_id=decision.record_id,
+            action=str(waiting.get("action")),
+            request_id=str(waiting.get("requestId")),
+        )
     committed = records.commit_status(
         decision.record_id,
         decision.version,

@@ -347,7 +347,11 @@ class Guard:
         """Ask a person to approve ``action`` (with JSON ``details``) before it runs: commits the record to
         ``status`` with the request pending, conditionally on the decision's version. Returns the request
         (asked on the decision's version plus one). Asking again for the same decision returns the same
-        request. Raises ``StaleDecision`` when the record moved on (decide again)."""
+        request. Raises ``StaleDecision`` when the record moved on (decide again) and ``ApprovalPending`` when
+        another request is pending on the decision's version (answer it first; nothing written).
+
+        While the request is pending, :meth:`GuardedEffect.run` of ``action`` is refused (``ApprovalPending``)
+        unless it carries the approval; a change of facts (:meth:`update`) closes the request."""
         return approvals.ask(self.records, self.pin(decision), action, details, status=status)
 
     def answer(

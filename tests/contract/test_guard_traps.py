@@ -136,6 +136,19 @@ def test_a_pending_request_blocks_the_action_it_guards_until_approved(store: Doc
     assert other.run(fresh, {}).commit == "committed"
 
 
+def test_asking_over_a_pending_request_is_refused_and_asking_the_same_again_is_the_same(store: DocumentStore) -> None:
+    guard, _, _ = guarded(store)
+    guard.create("t1", {}, status="requested")
+    first = guard.decide("t1")
+    request = guard.ask(first, "refund", {"amount": "250.00"})
+    assert guard.ask(first, "refund", {"amount": "250.00"}) == request  # a replay of that ask
+    with pytest.raises(ApprovalPending) as refused:
+        guard.ask(guard.decide("t1"), "refund", {"amount": "300.00"})
+    assert refused.value.request_id == request.request_id
+    record = guard.get("t1")
+    assert record is not None and record.data["pendingApproval"]["requestId"] == request.request_id
+
+
 def test_the_approval_a_decision_carries_lets_the_action_run(store: DocumentStore) -> None:
     guard, refund, payments = guarded(store)
     guard.create("t1", {}, status="requested")
