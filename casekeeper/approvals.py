@@ -122,7 +122,7 @@ def ask(
         raise ApprovalPending(
             key=effect_key(decision.record_id, action, decision.version),
             case_id=decision.record_id,
-            action=str(waiting.get("action")),
+            action=action,
             request_id=str(waiting.get("requestId")),
         )
     committed = records.commit_status(

@@ -8,7 +8,7 @@ One decision, in four steps::
 
     decision = guard.decide(record_id)          # pinned to the record's version; settles leftovers first
     ... look at decision.facts, decide ...
-    result = refund.run(decision, {"amount": "12.50"})   # at most one call per (record, action, version)
+    result = refund.run(decision, {"amount": "12.50"})   # at most one call per (record, action, version, part)
     # result.commit: "committed" | "already" | "needs_review" | "with_person"
 
 The effect's claim and outcome are entries of the record itself: ``run`` is two conditional writes of the

@@ -4,7 +4,8 @@ Terminology
 -----------
 effect
     One call to the outside world (request a credit note), identified by its key
-    ``effect_key(case_id, action, decided_on_version)``.
+    ``effect_key(case_id, action, decided_on_version, part)`` (``part`` names one of several effects of one
+    action in one decision; usually ``None``). Its claim records the digest of its arguments.
 entry
     The effect as it is stored: an entry of its case document (``casekeeper.core.entries``), one per key.
 claim
