@@ -143,3 +143,35 @@ def test_the_executor_in_the_guard_docs_is_the_examples_own_word_for_word() -> N
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert match is not None
     assert match.group(1) in (ROOT / "examples" / "tickets" / "app.py").read_text()
+
+
+class Crash(BaseException):
+    """Ends a run at a probe point, as a killed process would (nothing after it runs)."""
+
+
+@pytest.mark.parametrize(("lines", "approve"), [(SMALL, False), (LARGE, True)], ids=["small", "approved"])
+def test_a_run_stopped_between_the_two_lines_is_finished_by_the_next_without_asking_again(
+    store: DocumentStore, tmp_path: Path, lines: dict[str, str], approve: bool
+) -> None:
+    crashed: list[str] = []
+
+    def probe(point: str) -> None:
+        if point == "F6" and not crashed:  # the first line is paid and committed; the process dies
+            crashed.append(point)
+            raise Crash
+
+    app = TicketApp(store, Payments(tmp_path / "payments.sqlite"), call_timeout=5.0, probe=probe)
+    app.open_ticket("T8", "cust-8", lines)
+    message: TicketOpened | TicketAnswered = TicketOpened("T8")
+    if approve:
+        asked = handle(app, message)
+        waiting = app.guard.get("T8")
+        assert asked.outcome == "awaiting_approval" and waiting is not None
+        message = TicketAnswered("T8", asked.detail, True, "ann", waiting.version)
+    with pytest.raises(Crash):
+        handle(app, message)
+    stopped = app.guard.get("T8")
+    assert stopped is not None and stopped.status == "refunding" and paid(app, "T8") == {"L1": lines["L1"]}
+    finished = handle(app, TicketOpened("T8"))  # the event redelivered to the next process
+    assert (finished.outcome, finished.lines) == ("refunded", ["L2"])  # L2 was approved with L1: not asked again
+    assert paid(app, "T8") == lines and app.payments.requests() == 2
