@@ -83,6 +83,14 @@ def pending_of(record: Case) -> dict[str, Any] | None:
     return dict(pending) if isinstance(pending, Mapping) and pending else None
 
 
+UNANSWERABLE = "the record has moved past the version it was asked on, so it can no longer be answered: ask again"
+
+
+def answerable(pending: Mapping[str, Any], record: Case) -> bool:
+    """Whether the pending request can still be answered: the record is at the version it was asked on."""
+    return int(pending.get("askedOn", -1)) == record.version
+
+
 def closed_by_change(record: Case, reason: str) -> tuple[str, dict[str, Any]] | None:
     """What a change of facts on ``record`` (with ``reason``) does to its pending request, if it has one: the
     status the record goes back to and the ``data`` fields written with the change (the request moved from
@@ -117,7 +125,13 @@ def ask(
         asked_from,
     )
     waiting = pending_of(decision.record) if decision.record.version == decision.version else None
-    if waiting is not None:
+    data: dict[str, Any] = {PENDING: request.to_json()}
+    if waiting is not None and not answerable(waiting, decision.record):
+        # A request nobody can answer any more (the record moved past it): replaced, kept as stale.
+        closed = closed_by_change(decision.record, f"replaced by request {request.request_id}")
+        assert closed is not None
+        data = {**closed[1], **data}
+    elif waiting is not None:
         # Another request waits on this version: asking over it would drop it unanswered.
         raise ApprovalPending(
             key=effect_key(decision.record_id, action, decision.version),
@@ -130,7 +144,7 @@ def ask(
         decision.version,
         status,
         reason=f"approval of {action} requested",
-        data={PENDING: request.to_json()},
+        data=data,
     )
     if committed is not None:
         return request

@@ -309,8 +309,20 @@ class Guard:
         self, decision: Decision, status: str, *, reason: str | None = None, data: Mapping[str, Any] | None = None
     ) -> Record | None:
         """Move the record to ``status`` without an effect, if it is still at the decision's version.
-        ``None`` when it moved on (decide again)."""
-        return self.records.commit_status(decision.record_id, decision.version, status, reason=reason, data=data)
+        ``None`` when it moved on (decide again).
+
+        A pending approval request is closed in the same write, as by :meth:`update` (kept in
+        ``data.staleApproval``): the commit moves the version, so the request could no longer be answered."""
+        record = (
+            decision.record if decision.record.version == decision.version else self.records.require(decision.record_id)
+        )
+        if record.version != decision.version:
+            return None
+        closed = approvals.closed_by_change(record, f"status committed to {status}" + (f": {reason}" if reason else ""))
+        merged = {**(data or {}), **(closed[1] if closed is not None else {})}
+        return self.records.commit_status(
+            decision.record_id, decision.version, status, reason=reason, data=merged or None, expected=record
+        )
 
     async def acreate(
         self, record_id: str, facts: Mapping[str, Any], *, status: str = "open", exist_ok: bool = False
@@ -518,12 +530,17 @@ class Guard:
         }
 
         def admit(record: Record, key: str) -> None:
-            # A pending request guards its action: only a run that carries its approval may claim.
+            # A pending request guards its action: only a run that carries its approval may claim. One the
+            # record has moved past (another effect's commit) can no longer be answered: still no run
+            # without an approval, and asking again replaces it.
             pending = approvals.pending_of(record)
             if pending is not None and pending.get("action") == declared.action:
                 request_id = str(pending.get("requestId"))
                 if request_id not in approved:
-                    raise ApprovalPending(key=key, case_id=record_id, action=declared.action, request_id=request_id)
+                    detail = None if approvals.answerable(pending, record) else approvals.UNANSWERABLE
+                    raise ApprovalPending(
+                        key=key, case_id=record_id, action=declared.action, request_id=request_id, detail=detail
+                    )
 
         plan = CommitPlan.from_intent(intent, data=declared.data_for, review_status=self.review_status)
         with self._trace(f"effect {declared.action}", attributes):

@@ -256,16 +256,19 @@ class ApprovalPending(EffectError):
     approval: nothing was written or called. Answer the request (``guard.answer``) and run the effect on the
     decision the approval returns, or pass the answer (``answer=``) that approves it."""
 
-    def __init__(self, *, key: str, case_id: str, action: str, request_id: str) -> None:
+    def __init__(self, *, key: str, case_id: str, action: str, request_id: str, detail: str | None = None) -> None:
+        how = detail or (
+            "answer the request (guard.answer) and run on the decision it returns, or pass its approving answer"
+        )
         super().__init__(
             f"effect {action} of case {case_id!r} is guarded by pending approval request {request_id}: nothing "
-            "called. Answer the request (guard.answer) and run on the decision it returns, or pass its approving "
-            "answer",
+            f"called; {how}",
             key=key,
             case_id=case_id,
             action=action,
         )
         self.request_id = request_id
+        self.detail = detail
 
 
 # --- downstream --------------------------------------------------------------------------------

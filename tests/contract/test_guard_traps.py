@@ -132,8 +132,19 @@ def test_a_pending_request_blocks_the_action_it_guards_until_approved(store: Doc
     assert payments.requests == 0
     record = guard.get("t1")
     assert record is not None and record.status == "awaiting_approval" and record.entries == ()
-    # Another action is not guarded by this request.
+    # Another action is not guarded by this request; its commit moves the record past the request's version,
+    # so the request can no longer be answered: the refund stays refused until a new request is approved.
     assert other.run(fresh, {}).commit == "committed"
+    with pytest.raises(StaleApproval):
+        guard.answer("t1", request.request_id, approve=True, by="ann", on_version=request.version)
+    with pytest.raises(ApprovalPending, match="ask again"):
+        refund.run(guard.decide("t1"), {"amount": "250.00"})
+    again = guard.ask(guard.decide("t1"), "refund", {"amount": "250.00"})
+    replaced = guard.get("t1")
+    assert replaced is not None and replaced.data["staleApproval"]["requestId"] == request.request_id
+    approved = guard.answer("t1", again.request_id, approve=True, by="ann", on_version=again.version)
+    assert approved is not None and refund.run(approved, {"amount": "250.00"}).commit == "committed"
+    assert payments.requests == 1
 
 
 def test_asking_over_a_pending_request_is_refused_and_asking_the_same_again_is_the_same(store: DocumentStore) -> None:
@@ -185,6 +196,18 @@ def test_facts_changed_during_an_approval_close_the_request_visibly(store: Docum
     approved = guard.answer("t1", again.request_id, approve=True, by="ann", on_version=again.version)
     assert approved is not None and refund.run(approved, {"amount": "260.00"}).commit == "committed"
     assert [p["amount"] for p in payments.paid.values()] == ["260.00"]
+
+
+def test_a_status_commit_while_a_request_is_pending_closes_it(store: DocumentStore) -> None:
+    guard, _, payments = guarded(store)
+    guard.create("t1", {}, status="requested")
+    request = guard.ask(guard.decide("t1"), "refund", {"amount": "250.00"})
+    cancelled = guard.commit(guard.decide("t1"), "cancelled", reason="customer cancelled")
+    assert cancelled is not None and cancelled.status == "cancelled" and not cancelled.data.get("pendingApproval")
+    assert cancelled.data["staleApproval"]["staleReason"] == "status committed to cancelled: customer cancelled"
+    with pytest.raises(StaleApproval, match="customer cancelled"):
+        guard.answer("t1", request.request_id, approve=True, by="ann", on_version=request.version)
+    assert payments.requests == 0
 
 
 def test_create_of_an_existing_id_raises_unless_exist_ok(store: DocumentStore) -> None:
