@@ -26,6 +26,8 @@ from casekeeper.effects import Call, Decision, EffectResult, Lookup, Record, Set
 from casekeeper.errors import (
     AlreadyExists,
     ApprovalNotPending,
+    ApprovalPending,
+    ArgumentsMismatch,
     CaseError,
     CasekeeperError,
     CaseTooLarge,
@@ -69,7 +71,9 @@ __all__ = [
     "AlreadyExists",
     "Answer",
     "ApprovalNotPending",
+    "ApprovalPending",
     "ApprovalRequest",
+    "ArgumentsMismatch",
     "Call",
     "CaseError",
     "CaseTooLarge",

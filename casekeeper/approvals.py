@@ -5,6 +5,13 @@ request in ``data.pendingApproval``; the request carries the version the record 
 (the decision's version plus one), which is what the approver sees. Its id is derived from (record,
 action, that version), so a replayed ask asks the same request again.
 
+A change of facts through :meth:`~casekeeper.Guard.update` while a request is pending closes it in the same
+write (:func:`closed_by_change`): the record goes back to the status the request was asked from
+(``askedFrom``; :data:`CLOSED_TO` for a request that names none), the request moves from
+``data.pendingApproval`` to ``data.staleApproval`` with the reason and the version that made it stale, and an
+answer to it raises ``StaleApproval`` naming that change. The record never waits on a request nobody can
+answer.
+
 Answering re-reads the record and accepts the answer only if the request is still the pending one and the
 record is still at the version it was asked on; the answer is itself a conditional commit that clears
 the pending request, so of two answers to one request exactly one lands. An approval returns a
@@ -19,13 +26,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from casekeeper.core.cases import Answer, Case, CaseRepository, version_after
-from casekeeper.core.errors import StaleDecision
+from casekeeper.core.errors import ApprovalPending, StaleDecision
 from casekeeper.core.keys import approval_request_id, canonical_json, effect_key
 from casekeeper.effects import Decision
 from casekeeper.errors import ApprovalNotPending, StaleApproval
 
 PENDING = "pendingApproval"
 ANSWERED = "approval"
+STALE = "staleApproval"
+"""The ``data`` field holding the last request a change of facts closed (see :func:`closed_by_change`)."""
+CLOSED_TO = "open"
+"""The status a record goes back to when a change of facts closes a pending request that does not say which
+status it was asked from."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,8 @@ class ApprovalRequest:
     action: str
     version: int
     details: dict[str, Any]
+    asked_from: str | None = None
+    """The status the record had when the request was asked: where a change of facts sends it back."""
 
     def to_json(self) -> dict[str, Any]:
         """The request as stored in the record's ``data.pendingApproval``."""
@@ -46,12 +60,47 @@ class ApprovalRequest:
             "action": self.action,
             "askedOn": self.version,
             "details": self.details,
+            **({"askedFrom": self.asked_from} if self.asked_from is not None else {}),
         }
 
     @classmethod
     def from_json(cls, record_id: str, data: Mapping[str, Any]) -> ApprovalRequest:
         """The request stored in a record's ``data.pendingApproval``."""
-        return cls(record_id, str(data["requestId"]), str(data["action"]), int(data["askedOn"]), dict(data["details"]))
+        asked_from = data.get("askedFrom")
+        return cls(
+            record_id,
+            str(data["requestId"]),
+            str(data["action"]),
+            int(data["askedOn"]),
+            dict(data["details"]),
+            str(asked_from) if asked_from is not None else None,
+        )
+
+
+def pending_of(record: Case) -> dict[str, Any] | None:
+    """The record's pending approval request as stored (``data.pendingApproval``), or ``None``."""
+    pending = record.data.get(PENDING)
+    return dict(pending) if isinstance(pending, Mapping) and pending else None
+
+
+UNANSWERABLE = "the record has moved past the version it was asked on, so it can no longer be answered: ask again"
+
+
+def answerable(pending: Mapping[str, Any], record: Case) -> bool:
+    """Whether the pending request can still be answered: the record is at the version it was asked on."""
+    return int(pending.get("askedOn", -1)) == record.version
+
+
+def closed_by_change(record: Case, reason: str) -> tuple[str, dict[str, Any]] | None:
+    """What a change of facts on ``record`` (with ``reason``) does to its pending request, if it has one: the
+    status the record goes back to and the ``data`` fields written with the change (the request moved from
+    ``pendingApproval`` to ``staleApproval``, marked with the reason and the version the change makes).
+    ``None`` without a pending request."""
+    pending = pending_of(record)
+    if pending is None:
+        return None
+    stale = {**pending, "staleOn": version_after(record.version), "staleReason": reason}
+    return str(pending.get("askedFrom") or CLOSED_TO), {PENDING: None, STALE: stale}
 
 
 def asked_on(decided_on_version: int) -> int:
@@ -66,19 +115,36 @@ def ask(
     """Commit the record to ``status`` with the request pending (see the module docstring)."""
     on = asked_on(decision.version)
     canonical_json(dict(details))
+    asked_from = decision.record.status if decision.record.version == decision.version else None
     request = ApprovalRequest(
         decision.record_id,
         approval_request_id(decision.record_id, action, on),
         action,
         on,
         dict(details),
+        asked_from,
     )
+    waiting = pending_of(decision.record) if decision.record.version == decision.version else None
+    data: dict[str, Any] = {PENDING: request.to_json()}
+    if waiting is not None and not answerable(waiting, decision.record):
+        # A request nobody can answer any more (the record moved past it): replaced, kept as stale.
+        closed = closed_by_change(decision.record, f"replaced by request {request.request_id}")
+        assert closed is not None
+        data = {**closed[1], **data}
+    elif waiting is not None:
+        # Another request waits on this version: asking over it would drop it unanswered.
+        raise ApprovalPending(
+            key=effect_key(decision.record_id, action, decision.version),
+            case_id=decision.record_id,
+            action=action,
+            request_id=str(waiting.get("requestId")),
+        )
     committed = records.commit_status(
         decision.record_id,
         decision.version,
         status,
         reason=f"approval of {action} requested",
-        data={PENDING: request.to_json()},
+        data=data,
     )
     if committed is not None:
         return request
@@ -121,6 +187,16 @@ def answer(
         pending = record.data.get(PENDING) or {}
         entry.update(action=pending.get("action"), details=pending.get("details"))
         if pending.get("requestId") != request_id:
+            stale = record.data.get(STALE) or {}
+            if stale.get("requestId") == request_id:
+                raise StaleApproval(
+                    case_id=record_id,
+                    request_id=request_id,
+                    answered_on=on_version,
+                    current_version=record.version,
+                    closed=f"the request was closed on v{stale.get('staleOn')} by a change of facts: "
+                    f"{stale.get('staleReason')}",
+                )
             answered = record.data.get(ANSWERED) or {}
             same = all(answered.get(k) == entry[k] for k in ("requestId", "approved", "by", "onVersion"))
             if same and approve and record.version == version_after(on_version) and record.status == approved_status:

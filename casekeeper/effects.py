@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from casekeeper.core.cases import Case
 from casekeeper.core.effect import Effect, EffectStatus
@@ -20,15 +20,36 @@ Record = Case
 """A record as read from the store: ``id``, ``status``, ``version``, ``facts``, ``data``, ``history``."""
 
 CallResult = Mapping[str, Any]
-Call = Callable[[str, Mapping[str, Any]], CallResult | Awaitable[CallResult]]
-"""A guarded call: ``call(key, args)``. ``key`` (64 hex characters) is the same for every attempt of one
-decision: forward it as the downstream's idempotency key. ``args`` are the JSON arguments given to
-:meth:`GuardedEffect.run`. Returns a JSON object (the downstream's record of the effect). Raises
-``DownstreamRejected`` for a definite refusal and ``OutcomeUnknown`` (or anything else) when it cannot
-tell whether the effect happened. May be ``async``."""
-Lookup = Callable[[str], CallResult | Awaitable[CallResult | None] | None]
-"""``lookup(key)``: the downstream's record of the effect made with ``key``, ``None`` when it has none;
-raises ``OutcomeUnknown`` when it cannot tell. May be ``async``."""
+"""What a guarded call returns and a lookup finds: a JSON object, the downstream's record of the effect."""
+
+
+class Call(Protocol):
+    """A guarded call: ``call(key, args)``, declared with :meth:`Guard.effect` or :meth:`Guard.register`.
+
+    ``key`` (64 hex characters) is the same for every attempt of one decision (and part): forward it as the
+    downstream's idempotency key. ``args`` are the JSON arguments given to :meth:`GuardedEffect.run`, as
+    stored in the ledger (a reconciliation retry calls again with them, maybe in another process). Returns
+    a JSON object (the downstream's record of the effect). Raises ``DownstreamRejected`` for a definite
+    refusal and ``OutcomeUnknown`` (or anything else) when it cannot tell whether the effect happened.
+    May be ``async``. Any function or method of this shape is one; parameter names are free."""
+
+    def __call__(self, key: str, args: Mapping[str, Any], /) -> CallResult | Awaitable[CallResult]:
+        """Make the effect under idempotency key ``key`` with ``args``."""
+        ...
+
+
+class Lookup(Protocol):
+    """``lookup(key)``: how reconciliation asks the downstream what became of the effect made with ``key``.
+
+    Returns the downstream's record of it (a JSON object), ``None`` when the downstream has none (it was
+    never made, so a same-key retry is safe where declared); raises ``OutcomeUnknown`` when it cannot tell
+    (the lookup is tried again later, and escalated after repeated failures). May be ``async``."""
+
+    def __call__(self, key: str, /) -> CallResult | Awaitable[CallResult | None] | None:
+        """The downstream's record of the effect made with ``key``, or ``None``."""
+        ...
+
+
 CommitData = Callable[[Effect], Mapping[str, Any]]
 """``commit_data_from(effect)``: record ``data`` fields written with the commit, given the whole ledger row
 (key, request, result)."""

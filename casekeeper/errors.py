@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from casekeeper.core.errors import (
     AlreadyExists,
+    ApprovalPending,
+    ArgumentsMismatch,
     CaseError,
     CasekeeperError,
     CaseNotFound,
@@ -59,21 +61,29 @@ class ApprovalNotPending(CaseError):
 
 class StaleApproval(CaseError):
     """The answer was given on a record version the record has left (rule R6): the approver saw other
-    facts. Nothing was changed; decide again and ask again."""
+    facts. Nothing was changed; decide again and ask again. ``closed`` names the change of facts that closed
+    the request, when one did."""
 
-    def __init__(self, *, case_id: str, request_id: str, answered_on: int, current_version: int) -> None:
+    def __init__(
+        self, *, case_id: str, request_id: str, answered_on: int, current_version: int, closed: str | None = None
+    ) -> None:
         super().__init__(
-            f"approval {request_id} of record {case_id!r} answered on v{answered_on}, record is at v{current_version}",
+            f"approval {request_id} of record {case_id!r} answered on v{answered_on}, record is at v{current_version}"
+            + (f" ({closed})" if closed else ""),
             case_id=case_id,
         )
         self.request_id = request_id
         self.answered_on = answered_on
         self.current_version = current_version
+        self.closed = closed
+        """What closed the request, when a change of facts did (its version and reason)."""
 
 
 __all__ = [
     "AlreadyExists",
     "ApprovalNotPending",
+    "ApprovalPending",
+    "ArgumentsMismatch",
     "CaseError",
     "CaseTooLarge",
     "CasekeeperError",

@@ -8,7 +8,7 @@ One decision, in four steps::
 
     decision = guard.decide(record_id)          # pinned to the record's version; settles leftovers first
     ... look at decision.facts, decide ...
-    result = refund.run(decision, {"amount": "12.50"})   # at most one call per (record, action, version)
+    result = refund.run(decision, {"amount": "12.50"})   # at most one call per (record, action, version, part)
     # result.commit: "committed" | "already" | "needs_review" | "with_person"
 
 The effect's claim and outcome are entries of the record itself: ``run`` is two conditional writes of the
@@ -34,12 +34,12 @@ from casekeeper import approvals
 from casekeeper._numbers import inexact_numbers
 from casekeeper.approvals import ApprovalRequest
 from casekeeper.clock import SystemClock
-from casekeeper.core.cases import Answer, CaseRepository, Watch
+from casekeeper.core.cases import CASES, Answer, CaseRepository, Watch
 from casekeeper.core.clock import Clock
 from casekeeper.core.effect import OPEN_STATUSES, Effect
 from casekeeper.core.entries import CommitPlan
-from casekeeper.core.errors import EffectInFlight, NeedsReconciliation
-from casekeeper.core.keys import canonical_json, effect_key
+from casekeeper.core.errors import AlreadyExists, ApprovalPending, EffectInFlight, NeedsReconciliation
+from casekeeper.core.keys import args_digest, canonical_json, effect_key
 from casekeeper.core.ledger import DEFAULT_CALL_TIMEOUT, DEFAULT_LATE_WATCH, Ledger
 from casekeeper.core.ports import DocumentStore
 from casekeeper.core.reconcile import ActionPolicy, RecheckResult, Reconciler
@@ -258,9 +258,28 @@ class Guard:
 
     # --- records ----------------------------------------------------------------------------------
 
-    def create(self, record_id: str, facts: Mapping[str, Any], *, status: str = "open") -> tuple[Record, bool]:
-        """Create the record at version 1, or return the existing one; the flag says whether it was created."""
-        return self.records.create_if_absent(record_id, facts, status=status)
+    def create(
+        self, record_id: str, facts: Mapping[str, Any], *, status: str = "open", exist_ok: bool = False
+    ) -> tuple[Record, bool]:
+        """Create the record at version 1 with ``facts``; returns it and ``True``.
+
+        A record with this id that exists already is never overwritten: ``create`` raises ``AlreadyExists``
+        (naming the record's status and version; nothing written), or with ``exist_ok=True`` returns the
+        existing record, as it is, and ``False`` (its facts are not the ones given here: change them with
+        :meth:`update`)."""
+        try:
+            return self.records.create(record_id, facts, status=status), True
+        except AlreadyExists:
+            existing = self.records.require(record_id)
+            if exist_ok:
+                return existing, False
+            raise AlreadyExists(
+                f"record {record_id!r} exists already (status {existing.status!r}, v{existing.version}); its facts "
+                "were kept, nothing written: pass exist_ok=True to get the existing record, guard.update to change "
+                "its facts",
+                container=CASES,
+                doc_id=record_id,
+            ) from None
 
     def get(self, record_id: str) -> Record | None:
         """The record, or ``None``."""
@@ -270,15 +289,62 @@ class Guard:
         self, record_id: str, expected_version: int, changes: Mapping[str, Any], *, reason: str
     ) -> Record | None:
         """Change facts if the record is at ``expected_version`` (moves the version: decisions and approvals
-        made on the old version go stale). ``None`` when the record moved on. Raises ``RecordNotFound``."""
-        return self.records.update_facts(record_id, expected_version, changes, reason=reason)
+        made on the old version go stale). ``None`` when the record moved on. Raises ``RecordNotFound``.
+
+        A pending approval request is closed in the same write: the record goes back to the status the
+        request was asked from, and the request is kept in ``data.staleApproval`` with ``reason`` and the
+        version this change makes (an answer to it raises ``StaleApproval`` naming the change)."""
+        record = self.records.require(record_id)
+        if record.version != expected_version:
+            return None
+        closed = approvals.closed_by_change(record, reason)
+        if closed is None:
+            return self.records.update_facts(record_id, expected_version, changes, reason=reason, expected=record)
+        status, data = closed
+        return self.records.update_facts(
+            record_id, expected_version, changes, reason=reason, new_status=status, data=data, expected=record
+        )
 
     def commit(
         self, decision: Decision, status: str, *, reason: str | None = None, data: Mapping[str, Any] | None = None
     ) -> Record | None:
         """Move the record to ``status`` without an effect, if it is still at the decision's version.
-        ``None`` when it moved on (decide again)."""
-        return self.records.commit_status(decision.record_id, decision.version, status, reason=reason, data=data)
+        ``None`` when it moved on (decide again).
+
+        A pending approval request is closed in the same write, as by :meth:`update` (kept in
+        ``data.staleApproval``): the commit moves the version, so the request could no longer be answered."""
+        record = (
+            decision.record if decision.record.version == decision.version else self.records.require(decision.record_id)
+        )
+        if record.version != decision.version:
+            return None
+        closed = approvals.closed_by_change(record, f"status committed to {status}" + (f": {reason}" if reason else ""))
+        merged = {**(data or {}), **(closed[1] if closed is not None else {})}
+        return self.records.commit_status(
+            decision.record_id, decision.version, status, reason=reason, data=merged or None, expected=record
+        )
+
+    async def acreate(
+        self, record_id: str, facts: Mapping[str, Any], *, status: str = "open", exist_ok: bool = False
+    ) -> tuple[Record, bool]:
+        """:meth:`create` off the event loop."""
+        return await asyncio.to_thread(lambda: self.create(record_id, facts, status=status, exist_ok=exist_ok))
+
+    async def aget(self, record_id: str) -> Record | None:
+        """:meth:`get` off the event loop."""
+        return await asyncio.to_thread(self.get, record_id)
+
+    async def aupdate(
+        self, record_id: str, expected_version: int, changes: Mapping[str, Any], *, reason: str
+    ) -> Record | None:
+        """:meth:`update` off the event loop."""
+        return await asyncio.to_thread(lambda: self.update(record_id, expected_version, changes, reason=reason))
+
+    async def acommit(
+        self, decision: Decision, status: str, *, reason: str | None = None, data: Mapping[str, Any] | None = None
+    ) -> Record | None:
+        """:meth:`commit` off the event loop."""
+        return await asyncio.to_thread(lambda: self.commit(decision, status, reason=reason, data=data))
 
     # --- approvals (rule R6) ---------------------------------------------------------------------
 
@@ -293,7 +359,11 @@ class Guard:
         """Ask a person to approve ``action`` (with JSON ``details``) before it runs: commits the record to
         ``status`` with the request pending, conditionally on the decision's version. Returns the request
         (asked on the decision's version plus one). Asking again for the same decision returns the same
-        request. Raises ``StaleDecision`` when the record moved on (decide again)."""
+        request. Raises ``StaleDecision`` when the record moved on (decide again) and ``ApprovalPending`` when
+        another request is pending on the decision's version (answer it first; nothing written).
+
+        While the request is pending, :meth:`GuardedEffect.run` of ``action`` is refused (``ApprovalPending``)
+        unless it carries the approval; a change of facts (:meth:`update`) closes the request."""
         return approvals.ask(self.records, self.pin(decision), action, details, status=status)
 
     def answer(
@@ -407,6 +477,18 @@ class Guard:
         """:meth:`decide` off the event loop."""
         return await asyncio.to_thread(self.decide, record_id)
 
+    async def apinned(self, record_id: str, version: int, *, approval: Mapping[str, Any] | None = None) -> Decision:
+        """:meth:`pinned` off the event loop."""
+        return await asyncio.to_thread(lambda: self.pinned(record_id, version, approval=approval))
+
+    async def apin(self, decision: Decision | Mapping[str, Any]) -> Decision:
+        """:meth:`pin` off the event loop."""
+        return await asyncio.to_thread(self.pin, decision)
+
+    async def aeffects_of(self, record: Record) -> list[Effect]:
+        """:meth:`effects_of` off the event loop."""
+        return await asyncio.to_thread(self.effects_of, record)
+
     def _refuse_open(self, effect: Effect) -> None:
         remaining = self.ledger.in_flight_for(effect)
         if remaining is not None:
@@ -431,6 +513,8 @@ class Guard:
         *,
         loop: asyncio.AbstractEventLoop | None,
         expected: Record | None = None,
+        part: str | None = None,
+        approved: frozenset[str] = frozenset(),
     ) -> EffectResult:
         canonical_json(args)  # refuses what JSON cannot carry (NaN, sets, objects) before anything is written
         # A reconciliation retry rebuilds the call from the stored args: they must come back unchanged.
@@ -442,8 +526,22 @@ class Guard:
         attributes = {
             "casekeeper.case_id": record_id,
             "casekeeper.case_version": version,
-            "casekeeper.effect_key": effect_key(record_id, declared.action, version),
+            "casekeeper.effect_key": effect_key(record_id, declared.action, version, part),
         }
+
+        def admit(record: Record, key: str) -> None:
+            # A pending request guards its action: only a run that carries its approval may claim. One the
+            # record has moved past (another effect's commit) can no longer be answered: still no run
+            # without an approval, and asking again replaces it.
+            pending = approvals.pending_of(record)
+            if pending is not None and pending.get("action") == declared.action:
+                request_id = str(pending.get("requestId"))
+                if request_id not in approved:
+                    detail = None if approvals.answerable(pending, record) else approvals.UNANSWERABLE
+                    raise ApprovalPending(
+                        key=key, case_id=record_id, action=declared.action, request_id=request_id, detail=detail
+                    )
+
         plan = CommitPlan.from_intent(intent, data=declared.data_for, review_status=self.review_status)
         with self._trace(f"effect {declared.action}", attributes):
             # Two writes of the record: the claim (the version gate) and the outcome with its commit.
@@ -456,6 +554,9 @@ class Guard:
                 request=request,
                 expected=expected,
                 refusal_review=self.review_status if declared.review_on_refusal else None,
+                part=part,
+                args_digest=args_digest(args),
+                admit=admit,
             )
         effect = outcome.effect
         self._probe("F5")  # the outcome and its commit are written (docs/design.md#f5)
@@ -499,6 +600,15 @@ class Guard:
         """Re-check one effect (from a change feed that saw its ledger row): in flight (``retry_after``
         says when to look again), settled, recorded, retried, escalated. Harmless to repeat."""
         return self._reconciler(None).recheck(record_id, key)
+
+    async def areconcile_effect(self, record_id: str, key: str) -> RecheckResult:
+        """:meth:`reconcile_effect` off the event loop; ``async`` lookups and calls run on this loop."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.to_thread(lambda: self._reconciler(loop).recheck(record_id, key))
+
+    async def arechecks_exhausted(self, result: RecheckResult, rechecks: int) -> None:
+        """:meth:`rechecks_exhausted` off the event loop (the alert sink may write)."""
+        await asyncio.to_thread(self.rechecks_exhausted, result, rechecks)
 
     def _sweep(self, *, loop: asyncio.AbstractEventLoop | None) -> list[RecheckResult]:
         """Re-check every effect past its call timeout, and every one a person resolved failed that is still
@@ -630,6 +740,7 @@ class GuardedEffect:
         proposed_by: str | None = None,
         answer: Answer | None = None,
         commit_fields: Mapping[str, Any] | None = None,
+        part: str | None = None,
     ) -> EffectResult:
         """Run the effect for ``decision`` (or its :meth:`Decision.to_json`) at most once, then commit the record.
 
@@ -638,6 +749,13 @@ class GuardedEffect:
         status), ``EffectInFlight`` (another attempt may be mid-call: try later), ``NeedsReconciliation``
         (outcome unknown past the call timeout: reconciliation settles it), ``MissingCommitIntent``, and
         re-raises the call's ``OutcomeUnknown`` (or other exception) with the ledger row left ``started``.
+
+        One effect per (record, action, version, ``part``): ``part`` names one of several effects of this
+        action in one decision (an order line) and joins the key. The arguments' digest is recorded with the
+        claim: the same key run with other arguments raises ``ArgumentsMismatch`` (nothing called) instead of
+        replaying the first. While the record has a pending approval request for this action, the run is
+        refused with ``ApprovalPending`` (nothing written) unless the decision carries that request's
+        approval (the decision :meth:`Guard.answer` returns) or ``answer`` approves it.
 
         The commit's transition records ``reason``, ``proposed_by`` (who proposed the decision) and
         ``answer`` (the person's answer it commits, if any). ``commit_fields`` are stored in the commit
@@ -648,7 +766,15 @@ class GuardedEffect:
             raise ValueError("this decision was made by another guard")
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
         return self._guard._run(
-            self, decision.record_id, decision.version, dict(args), intent, loop=None, expected=_read(decision)
+            self,
+            decision.record_id,
+            decision.version,
+            dict(args),
+            intent,
+            loop=None,
+            expected=_read(decision),
+            part=part,
+            approved=_approved(decision.approval, answer),
         )
 
     def run_on(
@@ -662,15 +788,58 @@ class GuardedEffect:
         answer: Answer | None = None,
         commit_fields: Mapping[str, Any] | None = None,
         record: Record | None = None,
+        part: str | None = None,
     ) -> EffectResult:
         """:meth:`run` for the decision made on ``version`` of ``record_id``, without reading the record
         first: the version gate is the check (``StaleDecision`` if the record has moved). For a workflow
         step that carries the decided-on version in its message. ``record``: the record as the step last
         read it, if it has it (the claim is then written on it with no read; a record changed since costs
-        one re-read)."""
+        one re-read). ``part``, the argument digest and a pending approval request as in :meth:`run` (here
+        only ``answer`` can carry the approval)."""
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
         known = record if record is not None and record.id == record_id and record.version == version else None
-        return self._guard._run(self, record_id, version, dict(args), intent, loop=None, expected=known)
+        return self._guard._run(
+            self,
+            record_id,
+            version,
+            dict(args),
+            intent,
+            loop=None,
+            expected=known,
+            part=part,
+            approved=_approved(None, answer),
+        )
+
+    async def arun_on(
+        self,
+        record_id: str,
+        version: int,
+        args: Mapping[str, Any],
+        *,
+        reason: str | None = None,
+        proposed_by: str | None = None,
+        answer: Answer | None = None,
+        commit_fields: Mapping[str, Any] | None = None,
+        record: Record | None = None,
+        part: str | None = None,
+    ) -> EffectResult:
+        """:meth:`run_on` off the event loop; an ``async`` call runs on this loop."""
+        loop = asyncio.get_running_loop()
+        intent = self._intent(args, reason, proposed_by, answer, commit_fields)
+        known = record if record is not None and record.id == record_id and record.version == version else None
+        return await asyncio.to_thread(
+            lambda: self._guard._run(
+                self,
+                record_id,
+                version,
+                dict(args),
+                intent,
+                loop=loop,
+                expected=known,
+                part=part,
+                approved=_approved(None, answer),
+            )
+        )
 
     async def arun(
         self,
@@ -681,6 +850,7 @@ class GuardedEffect:
         proposed_by: str | None = None,
         answer: Answer | None = None,
         commit_fields: Mapping[str, Any] | None = None,
+        part: str | None = None,
     ) -> EffectResult:
         """:meth:`run` off the event loop; an ``async`` call runs on this loop."""
         loop = asyncio.get_running_loop()
@@ -692,7 +862,15 @@ class GuardedEffect:
                 raise ValueError("this decision was made by another guard")
             intent = self._intent(args, reason, proposed_by, answer, commit_fields)
             return guard._run(
-                self, pinned.record_id, pinned.version, dict(args), intent, loop=loop, expected=_read(pinned)
+                self,
+                pinned.record_id,
+                pinned.version,
+                dict(args),
+                intent,
+                loop=loop,
+                expected=_read(pinned),
+                part=part,
+                approved=_approved(pinned.approval, answer),
             )
 
         return await asyncio.to_thread(run)
@@ -715,6 +893,17 @@ class GuardedEffect:
             **({"proposedBy": proposed_by} if proposed_by else {}),
             **({"answer": answer.to_json()} if answer is not None else {}),
         }
+
+
+def _approved(approval: Mapping[str, Any] | None, answer: Answer | None) -> frozenset[str]:
+    """The approval request ids a run carries the approval of: the decision's (from :meth:`Guard.answer`)
+    and an approving ``answer``."""
+    ids = set()
+    if approval and approval.get("approved", True) and approval.get("requestId"):
+        ids.add(str(approval["requestId"]))
+    if answer is not None and answer.approved:
+        ids.add(answer.request_id)
+    return frozenset(ids)
 
 
 def _read(decision: Decision) -> Record | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from casekeeper.core.clock import Clock
 from casekeeper.core.errors import AlreadyExists, CaseNotFound, CaseTooLarge, ConcurrencyConflict
@@ -267,8 +267,14 @@ class Case:
         }
 
 
-Watch = Callable[[Case], Iterable[Finding]]
-"""The application's judgment of a case about to be written (``casekeeper.core.watch``)."""
+class Watch(Protocol):
+    """The application's judgment of every case the guard is about to write, whoever writes it: the
+    :class:`~casekeeper.core.watch.Finding` s it returns are raised through the guard's alert sink before
+    the write, once each (``casekeeper.core.watch``)."""
+
+    def __call__(self, case: Case, /) -> Iterable[Finding]:
+        """What ``case``, as it is about to be written, warrants (empty when nothing)."""
+        ...
 
 
 class CaseRepository:

@@ -20,6 +20,10 @@ _HISTORY_LIMIT = 50
 
 
 class EffectStatus(StrEnum):
+    """Where an effect stands: ``started`` (claimed; the call may be in flight or its outcome unknown),
+    ``done`` (happened, result recorded, committed with it), ``failed`` (definitely refused, or closed as
+    stale or by a person), ``needs_reconciliation`` (handed to a person: only they settle it)."""
+
     STARTED = "started"
     DONE = "done"
     FAILED = "failed"
@@ -53,6 +57,11 @@ class Effect:
     watching: bool = False
     """A ``failed`` entry a person resolved: the guard still looks it up by key for the late watch
     (docs/design.md#close-stale-claims), since a stalled call may yet have made it happen."""
+    part: str | None = None
+    """The name of this effect among several of one action in one decision (an order line); part of its key."""
+    args_digest: str | None = None
+    """The digest of the arguments it was claimed with (``casekeeper.core.keys.args_digest``): a run of the
+    same key with other arguments is refused, never replayed."""
 
     @classmethod
     def from_entry(cls, case: Case, entry: Mapping[str, Any]) -> Effect:
@@ -83,6 +92,8 @@ class Effect:
             etag=doc.etag,
             ts=doc.ts,
             watching=bool(b.get("watching", False)),
+            part=str(b["part"]) if b.get("part") is not None else None,
+            args_digest=str(b["argsDigest"]) if b.get("argsDigest") is not None else None,
         )
 
     def to_body(self) -> dict[str, Any]:
@@ -102,6 +113,8 @@ class Effect:
             "resolution": self.resolution,
             "history": list(self.history),
             **({"watching": True} if self.watching else {}),
+            **({"part": self.part} if self.part is not None else {}),
+            **({"argsDigest": self.args_digest} if self.args_digest is not None else {}),
         }
 
 

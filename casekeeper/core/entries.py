@@ -135,11 +135,11 @@ def settle(case: Case, done: Effect, plan: CommitPlan, at: float) -> tuple[Case,
     caller raises the ``effect_on_left_version`` alert)."""
     named = case.transitions_of(done.key)
     data: dict[str, Any] = dict(plan.data(done)) if plan.data is not None else {}
-    if any(t.from_version == done.case_version and t.status == plan.status for t in named):
+    if landed(case, done, plan.status):
         return put(case, done), "already", None
     if named:
         return put(case, done), "with_person", None
-    if case.version == done.case_version:
+    if case.version == done.case_version or (done.part is not None and on_decision(case, done.case_version)):
         committed = _advance(
             case,
             plan.status,
@@ -157,6 +157,33 @@ def settle(case: Case, done: Effect, plan: CommitPlan, at: float) -> tuple[Case,
     )
     escalated = _advance(case, plan.review_status, reason, done.key, at, data={**case.data, **data}, escalation=True)
     return put(escalated, done), "needs_review", reason
+
+
+def on_decision(case: Case, version: int) -> bool:
+    """Whether ``case`` still stands on the facts decided on ``version`` for a named part of that decision:
+    it is at that version, or moved from it only by the commits of that decision's own parts (several
+    effects of one action in one decision, each committing as it is done). Any other step (a change of
+    facts, an escalation, another decision's commit, a part whose entry is no longer on the case) means
+    the decision is stale."""
+    if case.version == version:
+        return True
+    if case.version < version:
+        return False
+    parts = {e.get("id") for e in case.entries if e.get("caseVersion") == version and e.get("part") is not None}
+    steps = sorted((t for t in case.history if t.from_version >= version), key=lambda t: t.from_version)
+    if [t.from_version for t in steps] != list(range(version, case.version)):
+        return False  # a step is not in the history any more: nobody can tell what it was
+    return all(t.effect_key in parts and not t.escalation and not t.facts_changed for t in steps)
+
+
+def landed(case: Case, done: Effect, status: str) -> bool:
+    """Whether ``done``'s commit to ``status`` is in ``case``'s history: a transition naming it from its
+    version (a named part commits from whichever version its siblings' commits left, so any commit naming
+    it that is not an escalation)."""
+    named = case.transitions_of(done.key)
+    if done.part is not None:
+        return any(t.status == status and not t.escalation for t in named)
+    return any(t.from_version == done.case_version and t.status == status for t in named)
 
 
 def escalate(case: Case, effect: Effect, review_status: str, reason: str, at: float) -> Case:

@@ -21,7 +21,9 @@
     │   ├── EffectFailed                 no         the downstream definitely refused (recorded)
     │   ├── StaleDecision                no         the case moved on since the decision: decide again
     │   ├── OutcomeAlreadyRecorded       no         a late outcome lost to one recorded meanwhile
-    │   └── MissingCommitIntent          no         a ``done`` effect names no commit: a person settles it
+    │   ├── MissingCommitIntent          no         a ``done`` effect names no commit: a person settles it
+    │   ├── ArgumentsMismatch            no         the key was claimed with other arguments: name a part
+    │   └── ApprovalPending              no         a pending request guards the action: answer it first
     └── DownstreamError                  no         raised by a callee, read by the ledger
         ├── DownstreamRejected           no         definite refusal (a 4xx): recorded as ``failed``
         └── OutcomeUnknown               yes        timeout, 5xx, reset: the row stays ``started``
@@ -228,6 +230,45 @@ class MissingCommitIntent(EffectError):
             case_id=case_id,
             action=action,
         )
+
+
+class ArgumentsMismatch(EffectError):
+    """The effect's key was claimed with arguments of another digest: the same decision run with other
+    arguments, or a second effect of the same action in one decision. Nothing was called; the recorded
+    effect stands. A second effect is named with ``part=`` (it joins the key)."""
+
+    def __init__(self, *, key: str, case_id: str, action: str, recorded: str, given: str) -> None:
+        super().__init__(
+            f"effect {action} of case {case_id!r} under key {key} was claimed with arguments of digest "
+            f"{recorded}, and is now run with arguments of digest {given}: nothing called. If this is another "
+            "effect of the same action in this decision, name it with part=... (e.g. the order line); if the "
+            "facts changed, decide again",
+            key=key,
+            case_id=case_id,
+            action=action,
+        )
+        self.recorded_digest = recorded
+        self.given_digest = given
+
+
+class ApprovalPending(EffectError):
+    """A pending approval request of the case guards this action, and the run does not carry that request's
+    approval: nothing was written or called. Answer the request (``guard.answer``) and run the effect on the
+    decision the approval returns, or pass the answer (``answer=``) that approves it."""
+
+    def __init__(self, *, key: str, case_id: str, action: str, request_id: str, detail: str | None = None) -> None:
+        how = detail or (
+            "answer the request (guard.answer) and run on the decision it returns, or pass its approving answer"
+        )
+        super().__init__(
+            f"effect {action} of case {case_id!r} is guarded by pending approval request {request_id}: nothing "
+            f"called; {how}",
+            key=key,
+            case_id=case_id,
+            action=action,
+        )
+        self.request_id = request_id
+        self.detail = detail
 
 
 # --- downstream --------------------------------------------------------------------------------

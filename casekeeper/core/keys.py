@@ -22,23 +22,35 @@ def canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
-def _digest(kind: str, case_id: str, action: str, case_version: int) -> str:
+def _digest(kind: str, case_id: str, action: str, case_version: int, part: str | None = None) -> str:
     if not case_id:
         raise ValueError("case_id must be non-empty")
     if not action:
         raise ValueError("action must be non-empty")
     if isinstance(case_version, bool) or not isinstance(case_version, int) or case_version < 0:
         raise ValueError(f"case_version must be a non-negative int, got {case_version!r}")
-    payload = {"kind": kind, "caseId": case_id, "action": action, "caseVersion": case_version}
+    payload: dict[str, Any] = {"kind": kind, "caseId": case_id, "action": action, "caseVersion": case_version}
+    if part is not None:
+        if not isinstance(part, str) or not part:
+            raise ValueError(f"part must be a non-empty string or None, got {part!r}")
+        payload["part"] = part  # only when named: a key without a part is exactly the key of one effect
     return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
-def effect_key(case_id: str, action: str, case_version: int) -> str:
+def effect_key(case_id: str, action: str, case_version: int, part: str | None = None) -> str:
     """The idempotency key of one external effect: 64 hex characters.
 
-    Forwarded downstream as the ``Idempotency-Key`` header.
+    ``part`` names one of several effects of one action in one decision (an order line): it joins the key.
+    Without it the key is the one effect of (case, action, version). Forwarded downstream as the
+    ``Idempotency-Key`` header.
     """
-    return _digest("effect", case_id, action, case_version)
+    return _digest("effect", case_id, action, case_version, part)
+
+
+def args_digest(args: Any) -> str:
+    """The digest of an effect's arguments recorded with its claim: SHA-256 of their canonical JSON. A run of
+    the same key with arguments of another digest is refused (``ArgumentsMismatch``), never replayed."""
+    return hashlib.sha256(canonical_json(args)).hexdigest()
 
 
 def approval_request_id(case_id: str, action: str, case_version: int) -> str:

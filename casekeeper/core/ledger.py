@@ -4,7 +4,8 @@ Terminology
 -----------
 effect
     One call to the outside world (request a credit note), identified by its key
-    ``effect_key(case_id, action, decided_on_version)``.
+    ``effect_key(case_id, action, decided_on_version, part)`` (``part`` names one of several effects of one
+    action in one decision; usually ``None``). Its claim records the digest of its arguments.
 entry
     The effect as it is stored: an entry of its case document (``casekeeper.core.entries``), one per key.
 claim
@@ -72,6 +73,7 @@ from casekeeper.core.effect import (
 from casekeeper.core.entries import CommitPlan, Committed
 from casekeeper.core.errors import (
     AlreadyExists,
+    ArgumentsMismatch,
     ConcurrencyConflict,
     DownstreamRejected,
     EffectError,
@@ -194,9 +196,18 @@ class Ledger:
         request: Mapping[str, Any] | None = None,
         expected: Case | None = None,
         refusal_review: str | None = None,
+        part: str | None = None,
+        args_digest: str | None = None,
+        admit: Callable[[Case, str], None] | None = None,
     ) -> EffectOutcome:
-        """Run ``call`` at most once for (case, action, version): claim, call, then the outcome and ``commit``
-        in one write of the case.
+        """Run ``call`` at most once for (case, action, version, part): claim, call, then the outcome and
+        ``commit`` in one write of the case.
+
+        ``part`` names one of several effects of ``action`` in one decision (it joins the key).
+        ``args_digest`` (``casekeeper.core.keys.args_digest``) is recorded with the claim; an entry of the key
+        claimed with another digest raises ``ArgumentsMismatch`` (nothing called) instead of replaying.
+        ``admit(case, key)`` may refuse a new claim on the case as it is about to be written (it raises;
+        nothing written); a replay of an existing entry is not asked.
 
         ``expected``: the case as the decision read it (saves the read before the claim). ``refusal_review``:
         on a definite refusal, the status the case is handed to a person in (same write), or ``None``.
@@ -208,7 +219,7 @@ class Ledger:
         call timeout), the call's own exception (entry left ``started``), ``SendDeadlinePassed`` (too long
         since the claim to send: entry left ``started``), and ``ConcurrencyConflict`` if the case keeps
         changing past a bound."""
-        key = effect_key(case_id, action, decided_on_version)
+        key = effect_key(case_id, action, decided_on_version, part)
         self._probe("F1")
         # Taken before the claim is written: never later than the entry's start by the store's clock.
         claimed_at = self._monotonic()
@@ -216,6 +227,10 @@ class Ledger:
         for _ in range(MAX_WRITES):
             existing = entries.entry_of(case, key)
             if existing is not None:
+                if args_digest is not None and existing.args_digest not in (None, args_digest):
+                    raise ArgumentsMismatch(
+                        key=key, case_id=case_id, action=action, recorded=existing.args_digest, given=args_digest
+                    )
                 return self._replay(existing, case, commit)
             claim = Effect(
                 key=key,
@@ -232,8 +247,12 @@ class Ledger:
                 history=({"status": "started", "attempt": 1},),
                 etag=case.etag,
                 ts=0.0,
+                part=part,
+                args_digest=args_digest,
             )
-            if case.version != decided_on_version:
+            if case.version != decided_on_version and not (
+                part is not None and entries.on_decision(case, decided_on_version)
+            ):
                 self._observe("stale", claim)  # refused: nothing was written
                 raise StaleDecision(
                     key=key,
@@ -242,6 +261,8 @@ class Ledger:
                     decided_on_version=decided_on_version,
                     current_version=case.version,
                 )
+            if admit is not None:
+                admit(case, key)  # e.g. a pending approval guarding the action: refused, nothing written
             try:
                 # A new claim is refused on a case at its size bound (nothing written, nothing called); the
                 # writes that follow it (its outcome and commit) never are (docs/design.md#case-bounds).
@@ -289,7 +310,9 @@ class Ledger:
                     key=effect.key, case_id=effect.case_id, action=effect.action, recorded_status=current.status.value
                 )
             claimed_at = self._monotonic()
-            if case.version != effect.case_version:
+            if case.version != effect.case_version and not (
+                effect.part is not None and entries.on_decision(case, effect.case_version)
+            ):
                 reason = f"stale: decided on v{effect.case_version}, case is at v{case.version}"
                 closed = with_outcome(
                     current, EffectStatus.FAILED, result=None, reason=reason, stale=True, source="version-gate"
@@ -738,7 +761,7 @@ class Ledger:
         transitions that name it), the others raise."""
         if existing.status is EffectStatus.DONE:
             named = case.transitions_of(existing.key)
-            landed = any(t.from_version == existing.case_version and t.status == plan.status for t in named)
+            landed = entries.landed(case, existing, plan.status)
             if not landed and not named:
                 raise MissingCommitIntent(key=existing.key, case_id=existing.case_id, action=existing.action)
             return EffectOutcome(existing, True, "already" if landed else "with_person", case)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from casekeeper import capture, open_sqlite
+from casekeeper import AlreadyExists, ApprovalPending, ArgumentsMismatch, capture, open_sqlite
 from casekeeper.agent import RecordCheckpoints, capture_failures, failures_since
 from examples.refund.app import WORKFLOW_NAME, ApprovalAnswered, Outcome, RefundApp, RefundRequested
 from examples.refund.payments import Payments
@@ -111,6 +111,36 @@ def test_an_answer_on_a_version_the_record_left_is_stale_and_pays_nothing(app: R
     stale = handle(app, ApprovalAnswered("r3", asked.detail, True, "ann", record.version))
     assert stale.outcome == "ignored" and "answered on v2, record is at v3" in stale.detail
     assert app.payments.requests() == 0
+
+
+def test_the_traps_a_stranger_steps_on_are_refused_out_loud(app: RefundApp) -> None:
+    requested(app, "r7", "300.00", "250.00")
+    with pytest.raises(AlreadyExists):
+        requested(app, "r7", "300.00", "10.00")  # another request under an id in use
+    asked = handle(app, RefundRequested("r7"))
+    assert asked.outcome == "awaiting_approval"
+    # A refund that skips the gate (a fresh decision, no answer) is held by the pending request.
+    with pytest.raises(ApprovalPending):
+        app.pay_once.run(app.guard.decide("r7"), {"recordId": "r7", "amount": "250.00"})
+    record = app.guard.get("r7")
+    assert record is not None
+    # The facts change while the request waits: the request is closed and the record is not left stuck.
+    app.guard.update("r7", record.version, {"requested": "200.00"}, reason="customer lowered the request")
+    changed = app.guard.get("r7")
+    assert changed is not None and changed.status == "requested"
+    stale = handle(app, ApprovalAnswered("r7", asked.detail, True, "ann", record.version))
+    assert stale.outcome == "ignored" and "customer lowered the request" in stale.detail
+    again = handle(app, RefundRequested("r7"))  # decided again on the new facts: a new request
+    assert again.outcome == "awaiting_approval" and again.detail != asked.detail
+    waiting = app.guard.get("r7")
+    assert waiting is not None
+    approved = handle(app, ApprovalAnswered("r7", again.detail, True, "ann", waiting.version))
+    assert approved.outcome == "refunded"
+    # The approved decision run again with another amount is refused, not answered with the first payment.
+    decision = app.guard.pinned("r7", waiting.version + 1)
+    with pytest.raises(ArgumentsMismatch):
+        app.pay_once.run(decision, {"recordId": "r7", "amount": "150.00"})
+    assert [p["amount"] for p in app.payments.payments()] == ["200.00"]
 
 
 def test_a_rejection_commits_rejected_and_pays_nothing(app: RefundApp) -> None:

@@ -9,7 +9,7 @@ import hashlib
 
 import pytest
 
-from casekeeper.core.keys import approval_request_id, canonical_json, effect_key
+from casekeeper.core.keys import approval_request_id, args_digest, canonical_json, effect_key
 
 GOLDEN_EFFECT_KEYS = [
     (("INV-1001", "request_credit_note", 1), "d3e49e9aaab1e237ced95e30dbf76ef6715d283609eb995e54270d3856427fc2"),
@@ -27,6 +27,19 @@ def test_effect_key_is_sha256_of_the_canonical_encoding() -> None:
     # The encoding spelled out by hand, so the test does not share code with what it checks.
     raw = b'{"action":"request_credit_note","caseId":"INV-1001","caseVersion":1,"kind":"effect"}'
     assert effect_key("INV-1001", "request_credit_note", 1) == hashlib.sha256(raw).hexdigest()
+
+
+def test_a_part_joins_the_key_and_none_leaves_it_exactly_as_it_was() -> None:
+    raw = b'{"action":"refund","caseId":"T1","caseVersion":1,"kind":"effect","part":"L2"}'
+    assert effect_key("T1", "refund", 1, "L2") == hashlib.sha256(raw).hexdigest()
+    assert effect_key("T1", "refund", 1, None) == effect_key("T1", "refund", 1)
+    assert effect_key("T1", "refund", 1, "L1") != effect_key("T1", "refund", 1, "L2")
+    with pytest.raises(ValueError):
+        effect_key("T1", "refund", 1, "")
+
+
+def test_the_argument_digest_is_sha256_of_the_canonical_encoding() -> None:
+    assert args_digest({"b": "2", "a": "1"}) == hashlib.sha256(b'{"a":"1","b":"2"}').hexdigest()
 
 
 def test_approval_request_id_is_pinned() -> None:

@@ -1,0 +1,1 @@
+"""The support-ticket example: two refund lines per ticket and an approval, on the public guard API."""
