@@ -146,7 +146,8 @@ class Guard:
         ``guard.ledger`` of another guard, or an application's composition root that configured its ledger
         with its own telemetry, probes and alerts). All three must be over ``store``."""
         guard = cls.__new__(cls)
-        guard._assemble(
+        cls._assemble(
+            guard,
             store,
             records,
             ledger,
@@ -243,6 +244,7 @@ class Guard:
             raise ValueError(f"effect {action!r} is already declared")
         declared = GuardedEffect(
             self,
+            self._run,
             action,
             call,
             commit=commit,
@@ -669,6 +671,7 @@ class GuardedEffect:
     def __init__(
         self,
         guard: Guard,
+        execute: Callable[..., EffectResult],
         action: str,
         call: Call,
         *,
@@ -687,6 +690,7 @@ class GuardedEffect:
         if retry_same_key and lookup is None:
             raise ValueError(f"effect {action!r}: retry_same_key needs a lookup (retry only what was not found)")
         self._guard = guard
+        self._execute = execute  # the guard's own run of a declared effect (claim, call, record, commit)
         self.action = action
         self.call = call
         self._commit = commit
@@ -765,7 +769,7 @@ class GuardedEffect:
         if decision.guard_id not in (0, id(self._guard)):
             raise ValueError("this decision was made by another guard")
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-        return self._guard._run(
+        return self._execute(
             self,
             decision.record_id,
             decision.version,
@@ -798,7 +802,7 @@ class GuardedEffect:
         only ``answer`` can carry the approval)."""
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
         known = record if record is not None and record.id == record_id and record.version == version else None
-        return self._guard._run(
+        return self._execute(
             self,
             record_id,
             version,
@@ -828,7 +832,7 @@ class GuardedEffect:
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
         known = record if record is not None and record.id == record_id and record.version == version else None
         return await asyncio.to_thread(
-            lambda: self._guard._run(
+            lambda: self._execute(
                 self,
                 record_id,
                 version,
@@ -861,7 +865,7 @@ class GuardedEffect:
             if pinned.guard_id not in (0, id(guard)):
                 raise ValueError("this decision was made by another guard")
             intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-            return guard._run(
+            return self._execute(
                 self,
                 pinned.record_id,
                 pinned.version,

@@ -375,7 +375,7 @@ class CaseRepository:
 
         def mutate(case: Case) -> Case:
             merged = {**case.data, **(data or {})}
-            return _advance(
+            return advance(
                 case,
                 new_status,
                 reason,
@@ -413,7 +413,7 @@ class CaseRepository:
         def mutate(case: Case) -> Case:
             facts = {**case.facts, **changes}
             merged = {**case.data, **(data or {})}
-            advanced = _advance(
+            advanced = advance(
                 case,
                 new_status or case.status,
                 reason,
@@ -591,7 +591,7 @@ def _cut(text: str) -> str:
     return text[: MAX_TEXT_CHARS - 40] + f" ... (cut: {len(text)} characters in all)"
 
 
-def _advance(
+def advance(
     case: Case,
     status: str,
     reason: str | None,

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from casekeeper.core.cases import Answer, Case, _advance
+from casekeeper.core.cases import Answer, Case, advance
 from casekeeper.core.effect import Effect
 
 CLOSED_KEPT = 16
@@ -140,7 +140,7 @@ def settle(case: Case, done: Effect, plan: CommitPlan, at: float) -> tuple[Case,
     if named:
         return put(case, done), "with_person", None
     if case.version == done.case_version or (done.part is not None and on_decision(case, done.case_version)):
-        committed = _advance(
+        committed = advance(
             case,
             plan.status,
             plan.reason,
@@ -155,7 +155,7 @@ def settle(case: Case, done: Effect, plan: CommitPlan, at: float) -> tuple[Case,
         f"effect {done.action} ({done.key[:12]}) happened on v{done.case_version} "
         f"but the case moved to v{case.version} before it was committed"
     )
-    escalated = _advance(case, plan.review_status, reason, done.key, at, data={**case.data, **data}, escalation=True)
+    escalated = advance(case, plan.review_status, reason, done.key, at, data={**case.data, **data}, escalation=True)
     return put(escalated, done), "needs_review", reason
 
 
@@ -191,7 +191,7 @@ def escalate(case: Case, effect: Effect, review_status: str, reason: str, at: fl
     effect is there already, handed to a person by one."""
     if any(t.effect_key == effect.key and t.status == review_status for t in case.history):
         return put(case, effect)
-    return put(_advance(case, review_status, reason, effect.key, at, data=dict(case.data), escalation=True), effect)
+    return put(advance(case, review_status, reason, effect.key, at, data=dict(case.data), escalation=True), effect)
 
 
 def over_bound(case: Case) -> list[dict[str, Any]]:
