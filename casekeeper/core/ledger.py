@@ -294,6 +294,10 @@ class Ledger:
                 closed = with_outcome(
                     current, EffectStatus.FAILED, result=None, reason=reason, stale=True, source="version-gate"
                 )
+                # The attempt closed here may have sent: its outcome was unknown, and a call stalled past its
+                # timeout can still land after the lookup found nothing. Watched, as a person's failed is:
+                # looked up by key (never called again) for the late watch.
+                closed = replace(closed, watching=True)
                 try:
                     self._write(case, entries.put(case, closed))
                 except ConcurrencyConflict:
