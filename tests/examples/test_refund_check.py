@@ -24,6 +24,7 @@ from casekeeper.check import Env, Plan, Step, Workflow, describe, main, make_pla
 from examples.refund.app import RefundApp
 from examples.refund.check import RefundFacts, checked, world
 from examples.refund.payments import Payments
+from sim.run import main as sim_main
 
 SEEDS = 150
 STEPS = 30
@@ -139,6 +140,14 @@ def test_the_command_line_reports_a_finding_with_its_reproduce_command(capsys: p
     seed = int(printed.split("seed ", 1)[1].split(":", 1)[0])
     # The seed alone reproduces it; --expect-violation makes the finding the exit code's success.
     assert main([target, "--seed", str(seed), "--seeds", "1", "--no-shrink", "--expect-violation", "once"]) == 0
+
+
+def test_casekeeper_sim_delegates_a_user_workflow(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main(["--workflow", "examples.refund.check:world", "--seeds", "3"]) == 0
+    assert "no violation: 3 seeds (0..2)" in capsys.readouterr().out
+    target = f"{HERE}:pays_every_request"
+    assert sim_main(["--workflow", target, "--seeds", "60", "--no-shrink"]) == 1
+    assert f"reproduce: casekeeper sim --workflow {target} --seed " in capsys.readouterr().out
 
 
 def test_a_user_with_only_the_guard_runs_it_as_a_module() -> None:
