@@ -182,6 +182,10 @@ class View:
     journal: tuple[Mapping[str, Any], ...]
     alerts: tuple[Mapping[str, Any], ...]
     quiescent: bool
+    errors: tuple[str, ...] = ()
+    """What escaped your workflow's deliveries (``repr`` of each exception): the host retries them, so the
+    checker does not judge them; an invariant of yours may (an error the guard raises when the workflow misuses
+    it, such as a second effect of one decision run with other arguments, belongs there)."""
 
     def named(self, record_id: str) -> bool:
         """Whether an alert or escalation names the record."""
@@ -340,6 +344,7 @@ class World:
         self.lookup_down = False
         self.refused: set[str] = set()
         self.undelivered: list[Callable[[], object]] = []
+        self.errors: list[str] = []
         self.sends: list[Send] = []
         self.requests: dict[str, list[ApprovalRequest]] = {}
         self.probed = False
@@ -463,6 +468,7 @@ class World:
             return False
         except Exception as exc:
             log.info("checker: %r", exc)
+            self.errors.append(repr(exc))
             return False
         return True
 
@@ -610,7 +616,7 @@ class World:
                 records[record_id] = record
                 effects[record_id] = tuple(self.reader.effects_of(record))
         journal = tuple(dict(act) for act in self.workflow.journal())
-        return View(records, effects, journal, tuple(self.alerts), quiescent)
+        return View(records, effects, journal, tuple(self.alerts), quiescent, tuple(self.errors))
 
     def judge(self, *, quiescent: bool) -> list[Violation]:
         """The violations now: ``once`` and the workflow's own at every step, all at a quiescent point."""
