@@ -22,8 +22,8 @@ and at quiescent points, from your stand-in's journal and the records as the gua
 
 - ``once``: the downstream acted at most once per effect key;
 - ``fresh``: every call left while the record was at the version its decision was pinned to (the version
-  gate held); where a writer changed the facts between the gate and the call, a race no gate closes, the
-  record went to a person (its review status, or an alert or escalation naming it);
+  gate held); where a writer changed the facts between the gate and the call, a race no gate closes, an
+  alert or escalation named the record (the effect on a version the record left goes to a person);
 - ``settled`` (quiescent points): no effect left ``started``; every one the guard could not settle was
   handed to a person (``on_escalate`` heard it); every act in the journal is a ``done`` effect of a
   record, or one a person has: never an act no record knows, never one the record calls ``failed``;
@@ -623,7 +623,7 @@ class World:
         view = self.view(quiescent=quiescent)
         found = [Violation("once", m) for m in _once(view)]
         if quiescent:
-            found += [Violation("fresh", m) for m in _fresh(view, self.sends, self.workflow.guard.review_status)]
+            found += [Violation("fresh", m) for m in _fresh(view, self.sends)]
             found += [Violation("settled", m) for m in _settled(view, self.escalated)]
         for name, invariant in self.workflow.invariants.items():
             found += [Violation(name, str(m)) for m in invariant(view)]
@@ -650,13 +650,12 @@ def _once(view: View) -> Iterator[str]:
             yield f"the downstream acted {count} times under key {key[:12]}"
 
 
-def _fresh(view: View, sends: Sequence[Send], review_status: str) -> Iterator[str]:
+def _fresh(view: View, sends: Sequence[Send]) -> Iterator[str]:
     acted = {str(act["key"]) for act in view.journal}
     for send in sends:
         if send.record_id is None or send.pinned == send.at_send or send.key not in acted:
             continue
-        record = view.records.get(send.record_id)
-        if record is not None and (record.status == review_status or view.named(send.record_id)):
+        if view.named(send.record_id):
             continue  # the facts moved between the gate and the call, and a person was told
         yield (
             f"effect {send.key[:12]} of {send.record_id} was decided on v{send.pinned} and reached the downstream "
