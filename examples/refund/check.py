@@ -8,7 +8,7 @@ and the fact source: a refund request opened with what the customer paid and ask
 changed, the workflow run for a ``refund.requested`` event, a person's answer to an approval.
 
 One invariant of the refund's own beside the checker's: what was refunded for a record never exceeds
-what the customer paid.
+what the customer paid (unless the guard names a late refund that no decision could hold back).
 """
 
 from __future__ import annotations
@@ -60,10 +60,16 @@ class RefundFacts:
 
 
 def refunded_within_paid(view: View) -> Iterator[str]:
-    """What the payments service refunded for a record never exceeds what the customer paid."""
+    """What the payments service refunded for a record never exceeds what the customer paid, unless a
+    ``late_outcome`` alert names the record: a refund that landed after its call timeout, once the record had
+    moved on (a stalled call), is one no decision could hold back; the guard records it and says so. Judged at
+    quiescent points, where the late watch has looked every such refund up (the journal only grows)."""
+    if not view.quiescent:
+        return
+    late = {a["fields"].get("caseId") for a in view.alerts if a["kind"] == "late_outcome"}
     for record_id, record in view.records.items():
         refunded = sum((Decimal(a["amount"]) for a in view.journal if a["recordId"] == record_id), Decimal(0))
-        if refunded > Decimal(record.facts["paid"]):
+        if refunded > Decimal(record.facts["paid"]) and record_id not in late:
             yield f"{record_id}: refunded {refunded}, paid {record.facts['paid']}"
 
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from casekeeper import Guard
-from casekeeper.check import Env, Plan, Step, Workflow, describe, main, make_plan, run_plan, search, shrink
+from casekeeper import Guard, open_sqlite
+from casekeeper.check import Env, Plan, Step, View, Workflow, describe, main, make_plan, run_plan, search, shrink
 from examples.refund.app import RefundApp
-from examples.refund.check import RefundFacts, checked, world
+from examples.refund.check import RefundFacts, checked, refunded_within_paid, world
 from examples.refund.payments import Payments
 from sim.run import main as sim_main
 
@@ -77,6 +77,20 @@ def test_a_payment_that_lands_after_its_retry_was_refused_as_stale_is_found_by_k
     )
     outcome = run_plan(world, plan)
     assert outcome.violations == [], [str(v) for v in outcome.violations]
+
+
+def test_refunded_more_than_paid_is_a_violation_unless_the_guard_names_a_late_refund(tmp_path: Path) -> None:
+    """The refund's own invariant, on the record of seed 668: a refund stalled past its call timeout lands after
+    the facts changed and a second decision refunded the new request (61.08 of 53.58 paid); the guard records
+    the late one and raises ``late_outcome`` naming the record. Without that alert it is a violation."""
+    guard = Guard(open_sqlite(tmp_path / "store.sqlite"))
+    record, _ = guard.create("r", {"paid": "53.58", "requested": "40.00"}, status="refunded")
+    journal = ({"key": "a", "recordId": "r", "amount": "40.00"}, {"key": "b", "recordId": "r", "amount": "21.08"})
+    late = {"kind": "late_outcome", "message": "a late refund", "fields": {"caseId": "r"}}
+    silent = View({"r": record}, {"r": ()}, journal, (), quiescent=True)
+    assert list(refunded_within_paid(silent)) == ["r: refunded 61.08, paid 53.58"]
+    assert list(refunded_within_paid(View({"r": record}, {"r": ()}, journal, (late,), quiescent=True))) == []
+    guard.store.close()
 
 
 # --- the checker finds what breaks on purpose ---------------------------------------------------------------
