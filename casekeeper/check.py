@@ -192,8 +192,11 @@ class View:
         return any(record_id in (a["fields"].get("caseId"), a["fields"].get("recordId")) for a in self.alerts)
 
 
-Invariant = Callable[[View], Iterable[str]]
-"""One of your invariants: the violations it sees in the view (none: it holds)."""
+class Invariant(Protocol):
+    """One of your invariants: a function of the :class:`View` returning the violations it sees (none: it
+    holds). Judged after every step and at every quiescent point (``view.quiescent``)."""
+
+    def __call__(self, view: View, /) -> Iterable[str]: ...
 
 
 @dataclass
@@ -209,7 +212,11 @@ class Workflow:
     invariants: Mapping[str, Invariant] = field(default_factory=dict)
 
 
-Factory = Callable[[Env], Workflow]
+class Factory(Protocol):
+    """Your entry point, ``module:name`` on the command line: the :class:`Workflow` built on ``env``. Called
+    once per seed and again after every crash, with the same ``env``."""
+
+    def __call__(self, env: Env, /) -> Workflow: ...
 
 
 @dataclass(frozen=True)
