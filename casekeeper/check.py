@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from casekeeper.approvals import PENDING, ApprovalRequest
-from casekeeper.clock import ManualClock
+from casekeeper.clock import Clock, ManualClock
 from casekeeper.effects import Call, Lookup, Record
 from casekeeper.errors import DownstreamRejected, OutcomeUnknown
 from casekeeper.guard import Guard, GuardedEffect
@@ -112,12 +112,14 @@ __all__ = [
     "Outcome",
     "Plan",
     "Search",
+    "Send",
     "Step",
     "View",
     "Violation",
     "Workflow",
     "World",
     "describe",
+    "judge",
     "load",
     "main",
     "make_plan",
@@ -141,7 +143,7 @@ class Env:
 
     directory: Path
     store: DocumentStore
-    clock: ManualClock
+    clock: Clock
     guard_options: dict[str, Any]
 
     def path(self, name: str) -> Path:
@@ -628,13 +630,7 @@ class World:
     def judge(self, *, quiescent: bool) -> list[Violation]:
         """The violations now: ``once`` and the workflow's own at every step, all at a quiescent point."""
         view = self.view(quiescent=quiescent)
-        found = [Violation("once", m) for m in _once(view)]
-        if quiescent:
-            found += [Violation("fresh", m) for m in _fresh(view, self.sends)]
-            found += [Violation("settled", m) for m in _settled(view, self.escalated)]
-        for name, invariant in self.workflow.invariants.items():
-            found += [Violation(name, str(m)) for m in invariant(view)]
-        return found
+        return judge(view, self.workflow.invariants, escalated=self.escalated, sends=self.sends)
 
     def digest(self) -> str:
         """The journal, the records as stored and the calls sent, as one hash."""
@@ -646,6 +642,20 @@ class World:
     def close(self) -> None:
         """Close the store."""
         self.store.close()
+
+
+def judge(
+    view: View, invariants: Mapping[str, Invariant], *, escalated: set[str], sends: Sequence[Send] = ()
+) -> list[Violation]:
+    """Every invariant's violations in ``view``: ``once`` and ``invariants`` always, ``fresh`` (over the
+    ``sends`` noted) and ``settled`` (``escalated``: the keys ``on_escalate`` heard) at a quiescent point."""
+    found = [Violation("once", m) for m in _once(view)]
+    if view.quiescent:
+        found += [Violation("fresh", m) for m in _fresh(view, sends)]
+        found += [Violation("settled", m) for m in _settled(view, escalated)]
+    for name, invariant in invariants.items():
+        found += [Violation(name, str(m)) for m in invariant(view)]
+    return found
 
 
 def _once(view: View) -> Iterator[str]:
