@@ -21,6 +21,8 @@ import pytest
 
 from casekeeper import Guard, open_sqlite
 from casekeeper.check import Env, Plan, Step, View, Workflow, describe, main, make_plan, run_plan, search, shrink
+from casekeeper.check_processes import run_processes
+from chaos.run import main as chaos_main
 from examples.refund.app import RefundApp
 from examples.refund.check import RefundFacts, checked, refunded_within_paid, world
 from examples.refund.payments import Payments
@@ -187,3 +189,26 @@ def unprobed(env: Env) -> Workflow:
 def test_a_guard_built_without_the_checkers_options_is_refused() -> None:
     with pytest.raises(TypeError, match=r"\*\*env.guard_options"):
         run_plan(unprobed, Plan(1, (Step("open", (0, 5000)), Step("run", (0,)))))
+
+
+# --- with real processes under kill -9 (casekeeper.check_processes) ----------------------------------------
+
+
+@pytest.mark.serial  # real processes against the clock, as the app's chaos run: alone, after the parallel pass
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_refund_example_holds_under_kill_9_and_a_workflow_that_forgets_the_key_does_not() -> None:
+    held = run_processes("examples.refund.check:world", processes=2, seconds=8, seed=0)
+    assert held.violations == [], [str(v) for v in held.violations]
+    assert held.acts >= 3 and held.kills >= 3, str(held)  # it did refund, and processes did die
+    broken = run_processes(f"{HERE}:forgets_the_key", processes=2, seconds=4, seed=0)
+    assert broken.acts >= 1 and {v.invariant for v in broken.violations} >= {"settled"}, str(broken)
+    assert "which no record's effect holds" in str(broken.violations[0])
+
+
+@pytest.mark.serial
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_casekeeper_chaos_delegates_a_user_workflow(capsys: pytest.CaptureFixture[str]) -> None:
+    assert chaos_main(["--workflow", "examples.refund.check:world", "--processes", "1", "--seconds", "2"]) == 0
+    assert "no violation: 1 processes under kill -9" in capsys.readouterr().out
