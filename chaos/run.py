@@ -5,6 +5,10 @@ store outages and the kills, on their own threads, for ``--seconds``) -> settle 
 quiescence, bounded) -> collect evidence from outside -> check the invariants -> print the table,
 write the JSON report. Exit 0 only when every invariant holds; 1 with violations; 2 when the run itself
 could not be carried out.
+
+``casekeeper chaos --workflow module:factory`` runs a user's own guarded workflow under kill -9 with real
+processes instead (:mod:`casekeeper.check_processes`, which the guard ships); the options after it are that
+module's.
 """
 
 from __future__ import annotations
@@ -59,11 +63,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--app-dir", type=Path, default=d.app_dir, help="the build under test (default: this one)")
     parser.add_argument("--settle", type=float, default=d.settle_seconds, help="quiescence bound, seconds")
     parser.add_argument("--quiet", action="store_true", help="no live progress line")
+    parser.add_argument(
+        "--workflow",
+        metavar="MODULE:FACTORY",
+        help="your own guarded workflow under kill -9 instead (options: python -m casekeeper.check_processes -h)",
+    )
     return parser
+
+
+def check_workflow(argv: list[str]) -> int | None:
+    """``--workflow module:factory``: the user's workflow, run by :mod:`casekeeper.check_processes` with the
+    other options; ``None`` without ``--workflow``."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--workflow")
+    known, rest = pre.parse_known_args(argv)
+    if known.workflow is None:
+        return None
+    from casekeeper.check_processes import main as processes_main
+
+    return processes_main([known.workflow, *rest])
 
 
 def main(argv: list[str] | None = None) -> int:
     """Drive events through faults and kill -9, then check the invariants from outside."""
+    checked = check_workflow(list(sys.argv[1:] if argv is None else argv))
+    if checked is not None:
+        return checked
     args = build_parser().parse_args(argv)
     try:
         config = ChaosConfig(

@@ -6,6 +6,10 @@ world's shape, the steps (shrunk to those that still break it) and the violation
 ``--seeds N`` runs N seeds instead of a time budget. ``--invariants money,facts`` judges only those.
 ``--expect-violation NAME`` exits 0 only when the seed breaks that invariant (to show a finding by seed);
 ``--save FILE`` writes the shrunk plan, ``--replay FILE`` runs a saved plan again.
+
+``casekeeper sim --workflow module:factory`` checks a user's own guarded workflow instead, the same way
+(:mod:`casekeeper.check`, which the guard ships: ``python -m casekeeper.check`` for a user who installed only
+the guard); the options after it are that checker's.
 """
 
 from __future__ import annotations
@@ -40,11 +44,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--replay", metavar="FILE", help="run a plan written by --save")
     parser.add_argument("--verbose", action="store_true", help="show the app's log lines")
     parser.add_argument("--app-dir", type=Path, default=Path.cwd(), help="where function_app.py is (default: here)")
+    parser.add_argument(
+        "--workflow",
+        metavar="MODULE:FACTORY",
+        help="check your own guarded workflow instead (casekeeper.check; its options: python -m casekeeper.check -h)",
+    )
     return parser
+
+
+def check_workflow(argv: list[str]) -> int | None:
+    """``--workflow module:factory``: the user's workflow, checked by :mod:`casekeeper.check` with the other
+    options (``--app-dir`` puts the factory's folder on the path); ``None`` without ``--workflow``."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--workflow")
+    pre.add_argument("--app-dir", type=Path, default=Path.cwd())
+    known, rest = pre.parse_known_args(argv)
+    if known.workflow is None:
+        return None
+    from casekeeper.check import main as check_main
+
+    sys.path.insert(0, str(known.app_dir.resolve()))
+    return check_main([known.workflow, *rest], prog="casekeeper sim --workflow")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the seeded simulator: seeds in a simulated world until an invariant breaks or the budget ends."""
+    checked = check_workflow(list(sys.argv[1:] if argv is None else argv))
+    if checked is not None:
+        return checked
     args = build_parser().parse_args(argv)
     sys.path.insert(0, str(args.app_dir.resolve()))
     if args.verbose:

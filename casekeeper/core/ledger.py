@@ -23,14 +23,14 @@ State machine of an entry::
        \\--claim on a version the case left: nothing       |--unknown outcome: stays started; after the call
            is written, StaleDecision                      |  timeout -> reconciler (lookup by key / retry)
                                                           |--same-key retry on a version the case left
-                                                          |  --> failed (stale): nothing called
+                                                          |  --> failed (stale, watched): nothing called now
                                                           \\--reconciler/person--> needs_reconciliation
                                                                                   --person--> done | failed
 
     failed | needs_reconciliation --an earlier attempt's call succeeded--> done (late; ``late_outcome`` alert)
 
-    failed by a person (``watching``) --lookup by key finds it, within the late watch--> done (late; alert)
-                                      \\--nothing found when the late watch ends--> failed, no longer watched
+    failed by a person or a stale retry (``watching``) --found by key within the late watch--> done (late; alert)
+                                                       \\--nothing found when the watch ends--> failed, unwatched
 
 Sequence of one guarded effect on the happy path (two store round trips)::
 
@@ -288,8 +288,9 @@ class Ledger:
         The re-attempt re-claims the entry (``attempts + 1``, its clock restarted) in a write conditional on
         the case still being at the effect's version, then calls and closes as :meth:`run`. On a version the
         case has left the entry is closed as ``failed`` (stale) in that write and ``StaleDecision`` raised:
-        nothing is called. Raises ``OutcomeAlreadyRecorded`` when someone else moved the entry first,
-        ``MissingCommitIntent`` when its request names no commit, and ``EffectInFlight`` while the current
+        nothing is called (the entry is watched: the attempt before may have sent). Raises
+        ``OutcomeAlreadyRecorded`` when someone else moved the entry first, ``MissingCommitIntent`` when its
+        request names no commit, and ``EffectInFlight`` while the current
         attempt is within its call timeout: it may still send, so its entry is neither re-claimed nor, when
         the gate refuses the retry, closed as stale (which would let the money rule stop counting it)."""
         if effect.status is not EffectStatus.STARTED:
@@ -317,6 +318,10 @@ class Ledger:
                 closed = with_outcome(
                     current, EffectStatus.FAILED, result=None, reason=reason, stale=True, source="version-gate"
                 )
+                # The attempt closed here may have sent: its outcome was unknown, and a call stalled past its
+                # timeout can still land after the lookup found nothing. Watched, as a person's failed is:
+                # looked up by key (never called again) for the late watch.
+                closed = replace(closed, watching=True)
                 try:
                     self._write(case, entries.put(case, closed))
                 except ConcurrencyConflict:

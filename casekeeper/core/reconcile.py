@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from casekeeper.core.cases import CaseRepository
@@ -116,7 +116,10 @@ class Reconciler:
         # The follow-ups below are derived from the entry on every re-check, so a re-check redelivered after
         # a crash (between the ledger write and the follow-up) does the follow-up again; each is idempotent.
         if effect.status is EffectStatus.FAILED and effect.stale:
-            # A retry refused as stale never called: have the case decided again.
+            # A retry refused as stale never called: have the case decided again. The attempt before it may
+            # have (its outcome was unknown): while its watch lasts, its key is looked up too.
+            if effect.watching:
+                return replace(self._watch(effect), reinvestigate=True)
             return RecheckResult("stale", key, case_id, effect.reason or "stale", reinvestigate=True)
         if effect.status is EffectStatus.FAILED and effect.watching:
             return self._watch(effect)

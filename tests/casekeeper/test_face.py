@@ -10,12 +10,22 @@ import pytest
 
 import casekeeper
 import casekeeper.agent
+import casekeeper.check
+import casekeeper.check_processes
 import casekeeper.errors
 import casekeeper.records
 import casekeeper.stores
 from casekeeper.core import errors as core_errors
 
-MODULES = [casekeeper, casekeeper.agent, casekeeper.errors, casekeeper.records, casekeeper.stores]
+MODULES = [
+    casekeeper,
+    casekeeper.agent,
+    casekeeper.check,
+    casekeeper.check_processes,
+    casekeeper.errors,
+    casekeeper.records,
+    casekeeper.stores,
+]
 
 
 def _public(module: ModuleType) -> list[tuple[str, object]]:

@@ -1,0 +1,89 @@
+"""The refund workflow, checked the way Casekeeper's app is: ``python -m casekeeper.check
+examples.refund.check:world`` (or ``casekeeper sim --workflow examples.refund.check:world``).
+
+``world(env)`` is the entry point the checker calls (again after every crash, with the same ``env``): the
+guard on the checker's store, the refund effect it declares, the payments stand-in (``payments.py``, on a
+file in ``env.directory``, so a restarted workflow meets the same service) whose payments are the journal,
+and the fact source: a refund request opened with what the customer paid and asks back, the request
+changed, the workflow run for a ``refund.requested`` event, a person's answer to an approval.
+
+One invariant of the refund's own beside the checker's: what was refunded for a record never exceeds
+what the customer paid (unless the guard names a late refund that no decision could hold back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from decimal import Decimal
+
+from casekeeper import ApprovalRequest
+from casekeeper.check import Env, View, Workflow
+from examples.refund.app import REQUESTED, ApprovalAnswered, RefundApp, RefundRequested
+from examples.refund.payments import Payments
+
+CENT = Decimal("0.01")
+
+
+def paid(n: int) -> Decimal:
+    """What the customer paid: 20.00 to 299.99."""
+    return (Decimal(2000 + n % 28000) / 100).quantize(CENT)
+
+
+def asked(n: int, of: Decimal) -> Decimal:
+    """What the customer asks back: 10% to 130% of what they paid (more than paid is capped by the workflow)."""
+    return (of * (10 + (n // 100) % 121) / 100).quantize(CENT)
+
+
+class RefundFacts:
+    """The refund's events, as the example's host would deliver them."""
+
+    def __init__(self, app: RefundApp) -> None:
+        self.app = app
+
+    def open(self, record_id: str, n: int) -> None:
+        facts = {"paid": str(paid(n)), "requested": str(asked(n, paid(n)))}
+        self.app.guard.create(record_id, facts, status=REQUESTED)
+
+    def change(self, record_id: str, n: int) -> None:
+        record = self.app.guard.get(record_id)
+        if record is not None:
+            requested = asked(n, Decimal(record.facts["paid"]))
+            self.app.guard.update(record_id, record.version, {"requested": str(requested)}, reason="request changed")
+
+    def run(self, record_id: str) -> None:
+        asyncio.run(self.app.handle(RefundRequested(record_id)))
+
+    def answer(self, request: ApprovalRequest, approve: bool, by: str) -> None:
+        answer = ApprovalAnswered(request.record_id, request.request_id, approve, by, request.version)
+        asyncio.run(self.app.handle(answer))
+
+
+def refunded_within_paid(view: View) -> Iterator[str]:
+    """What the payments service refunded for a record never exceeds what the customer paid, unless a
+    ``late_outcome`` alert names the record: a refund that landed after its call timeout, once the record had
+    moved on (a stalled call), is one no decision could hold back; the guard records it and says so. Judged at
+    quiescent points, where the late watch has looked every such refund up (the journal only grows)."""
+    if not view.quiescent:
+        return
+    late = {a["fields"].get("caseId") for a in view.alerts if a["kind"] == "late_outcome"}
+    for record_id, record in view.records.items():
+        refunded = sum((Decimal(a["amount"]) for a in view.journal if a["recordId"] == record_id), Decimal(0))
+        if refunded > Decimal(record.facts["paid"]) and record_id not in late:
+            yield f"{record_id}: refunded {refunded}, paid {record.facts['paid']}"
+
+
+def checked(app: RefundApp) -> Workflow:
+    """The refund app as the checker sees it (a test builds a broken one the same way)."""
+    return Workflow(
+        guard=app.guard,
+        effects=[app.pay_once],
+        facts=RefundFacts(app),
+        journal=app.payments.payments,
+        invariants={"refunded": refunded_within_paid},
+    )
+
+
+def world(env: Env) -> Workflow:
+    """The checker's entry point."""
+    return checked(RefundApp(env.store, Payments(env.path("payments.sqlite")), **env.guard_options))
