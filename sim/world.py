@@ -491,13 +491,15 @@ class World:
 
     def _note_reached(self, body: bytes) -> None:
         """Remember the stamp of the first copy of each report its case judged: the handler finished without
-        deferring it (a deferred report leaves a later copy of itself, with its stamp, in the queue)."""
+        deferring it (a deferred report leaves a later copy of itself, with its stamp, in the queue; one whose
+        facts were written and whose decision was deferred leaves a ``case.investigate`` instead)."""
         raw = _json_object(body)
         if raw.get("type") not in ev.ORDERED_TYPES or not raw.get("deliveryId") or "acceptedAt" not in raw:
             return
         for pending in self.queue.peek(QUEUE):
             copy = _json_object(pending.body)
-            same = (copy.get("deliveryId"), copy.get("acceptedAt")) == (raw["deliveryId"], raw["acceptedAt"])
+            mine = (raw["type"], raw["deliveryId"], raw["acceptedAt"])
+            same = (copy.get("type"), copy.get("deliveryId"), copy.get("acceptedAt")) == mine
             if same and int(copy.get("retry") or 0) > int(raw.get("retry") or 0):
                 return
         key = (str(raw["caseId"]), str(raw["deliveryId"]), json.dumps(raw.get("data"), sort_keys=True))
