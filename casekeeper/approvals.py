@@ -9,8 +9,9 @@ A change of facts through :meth:`~casekeeper.Guard.update` while a request is pe
 write (:func:`closed_by_change`): the record goes back to the status the request was asked from
 (``askedFrom``; :data:`CLOSED_TO` for a request that names none), the request moves from
 ``data.pendingApproval`` to ``data.staleApproval`` with the reason and the version that made it stale, and an
-answer to it raises ``StaleApproval`` naming that change. The record never waits on a request nobody can
-answer.
+answer to it raises ``StaleApproval`` naming that change. An approval whose effect has not run yet (the
+record is still at the version the answer made) lapses the same way. The record never waits on a request
+nobody can answer, nor stays approved on facts it has left.
 
 Answering re-reads the record and accepts the answer only if the request is still the pending one and the
 record is still at the version it was asked on; the answer is itself a conditional commit that clears
@@ -92,15 +93,29 @@ def answerable(pending: Mapping[str, Any], record: Case) -> bool:
 
 
 def closed_by_change(record: Case, reason: str) -> tuple[str, dict[str, Any]] | None:
-    """What a change of facts on ``record`` (with ``reason``) does to its pending request, if it has one: the
-    status the record goes back to and the ``data`` fields written with the change (the request moved from
-    ``pendingApproval`` to ``staleApproval``, marked with the reason and the version the change makes).
-    ``None`` without a pending request."""
+    """What a change of facts on ``record`` (with ``reason``) does to its pending request, or to an approval
+    not used yet: the status the record goes back to and the ``data`` fields written with the change (the
+    request moved to ``staleApproval``, marked with the reason and the version the change makes). ``None``
+    when there is neither.
+
+    An approval is not used yet while the record is still at the version its answer made: its effect would
+    have committed and moved the version. The approval was given on the facts the change replaces, so it
+    lapses; left standing, the record would stay in the approved status with no decision that can act on it."""
     pending = pending_of(record)
-    if pending is None:
+    if pending is not None:
+        stale = {**pending, "staleOn": version_after(record.version), "staleReason": reason}
+        return str(pending.get("askedFrom") or CLOSED_TO), {PENDING: None, STALE: stale}
+    answered = record.data.get(ANSWERED)
+    if not isinstance(answered, Mapping) or answered.get("approved") is not True:
         return None
-    stale = {**pending, "staleOn": version_after(record.version), "staleReason": reason}
-    return str(pending.get("askedFrom") or CLOSED_TO), {PENDING: None, STALE: stale}
+    if record.version != version_after(int(answered.get("onVersion", -2))):
+        return None
+    lapsed = {
+        **answered,
+        "staleOn": version_after(record.version),
+        "staleReason": f"{reason} (after its approval, before its effect ran: the approval lapsed)",
+    }
+    return str(answered.get("askedFrom") or CLOSED_TO), {STALE: lapsed}
 
 
 def asked_on(decided_on_version: int) -> int:
@@ -185,7 +200,7 @@ def answer(
     for _ in range(8):
         record = records.require(record_id)
         pending = record.data.get(PENDING) or {}
-        entry.update(action=pending.get("action"), details=pending.get("details"))
+        entry.update(action=pending.get("action"), details=pending.get("details"), askedFrom=pending.get("askedFrom"))
         if pending.get("requestId") != request_id:
             stale = record.data.get(STALE) or {}
             if stale.get("requestId") == request_id:

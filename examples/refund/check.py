@@ -7,8 +7,10 @@ file in ``env.directory``, so a restarted workflow meets the same service) whose
 and the fact source: a refund request opened with what the customer paid and asks back, the request
 changed, the workflow run for a ``refund.requested`` event, a person's answer to an approval.
 
-One invariant of the refund's own beside the checker's: what was refunded for a record never exceeds
-what the customer paid (unless the guard names a late refund that no decision could hold back).
+Two invariants of the refund's own beside the checker's: what was refunded for a record never exceeds
+what the customer paid (unless the guard names a late refund that no decision could hold back), and no record
+is left ``approved`` with nothing to pay it (seed 40 found one: facts changed after the approval, before the
+payment; the guard now lets such an approval lapse).
 """
 
 from __future__ import annotations
@@ -73,6 +75,16 @@ def refunded_within_paid(view: View) -> Iterator[str]:
             yield f"{record_id}: refunded {refunded}, paid {record.facts['paid']}"
 
 
+def never_stuck_approved(view: View) -> Iterator[str]:
+    """At a quiescent point no record waits in ``approved``: its approved refund was paid (``refunded``), or
+    the approval lapsed when the facts changed before the payment (back to ``requested``, decided again)."""
+    if not view.quiescent:
+        return
+    for record_id, record in view.records.items():
+        if record.status == "approved":
+            yield f"{record_id}: approved at v{record.version}, and nothing will pay it or ask again"
+
+
 def checked(app: RefundApp) -> Workflow:
     """The refund app as the checker sees it (a test builds a broken one the same way)."""
     return Workflow(
@@ -80,7 +92,7 @@ def checked(app: RefundApp) -> Workflow:
         effects=[app.pay_once],
         facts=RefundFacts(app),
         journal=app.payments.payments,
-        invariants={"refunded": refunded_within_paid},
+        invariants={"refunded": refunded_within_paid, "approved": never_stuck_approved},
     )
 
 

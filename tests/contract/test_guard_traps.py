@@ -198,6 +198,38 @@ def test_facts_changed_during_an_approval_close_the_request_visibly(store: Docum
     assert [p["amount"] for p in payments.paid.values()] == ["260.00"]
 
 
+def test_facts_changed_after_an_approval_before_its_effect_ran_lapse_it_visibly(store: DocumentStore) -> None:
+    """Approved, then the facts change before the approved effect runs: the approval was given on facts that
+    no longer hold, so it lapses in the same write (the record goes back to the status it was asked from),
+    instead of leaving the record in "approved" with no decision that can act on it."""
+    guard, refund, payments = guarded(store)
+    guard.create("t1", {"amount": "250.00"}, status="requested")
+    request = guard.ask(guard.decide("t1"), "refund", {"amount": "250.00"})
+    approved = guard.answer("t1", request.request_id, approve=True, by="ann", on_version=request.version)
+    assert approved is not None and approved.record.status == "approved"
+    changed = guard.update("t1", approved.version, {"amount": "90.00"}, reason="customer asked for less")
+    assert changed is not None and changed.status == "requested"
+    lapsed = changed.data["staleApproval"]
+    assert lapsed["requestId"] == request.request_id and lapsed["staleOn"] == changed.version
+    assert "customer asked for less" in lapsed["staleReason"] and "lapsed" in lapsed["staleReason"]
+    with pytest.raises(StaleDecision):
+        refund.run(approved, {"amount": "250.00"})
+    with pytest.raises(StaleApproval, match="customer asked for less"):
+        guard.answer("t1", request.request_id, approve=True, by="ann", on_version=request.version)
+    # Decided again on the new facts, under the threshold the workflow would not ask: it pays 90.00 once.
+    assert refund.run(guard.decide("t1"), {"amount": "90.00"}).commit == "committed"
+    assert [p["amount"] for p in payments.paid.values()] == ["90.00"]
+    # Once its effect committed, an approval is used: a later change of facts leaves the status alone.
+    guard.create("t2", {}, status="requested")
+    request = guard.ask(guard.decide("t2"), "refund", {"amount": "250.00"})
+    approved = guard.answer("t2", request.request_id, approve=True, by="ann", on_version=request.version)
+    assert approved is not None and refund.run(approved, {"amount": "250.00"}).commit == "committed"
+    done = guard.get("t2")
+    assert done is not None
+    after = guard.update("t2", done.version, {"note": "paid"}, reason="note")
+    assert after is not None and after.status == "refunded" and "staleApproval" not in after.data
+
+
 def test_a_status_commit_while_a_request_is_pending_closes_it(store: DocumentStore) -> None:
     guard, _, payments = guarded(store)
     guard.create("t1", {}, status="requested")
