@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from casekeeper import (
+    Case,
     Decision,
     Effect,
     EffectInFlight,
@@ -44,7 +45,6 @@ from casekeeper import (
     Guard,
     NeedsReconciliation,
     OutcomeUnknown,
-    Record,
     StaleDecision,
     effect_key,
     open_sqlite,
@@ -192,7 +192,7 @@ class _Demo:
                 backoffs += 1
                 time.sleep(min(exc.retry_after, _BACKOFF_CAP))
 
-    def record(self, inv: _Invoice) -> Record:
+    def record(self, inv: _Invoice) -> Case:
         found = self.guard.get(inv.case_id)
         if found is None:
             raise AssertionError(f"no record {inv.case_id}")
