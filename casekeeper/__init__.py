@@ -21,8 +21,20 @@ The Agent Framework pieces are in :mod:`casekeeper.agent` (imported on demand: t
 from __future__ import annotations
 
 from casekeeper.approvals import ApprovalRequest, asked_on
+from casekeeper.cases import (
+    OPEN_STATUSES,
+    RECONCILED_SUFFIX,
+    Answer,
+    Case,
+    Effect,
+    EffectStatus,
+    RecheckResult,
+    Transition,
+    approval_request_id,
+    effect_key,
+)
 from casekeeper.clock import Clock, ManualClock, SystemClock
-from casekeeper.effects import Call, Decision, EffectResult, Lookup, Record, Settled
+from casekeeper.effects import Call, Decision, EffectResult, Lookup, Settled
 from casekeeper.errors import (
     AlreadyExists,
     ApprovalNotPending,
@@ -30,6 +42,7 @@ from casekeeper.errors import (
     ArgumentsMismatch,
     CaseError,
     CasekeeperError,
+    CaseNotFound,
     CaseTooLarge,
     ConcurrencyConflict,
     ConfigurationError,
@@ -43,7 +56,6 @@ from casekeeper.errors import (
     NeedsReconciliation,
     OutcomeAlreadyRecorded,
     OutcomeUnknown,
-    RecordNotFound,
     SendDeadlinePassed,
     StaleApproval,
     StaleDecision,
@@ -51,17 +63,6 @@ from casekeeper.errors import (
     StoreUnavailable,
 )
 from casekeeper.guard import Guard, GuardedEffect
-from casekeeper.records import (
-    OPEN_STATUSES,
-    RECONCILED_SUFFIX,
-    Answer,
-    Effect,
-    EffectStatus,
-    RecheckResult,
-    Transition,
-    approval_request_id,
-    effect_key,
-)
 from casekeeper.stores import CONTAINERS, Document, DocumentStore, Query, open_cosmos, open_sqlite
 
 __all__ = [
@@ -75,7 +76,9 @@ __all__ = [
     "ApprovalRequest",
     "ArgumentsMismatch",
     "Call",
+    "Case",
     "CaseError",
+    "CaseNotFound",
     "CaseTooLarge",
     "CasekeeperError",
     "Clock",
@@ -103,8 +106,6 @@ __all__ = [
     "OutcomeUnknown",
     "Query",
     "RecheckResult",
-    "Record",
-    "RecordNotFound",
     "SendDeadlinePassed",
     "Settled",
     "StaleApproval",

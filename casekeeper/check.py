@@ -3,30 +3,30 @@
 You write an entry point, a factory ``world(env) -> Workflow`` (``examples/refund/check.py`` is one): it
 builds your guard on ``env.store`` with ``**env.guard_options``, names the effects it declared, a stand-in
 of each downstream service that keeps a journal of what it really did, and a fact source (:class:`Facts`:
-open a record, change its facts, run the workflow, answer an approval). Then::
+open a case, change its facts, run the workflow, answer an approval). Then::
 
     python -m casekeeper.check examples.refund.check:world --seeds 50
 
-A seed becomes a plan: records opened, runs delivered once, twice and concurrently, a crash (a
+A seed becomes a plan: cases opened, runs delivered once, twice and concurrently, a crash (a
 ``BaseException``, as nothing catches ``kill -9``) before, inside or after the downstream call and the
 restart that follows (a fresh workflow from your factory on the same store), the downstream answering 503
 before or after it acted, refusing a key (and every later call with it), or stalling past the call timeout
 while the world goes on, lookups down, facts changed before the call and while an approval waits,
 approvals answered, twice, or after the facts moved, time jumps and the reconciler. Every run ends at a
-quiescent point: faults end, time passes the call timeout, the reconciler runs and every record's workflow
+quiescent point: faults end, time passes the call timeout, the reconciler runs and every case's workflow
 runs again until nothing moves.
 
 The checker stands between the guard and your stand-in: it wraps each named effect's ``call`` and
 ``lookup`` to play the network (the 503s, the stall, the crash inside the call). Judged after every step
-and at quiescent points, from your stand-in's journal and the records as the guard shows them:
+and at quiescent points, from your stand-in's journal and the cases as the guard shows them:
 
 - ``once``: the downstream acted at most once per effect key;
-- ``fresh``: every call left while the record was at the version its decision was pinned to (the version
+- ``fresh``: every call left while the case was at the version its decision was pinned to (the version
   gate held); where a writer changed the facts between the gate and the call, a race no gate closes, an
-  alert or escalation named the record (the effect on a version the record left goes to a person);
+  alert or escalation named the case (the effect on a version the case left goes to a person);
 - ``settled`` (quiescent points): no effect left ``started``; every one the guard could not settle was
   handed to a person (``on_escalate`` heard it); every act in the journal is a ``done`` effect of a
-  record, or one a person has: never an act no record knows, never one the record calls ``failed``;
+  case, or one a person has: never an act no case knows, never one the case calls ``failed``;
 - your own, ``Workflow.invariants`` (a name and a function of the :class:`View`), after every step.
 
 A failure prints its seed, the steps shrunk to the fewest that still break the same invariant, and the
@@ -57,11 +57,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from casekeeper.approvals import PENDING, ApprovalRequest
+from casekeeper.cases import Case, Effect, EffectStatus
 from casekeeper.clock import Clock, ManualClock
-from casekeeper.effects import Call, Lookup, Record
+from casekeeper.effects import Call, Lookup
 from casekeeper.errors import DownstreamRejected, OutcomeUnknown
 from casekeeper.guard import Guard, GuardedEffect
-from casekeeper.records import Effect, EffectStatus
 from casekeeper.stores import DocumentStore, Query
 from casekeeper.stores.sqlite import SqliteDocumentStore
 
@@ -69,8 +69,8 @@ CALL_TIMEOUT = 30.0
 """The guard's call timeout in the checked world (``env.guard_options``)."""
 EPOCH = 1_800_000_000.0
 """Where every world's clock starts: a seed replays at the same instants."""
-RECORDS = 2
-"""Records per plan."""
+CASES = 2
+"""Cases per plan."""
 SETTLE_ROUNDS = 6
 INVARIANTS = ("once", "fresh", "settled")
 """The checker's own invariants; a workflow adds its own by name."""
@@ -155,16 +155,16 @@ class Facts(Protocol):
     """Your fact source: the events of your world, as your workflow receives them. ``n`` is a number the
     seed draws: make the facts from it (any mapping will do, as long as it is a function of ``n``)."""
 
-    def open(self, record_id: str, n: int) -> object:
-        """Create the record (``guard.create``) with facts made from ``n``."""
+    def open(self, case_id: str, n: int) -> object:
+        """Create the case (``guard.create``) with facts made from ``n``."""
         ...
 
-    def change(self, record_id: str, n: int) -> object:
-        """Change the record's facts (``guard.update`` on its current version), as another writer would."""
+    def change(self, case_id: str, n: int) -> object:
+        """Change the case's facts (``guard.update`` on its current version), as another writer would."""
         ...
 
-    def run(self, record_id: str) -> object:
-        """Deliver one run of the workflow for the record (the event that starts it), to its end."""
+    def run(self, case_id: str) -> object:
+        """Deliver one run of the workflow for the case (the event that starts it), to its end."""
         ...
 
     def answer(self, request: ApprovalRequest, approve: bool, by: str) -> object:
@@ -174,12 +174,12 @@ class Facts(Protocol):
 
 @dataclass(frozen=True)
 class View:
-    """What the invariants judge: the records as the guard shows them, their effects, the journal of what
+    """What the invariants judge: the cases as the guard shows them, their effects, the journal of what
     the downstream really did (each act a mapping with at least ``key``, the idempotency key it acted
     under), the alerts and escalations the guard raised (``kind``, ``message``, ``fields``), and whether the
     world is at a quiescent point."""
 
-    records: Mapping[str, Record]
+    cases: Mapping[str, Case]
     effects: Mapping[str, tuple[Effect, ...]]
     journal: tuple[Mapping[str, Any], ...]
     alerts: tuple[Mapping[str, Any], ...]
@@ -189,9 +189,9 @@ class View:
     checker does not judge them; an invariant of yours may (an error the guard raises when the workflow misuses
     it, such as a second effect of one decision run with other arguments, belongs there)."""
 
-    def named(self, record_id: str) -> bool:
-        """Whether an alert or escalation names the record."""
-        return any(record_id in (a["fields"].get("caseId"), a["fields"].get("recordId")) for a in self.alerts)
+    def named(self, case_id: str) -> bool:
+        """Whether an alert or escalation names the case."""
+        return any(case_id in (a["fields"].get("caseId"), a["fields"].get("caseId")) for a in self.alerts)
 
 
 class Invariant(Protocol):
@@ -261,37 +261,37 @@ class Outcome:
     """How many steps had run when the first violation was seen (all of them when none was)."""
     seconds: float
     digest: str = ""
-    """The journal and the records as stored, as one hash: two runs of one plan have the same."""
+    """The journal and the cases as stored, as one hash: two runs of one plan have the same."""
 
 
 @dataclass(frozen=True)
 class Send:
-    """A call the guard let through to the downstream: the record's version when it left, and the version
-    its decision was pinned to (``None``: no record holds the key)."""
+    """A call the guard let through to the downstream: the case's version when it left, and the version
+    its decision was pinned to (``None``: no case holds the key)."""
 
     key: str
-    record_id: str | None
+    case_id: str | None
     pinned: int | None
     at_send: int | None
 
 
 def make_plan(seed: int, steps: int) -> Plan:
-    """The plan a seed makes: ``steps`` steps, each record opened among them at any place in the first third."""
+    """The plan a seed makes: ``steps`` steps, each case opened among them at any place in the first third."""
     rng = random.Random(seed)  # noqa: S311  # seeded on purpose: a seed replays its plan exactly
     names = list(WEIGHTS)
     weights = [WEIGHTS[n] for n in names]
     plan = [_step(rng, rng.choices(names, weights)[0]) for _ in range(steps)]
-    for record in range(RECORDS):
-        plan.insert(rng.randint(0, max(0, steps // 3)), Step("open", (record, rng.randrange(1_000_000))))
+    for case in range(CASES):
+        plan.insert(rng.randint(0, max(0, steps // 3)), Step("open", (case, rng.randrange(1_000_000))))
     return Plan(seed, tuple(plan))
 
 
 def _step(rng: random.Random, name: str) -> Step:
-    record = rng.randrange(RECORDS)
+    case = rng.randrange(CASES)
     if name in ("run", "duplicate"):
-        return Step(name, (record,))
+        return Step(name, (case,))
     if name == "concurrent":
-        return Step(name, (record, rng.choice(CONCURRENT_POINTS)))
+        return Step(name, (case, rng.choice(CONCURRENT_POINTS)))
     if name == "crash":
         return Step(name, (rng.choice(CRASH_POINTS),))
     if name == "fault":
@@ -299,11 +299,11 @@ def _step(rng: random.Random, name: str) -> Step:
         meanwhile = tuple(rng.sample(MEANWHILE, rng.randint(1, 3))) if fault == "stall" else ()
         return Step(name, (fault, meanwhile))
     if name == "change":
-        return Step(name, (record, rng.randrange(1_000_000)))
+        return Step(name, (case, rng.randrange(1_000_000)))
     if name == "change_at":
-        return Step(name, (record, rng.randrange(1_000_000), rng.choice(CHANGE_POINTS)))
+        return Step(name, (case, rng.randrange(1_000_000), rng.choice(CHANGE_POINTS)))
     if name == "answer":
-        return Step(name, (record, rng.random() < 0.8, rng.random() < 0.7, rng.random() < 0.3))
+        return Step(name, (case, rng.random() < 0.8, rng.random() < 0.7, rng.random() < 0.3))
     if name == "time":
         return Step(name, (rng.choice(TIME_JUMPS),))
     return Step(name, ())
@@ -345,8 +345,8 @@ class World:
         }
         self.env = Env(directory, self.store, self.clock, options)
         self.reader = Guard(self.store, clock=self.clock, monotonic=self.clock.now, call_timeout=CALL_TIMEOUT)
-        """The checker's own reads of the records (no effects declared, never writes)."""
-        self.record_ids = [f"check{plan.seed}-r{i + 1}" for i in range(RECORDS)]
+        """The checker's own reads of the cases (no effects declared, never writes)."""
+        self.case_ids = [f"check{plan.seed}-r{i + 1}" for i in range(CASES)]
         self.opened: list[str] = []
         self.armed: dict[str, list[Callable[[], None]]] = {}
         self.faults: list[tuple[str, tuple[str, ...]]] = []
@@ -416,29 +416,29 @@ class World:
         return through
 
     def _note_send(self, key: str) -> None:
-        for record_id in self.opened:
-            record = self.reader.get(record_id)
-            if record is None:
+        for case_id in self.opened:
+            case = self.reader.get(case_id)
+            if case is None:
                 continue
-            for effect in self.reader.effects_of(record):
+            for effect in self.reader.effects_of(case):
                 if effect.key == key:
-                    self.sends.append(Send(key, record_id, effect.case_version, record.version))
+                    self.sends.append(Send(key, case_id, effect.case_version, case.version))
                     return
         self.sends.append(Send(key, None, None, None))
 
     def _stall(self, meanwhile: tuple[str, ...]) -> None:
         """The call hangs past the call timeout before the downstream acts, while the world goes on."""
         self.clock.advance(CALL_TIMEOUT + 1)
-        record_id = self.sends[-1].record_id or (self.opened[0] if self.opened else None)
+        case_id = self.sends[-1].case_id or (self.opened[0] if self.opened else None)
 
         def act() -> None:
             for what in meanwhile:
                 if what == "reconcile":
                     self._do(self.workflow.guard.reconcile)
-                elif record_id is not None and what == "run":
-                    self._do(lambda: self.workflow.facts.run(record_id))
-                elif record_id is not None and what == "change":
-                    self._do(lambda: self.workflow.facts.change(record_id, self.rng.randrange(1_000_000)))
+                elif case_id is not None and what == "run":
+                    self._do(lambda: self.workflow.facts.run(case_id))
+                elif case_id is not None and what == "change":
+                    self._do(lambda: self.workflow.facts.change(case_id, self.rng.randrange(1_000_000)))
 
         self._meanwhile(act)
 
@@ -507,33 +507,33 @@ class World:
             getattr(self, f"do_{step.name}")(*step.args)
         self._see_requests()
 
-    def _opened(self, record: int) -> str | None:
-        record_id = self.record_ids[record % RECORDS]
-        return record_id if record_id in self.opened else None
+    def _opened(self, case: int) -> str | None:
+        case_id = self.case_ids[case % CASES]
+        return case_id if case_id in self.opened else None
 
-    def do_open(self, record: int, n: int) -> None:
-        """The fact source opens the record (once)."""
-        record_id = self.record_ids[record % RECORDS]
-        if record_id not in self.opened:
-            self.opened.append(record_id)
-            self._do(lambda: self.workflow.facts.open(record_id, n))
+    def do_open(self, case: int, n: int) -> None:
+        """The fact source opens the case (once)."""
+        case_id = self.case_ids[case % CASES]
+        if case_id not in self.opened:
+            self.opened.append(case_id)
+            self._do(lambda: self.workflow.facts.open(case_id, n))
 
-    def do_run(self, record: int) -> None:
-        """One run of the workflow for the record."""
-        if (record_id := self._opened(record)) is not None:
-            self._do(lambda: self.workflow.facts.run(record_id))
+    def do_run(self, case: int) -> None:
+        """One run of the workflow for the case."""
+        if (case_id := self._opened(case)) is not None:
+            self._do(lambda: self.workflow.facts.run(case_id))
 
-    def do_duplicate(self, record: int) -> None:
+    def do_duplicate(self, case: int) -> None:
         """The run delivered twice, one after the other."""
-        self.do_run(record)
-        self.do_run(record)
+        self.do_run(case)
+        self.do_run(case)
 
-    def do_concurrent(self, record: int, point: str) -> None:
+    def do_concurrent(self, case: int, point: str) -> None:
         """A second delivery of the run reaches another worker while the first is at ``point``."""
-        if (record_id := self._opened(record)) is None:
+        if (case_id := self._opened(case)) is None:
             return
-        self._arm(point, lambda: self._meanwhile(lambda: self._do(lambda: self.workflow.facts.run(record_id))))
-        self.do_run(record)
+        self._arm(point, lambda: self._meanwhile(lambda: self._do(lambda: self.workflow.facts.run(case_id))))
+        self.do_run(case)
 
     def do_crash(self, point: str) -> None:
         """The next process to reach ``point`` dies there (then restarts)."""
@@ -547,23 +547,23 @@ class World:
         """Every lookup by key fails (cannot tell) until the next quiescent point."""
         self.lookup_down = True
 
-    def do_change(self, record: int, n: int) -> None:
-        """Another writer changes the record's facts now."""
-        if (record_id := self._opened(record)) is not None:
-            self._do(lambda: self.workflow.facts.change(record_id, n))
+    def do_change(self, case: int, n: int) -> None:
+        """Another writer changes the case's facts now."""
+        if (case_id := self._opened(case)) is not None:
+            self._do(lambda: self.workflow.facts.change(case_id, n))
 
-    def do_change_at(self, record: int, n: int, point: str) -> None:
+    def do_change_at(self, case: int, n: int, point: str) -> None:
         """Another writer changes the facts when the next run reaches ``point`` (before the call)."""
-        if (record_id := self._opened(record)) is None:
+        if (case_id := self._opened(case)) is None:
             return
-        self._arm(point, lambda: self._meanwhile(lambda: self._do(lambda: self.workflow.facts.change(record_id, n))))
+        self._arm(point, lambda: self._meanwhile(lambda: self._do(lambda: self.workflow.facts.change(case_id, n))))
 
-    def do_answer(self, record: int, approve: bool, newest: bool, twice: bool) -> None:
-        """A person answers the newest (or oldest) request seen on the record: perhaps one whose facts have
+    def do_answer(self, case: int, approve: bool, newest: bool, twice: bool) -> None:
+        """A person answers the newest (or oldest) request seen on the case: perhaps one whose facts have
         moved since, perhaps answered already; ``twice``: the answer delivered again."""
-        if (record_id := self._opened(record)) is None or not self.requests.get(record_id):
+        if (case_id := self._opened(case)) is None or not self.requests.get(case_id):
             return
-        seen = self.requests[record_id]
+        seen = self.requests[case_id]
         request = seen[-1] if newest else seen[0]
         for _ in range(2 if twice else 1):
             self._deliver(lambda: self.workflow.facts.answer(request, approve, "checker"))
@@ -577,23 +577,23 @@ class World:
         self._do(self.workflow.guard.reconcile)
 
     def _see_requests(self) -> None:
-        """Remember every approval request a record has waited on (the answers the people may give).
+        """Remember every approval request a case has waited on (the answers the people may give).
 
         A pending request is read where the guard's ``ask`` keeps it (``data.pendingApproval``); when the
-        guard gains a public reader of a record's requests, this is the one place to use it."""
-        for record_id in self.opened:
-            record = self.reader.get(record_id)
-            pending = record.data.get(PENDING) if record is not None else None
+        guard gains a public reader of a case's requests, this is the one place to use it."""
+        for case_id in self.opened:
+            case = self.reader.get(case_id)
+            pending = case.data.get(PENDING) if case is not None else None
             if pending:
-                request = ApprovalRequest.from_json(record_id, pending)
-                seen = self.requests.setdefault(record_id, [])
+                request = ApprovalRequest.from_json(case_id, pending)
+                seen = self.requests.setdefault(case_id, [])
                 if request not in seen:
                     seen.append(request)
 
     # --- quiescent points and judgment -----------------------------------------------------------------------
 
     def settle(self) -> list[Violation]:
-        """Faults end; time passes the call timeout, the reconciler runs and every record's workflow runs
+        """Faults end; time passes the call timeout, the reconciler runs and every case's workflow runs
         again, until nothing moves; then every invariant is judged."""
         self.faults.clear()
         self.armed.clear()
@@ -605,8 +605,8 @@ class World:
             undelivered, self.undelivered = self.undelivered, []
             for action in undelivered:
                 self._deliver(action)
-            for record_id in self.opened:
-                self._do(lambda: self.workflow.facts.run(record_id))  # noqa: B023  # called at once
+            for case_id in self.opened:
+                self._do(lambda: self.workflow.facts.run(case_id))  # noqa: B023  # called at once
             self.do_reconcile()
             now = self.digest()
             if now == last:
@@ -616,16 +616,16 @@ class World:
         return self.judge(quiescent=True)
 
     def view(self, *, quiescent: bool) -> View:
-        """The records as the guard shows them, their effects, the journal and the alerts."""
-        records: dict[str, Record] = {}
+        """The cases as the guard shows them, their effects, the journal and the alerts."""
+        cases: dict[str, Case] = {}
         effects: dict[str, tuple[Effect, ...]] = {}
-        for record_id in self.opened:
-            record = self.reader.get(record_id)
-            if record is not None:
-                records[record_id] = record
-                effects[record_id] = tuple(self.reader.effects_of(record))
+        for case_id in self.opened:
+            case = self.reader.get(case_id)
+            if case is not None:
+                cases[case_id] = case
+                effects[case_id] = tuple(self.reader.effects_of(case))
         journal = tuple(dict(act) for act in self.workflow.journal())
-        return View(records, effects, journal, tuple(self.alerts), quiescent, tuple(self.errors))
+        return View(cases, effects, journal, tuple(self.alerts), quiescent, tuple(self.errors))
 
     def judge(self, *, quiescent: bool) -> list[Violation]:
         """The violations now: ``once`` and the workflow's own at every step, all at a quiescent point."""
@@ -633,7 +633,7 @@ class World:
         return judge(view, self.workflow.invariants, escalated=self.escalated, sends=self.sends)
 
     def digest(self) -> str:
-        """The journal, the records as stored and the calls sent, as one hash."""
+        """The journal, the cases as stored and the calls sent, as one hash."""
         stored = [(d.id, d.body) for d in sorted(self.store.query("cases", Query()), key=lambda d: d.id)]
         journal = [dict(act) for act in self.workflow.journal()]
         text = json.dumps([journal, stored, [s.__dict__ for s in self.sends]], sort_keys=True, default=str)
@@ -670,32 +670,32 @@ def _once(view: View) -> Iterator[str]:
 def _fresh(view: View, sends: Sequence[Send]) -> Iterator[str]:
     acted = {str(act["key"]) for act in view.journal}
     for send in sends:
-        if send.record_id is None or send.pinned == send.at_send or send.key not in acted:
+        if send.case_id is None or send.pinned == send.at_send or send.key not in acted:
             continue
-        if view.named(send.record_id):
+        if view.named(send.case_id):
             continue  # the facts moved between the gate and the call, and a person was told
         yield (
-            f"effect {send.key[:12]} of {send.record_id} was decided on v{send.pinned} and reached the downstream "
-            f"with the record at v{send.at_send}, and no person was told"
+            f"effect {send.key[:12]} of {send.case_id} was decided on v{send.pinned} and reached the downstream "
+            f"with the case at v{send.at_send}, and no person was told"
         )
 
 
 def _settled(view: View, escalated: set[str]) -> Iterator[str]:
     by_key: dict[str, Effect] = {}
-    for record_id, effects in view.effects.items():
+    for case_id, effects in view.effects.items():
         for effect in effects:
             by_key[effect.key] = effect
             if effect.status is EffectStatus.STARTED:
-                yield f"effect {effect.action} {effect.key[:12]} of {record_id} is still started after reconciliation"
+                yield f"effect {effect.action} {effect.key[:12]} of {case_id} is still started after reconciliation"
             elif effect.status is EffectStatus.NEEDS_RECONCILIATION and effect.key not in escalated:
-                yield f"effect {effect.action} {effect.key[:12]} of {record_id} needs a person, and none was told"
+                yield f"effect {effect.action} {effect.key[:12]} of {case_id} needs a person, and none was told"
     for act in view.journal:
         key = str(act["key"])
         known = by_key.get(key)
         if known is None:
-            yield f"the downstream acted under key {key[:12]}, which no record's effect holds: {dict(act)}"
+            yield f"the downstream acted under key {key[:12]}, which no case's effect holds: {dict(act)}"
         elif known.status is EffectStatus.FAILED:
-            yield f"the downstream acted under key {key[:12]}; its record {known.case_id} says it failed"
+            yield f"the downstream acted under key {key[:12]}; its case {known.case_id} says it failed"
 
 
 # --- running plans, searching seeds, shrinking ----------------------------------------------------------------

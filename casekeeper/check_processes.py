@@ -1,13 +1,13 @@
 """Your workflow under ``kill -9``, with real processes: what ``casekeeper chaos`` does for the invoice app.
 
-``python -m casekeeper.check_processes examples.refund.check:world --processes 3 --seconds 20`` opens records
+``python -m casekeeper.check_processes examples.refund.check:world --processes 3 --seconds 20`` opens cases
 with your fact source, starts worker processes that each build your workflow from your factory on one SQLite
 file (the store) and one folder (your stand-ins' files), and lets them deliver runs and run the reconciler
 while the parent changes facts, answers the approvals it sees waiting, and ends workers with ``SIGKILL`` at
 random moments (a worker also ends itself with ``os._exit`` at a random failure point F1-F6 now and then) and
-starts them again. Then it stops them all, lets time pass the call timeout, reconciles and runs every record
+starts them again. Then it stops them all, lets time pass the call timeout, reconciles and runs every case
 until nothing moves, and judges the invariants of :mod:`casekeeper.check` (``once``, ``settled`` and yours;
-``fresh`` needs the deterministic checker's view of each call) from your stand-in's journal and the records.
+``fresh`` needs the deterministic checker's view of each call) from your stand-in's journal and the cases.
 
 Unlike :mod:`casekeeper.check` this runs on real time and real processes: a seed fixes what each process
 tries, not when the kernel runs it, so a finding is reproduced by running again, not by its seed.
@@ -32,16 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from casekeeper.approvals import PENDING, ApprovalRequest
+from casekeeper.cases import Case, Effect
 from casekeeper.check import Env, Factory, View, Violation, Workflow, judge, load
 from casekeeper.clock import SystemClock
-from casekeeper.effects import Record
 from casekeeper.guard import Guard
-from casekeeper.records import Effect
 from casekeeper.stores import open_sqlite
 
 CALL_TIMEOUT = 1.0
 """The guard's call timeout here, in real seconds: short, so that the quiescent point comes soon."""
-RECORDS = 4
+CASES = 4
 DIE_AT_A_POINT = 0.03
 """How often a worker ends itself at a failure point it reaches."""
 ALERTS = "alerts.jsonl"
@@ -53,7 +52,7 @@ __all__ = ["CALL_TIMEOUT", "Chaos", "main", "run_processes"]
 @dataclass
 class Chaos:
     """What a run under kill -9 found: the ``violations``, and how much happened (acts of the downstream, the
-    records' statuses, processes killed or ended at a failure point, alerts raised)."""
+    cases' statuses, processes killed or ended at a failure point, alerts raised)."""
 
     violations: list[Violation] = field(default_factory=list)
     acts: int = 0
@@ -102,7 +101,7 @@ def _build(factory: Factory, env: Env) -> Workflow:
 
 
 def worker(target: str, directory: Path, index: int, seed: int) -> int:
-    """One worker process: runs and reconciler sweeps over the records until the parent says stop."""
+    """One worker process: runs and reconciler sweeps over the cases until the parent says stop."""
     rng = random.Random(seed * 1000 + index)  # noqa: S311  # seeded on purpose: what each process tries
 
     def probe(point: str) -> None:
@@ -111,12 +110,12 @@ def worker(target: str, directory: Path, index: int, seed: int) -> int:
 
     workflow = _build(load(target), _env(directory, probe))
     while not (directory / STOP).exists():
-        records = json.loads((directory / "records.json").read_text())  # the parent opens more as it goes
+        cases = json.loads((directory / "cases.json").read_text())  # the parent opens more as it goes
         try:
             if rng.random() < 0.15:
                 workflow.guard.reconcile()
             else:
-                workflow.facts.run(rng.choice(records))
+                workflow.facts.run(rng.choice(cases))
         except Exception as exc:  # the host's to retry; the parent's quiescent point delivers again
             logging.getLogger("casekeeper.check").info("worker %d: %r", index, exc)
     return 0
@@ -130,16 +129,16 @@ def _start(target: str, directory: Path, index: int, seed: int) -> subprocess.Po
     )
 
 
-def _pending(reader: Guard, record_id: str) -> ApprovalRequest | None:
-    """The approval request waiting on the record, where the guard's ``ask`` keeps it (see
+def _pending(reader: Guard, case_id: str) -> ApprovalRequest | None:
+    """The approval request waiting on the case, where the guard's ``ask`` keeps it (see
     :meth:`casekeeper.check.World._see_requests`)."""
-    record = reader.get(record_id)
-    pending = record.data.get(PENDING) if record is not None else None
-    return ApprovalRequest.from_json(record_id, pending) if pending else None
+    case = reader.get(case_id)
+    pending = case.data.get(PENDING) if case is not None else None
+    return ApprovalRequest.from_json(case_id, pending) if pending else None
 
 
 class _Parent:
-    """The parent: it opens records, changes facts, answers approvals, and kills and restarts the workers."""
+    """The parent: it opens cases, changes facts, answers approvals, and kills and restarts the workers."""
 
     def __init__(self, target: str, directory: Path, processes: int, seed: int) -> None:
         self.target, self.directory, self.processes, self.seed = target, directory, processes, seed
@@ -147,25 +146,25 @@ class _Parent:
         self.env = _env(directory, lambda point: None)
         self.workflow = _build(load(target), self.env)
         self.reader = Guard(self.env.store, call_timeout=CALL_TIMEOUT)
-        self.records: list[str] = []
+        self.cases: list[str] = []
         self.workers: list[subprocess.Popen[bytes]] = []
         self.kills = 0
 
     def open_one(self) -> None:
-        record_id = f"kill{self.seed}-r{len(self.records) + 1}"
-        self.workflow.facts.open(record_id, self.rng.randrange(1_000_000))
-        self.records.append(record_id)
-        written = self.directory / "records.json.new"
-        written.write_text(json.dumps(self.records))
-        written.replace(self.directory / "records.json")  # whole, never half written
+        case_id = f"kill{self.seed}-r{len(self.cases) + 1}"
+        self.workflow.facts.open(case_id, self.rng.randrange(1_000_000))
+        self.cases.append(case_id)
+        written = self.directory / "cases.json.new"
+        written.write_text(json.dumps(self.cases))
+        written.replace(self.directory / "cases.json")  # whole, never half written
 
     def restart(self, index: int) -> None:
         self.kills += 1
         self.workers[index] = _start(self.target, self.directory, index + self.processes * self.kills, self.seed)
 
     def act(self) -> None:
-        """One of: a new record, a worker killed (SIGKILL) and restarted, facts changed, approvals answered."""
-        what, records, workflow = self.rng.random(), self.records, self.workflow
+        """One of: a new case, a worker killed (SIGKILL) and restarted, facts changed, approvals answered."""
+        what, cases, workflow = self.rng.random(), self.cases, self.workflow
         if what < 0.2:
             self.open_one()
         elif what < 0.45:
@@ -174,10 +173,10 @@ class _Parent:
             self.workers[index].wait()
             self.restart(index)
         elif what < 0.7:
-            _quietly(lambda: workflow.facts.change(self.rng.choice(records), self.rng.randrange(1_000_000)))
+            _quietly(lambda: workflow.facts.change(self.rng.choice(cases), self.rng.randrange(1_000_000)))
         else:
-            for record_id in records:
-                request = _pending(self.reader, record_id)
+            for case_id in cases:
+                request = _pending(self.reader, case_id)
                 if request is not None:
                     approve = self.rng.random() < 0.8
                     _quietly(lambda r=request, a=approve: workflow.facts.answer(r, a, "chaos"))
@@ -207,7 +206,7 @@ def run_processes(target: str, *, processes: int = 3, seconds: float = 20.0, see
     directory = Path(tempfile.mkdtemp(prefix="casekeeper-kill-"))
     parent = _Parent(target, directory, processes, seed)
     try:
-        for _ in range(RECORDS):
+        for _ in range(CASES):
             parent.open_one()
         parent.workers = [_start(target, directory, i, seed) for i in range(processes)]
         deadline = time.monotonic() + seconds
@@ -215,7 +214,7 @@ def run_processes(target: str, *, processes: int = 3, seconds: float = 20.0, see
             time.sleep(parent.rng.uniform(0.05, 0.5))
             parent.act()
         parent.stop()
-        chaos = _settle_and_judge(parent.workflow, parent.reader, parent.records, directory)
+        chaos = _settle_and_judge(parent.workflow, parent.reader, parent.cases, directory)
         chaos.kills = parent.kills
         return chaos
     finally:
@@ -230,26 +229,26 @@ def _quietly(action: Any) -> None:
         logging.getLogger("casekeeper.check").info("chaos: %r", exc)
 
 
-def _settle_and_judge(workflow: Workflow, reader: Guard, records: Sequence[str], directory: Path) -> Chaos:
-    """Time past the call timeout, the reconciler and every record's run, until nothing moves; then judge."""
+def _settle_and_judge(workflow: Workflow, reader: Guard, cases: Sequence[str], directory: Path) -> Chaos:
+    """Time past the call timeout, the reconciler and every case's run, until nothing moves; then judge."""
     last: object = None
     for _ in range(8):
         time.sleep(CALL_TIMEOUT + 0.2)
         _quietly(workflow.guard.reconcile)
-        for record_id in records:
-            _quietly(lambda r=record_id: workflow.facts.run(r))
+        for case_id in cases:
+            _quietly(lambda r=case_id: workflow.facts.run(r))
         _quietly(workflow.guard.reconcile)
-        now = [(r.id, r.version, r.status) for r in (reader.get(i) for i in records) if r is not None]
+        now = [(r.id, r.version, r.status) for r in (reader.get(i) for i in cases) if r is not None]
         if now == last:
             break
         last = now
-    found: dict[str, Record] = {}
+    found: dict[str, Case] = {}
     effects: dict[str, tuple[Effect, ...]] = {}
-    for record_id in records:
-        record = reader.get(record_id)
-        if record is not None:
-            found[record_id] = record
-            effects[record_id] = tuple(reader.effects_of(record))
+    for case_id in cases:
+        case = reader.get(case_id)
+        if case is not None:
+            found[case_id] = case
+            effects[case_id] = tuple(reader.effects_of(case))
     alerts_file = directory / ALERTS
     lines = alerts_file.read_text(encoding="utf-8").splitlines() if alerts_file.exists() else []
     alerts = tuple(json.loads(line) for line in lines if line.strip())

@@ -138,34 +138,38 @@ class CheckpointRecord:
 class CaseCheckpointStorage:
     """Agent Framework ``CheckpointStorage`` for one case, over a :class:`~casekeeper.DocumentStore`.
 
-    ``allowed_types`` are ``"module:QualName"`` keys (see :func:`type_key`) of the application types the
-    workflow puts into checkpoints; save refuses anything that needs a type outside them (plus the
-    framework's built-in set and process-wide registrations). Pass the storage per run
-    (``workflow.run(..., checkpoint_storage=storage)``): a storage instance is bound to its case.
+    ``allowed_types`` are the application types the workflow puts into checkpoints (classes, or their
+    ``"module:QualName"`` keys, see :func:`type_key`); save refuses, with ``WorkflowCheckpointException``
+    and nothing written, anything that needs a type outside them (plus the framework's built-in set and
+    process-wide registrations) or would not load back exactly. Pass the storage per run
+    (``workflow.run(..., checkpoint_storage=storage)``): a storage instance is bound to its case. Load,
+    list, delete and ``get_latest`` behave as the framework's storages do; :meth:`records` and
+    :meth:`latest_record` read the checkpoints' metadata without decoding; :meth:`try_decode` and
+    :meth:`prune` are for resuming and retention.
     """
 
     def __init__(
         self,
         store: DocumentStore,
         case_id: str,
-        allowed_types: Iterable[str],
+        allowed_types: Iterable[str | type] = frozenset(),
         *,
         max_document_bytes: int = MAX_DOCUMENT_BYTES,
     ) -> None:
         if not isinstance(case_id, str) or not case_id:
             raise ValueError("case_id must be a non-empty string")
-        if isinstance(allowed_types, str):
+        if isinstance(allowed_types, str | type):
             # A lone string would otherwise become a set of characters and allow nothing useful.
-            raise TypeError("allowed_types must be an iterable of 'module:QualName' strings, not one string")
+            raise TypeError("allowed_types must be an iterable of types or 'module:QualName' strings")
         self._store = store
         self._case_id = case_id
-        self._allowed: frozenset[str] = frozenset(allowed_types)
+        self._allowed: frozenset[str] = frozenset(t if isinstance(t, str) else type_key(t) for t in allowed_types)
         self._max_document_bytes = max_document_bytes
         self.last_seq: int | None = None
         """The sequence number of the last checkpoint this instance saved."""
         self._max_seq: int | None = None  # the highest seq seen (read or saved); None: not read yet
-        self._stored: int | None = None  # how many checkpoints the record holds, as last seen; None: unknown
-        self._assumed_empty = False  # told the record holds none (assume_empty): reads answer without a query
+        self._stored: int | None = None  # how many checkpoints the case holds, as last seen; None: unknown
+        self._assumed_empty = False  # told the case holds none (assume_empty): reads answer without a query
         self._seq_lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -173,32 +177,34 @@ class CaseCheckpointStorage:
 
     @property
     def case_id(self) -> str:
+        """The case whose checkpoints this storage holds."""
         return self._case_id
 
     @property
     def allowed_types(self) -> frozenset[str]:
+        """The ``"module:QualName"`` keys of the application types checkpoints may hold."""
         return self._allowed
 
     @property
     def stored_count(self) -> int | None:
-        """How many checkpoints the record holds, as this instance last saw them (read, or told with
+        """How many checkpoints the case holds, as this instance last saw them (read, or told with
         :meth:`assume_empty`, plus its own saves since); ``None`` when it has not seen them."""
         with self._seq_lock:
             return self._stored
 
     @property
     def holds_none(self) -> bool:
-        """Whether this instance knows that the record holds no checkpoint: it read them and found none, or was
+        """Whether this instance knows that the case holds no checkpoint: it read them and found none, or was
         told so (:meth:`assume_empty`), and has saved none since. ``False`` when it does not know."""
         with self._seq_lock:
             return self._stored == 0
 
     def assume_empty(self) -> None:
-        """Tell the storage that its record holds no checkpoint (the caller has just created the record), so
+        """Tell the storage that its case holds no checkpoint (the caller has just created the case), so
         that nothing is read to learn it: :meth:`records`, :meth:`latest_record`, ``get_latest`` and the
         first save's sequence number answer from that knowledge until a checkpoint is saved. Calling it
-        for a record that does hold checkpoints makes them invisible to this instance, and its first save
-        numbered 1: call it only for a record this caller created. (A storage that read the checkpoints and found
+        for a case that does hold checkpoints makes them invisible to this instance, and its first save
+        numbered 1: call it only for a case this caller created. (A storage that read the checkpoints and found
         none still reads them again when asked: another instance may have saved one since.)"""
         with self._seq_lock:
             self._assumed_empty = True
@@ -279,7 +285,9 @@ class CaseCheckpointStorage:
         not rebuild.
         """
         if record.case_id != self._case_id:
-            raise ValueError(f"record of case {record.case_id!r} given to the storage of case {self._case_id!r}")
+            raise ValueError(
+                f"checkpoint record of case {record.case_id!r} given to the storage of case {self._case_id!r}"
+            )
 
         def unusable(kind: UnusableKind, reason: str) -> CheckpointUnusable:
             return CheckpointUnusable(reason, case_id=self._case_id, checkpoint_id=record.checkpoint_id, kind=kind)
@@ -325,7 +333,7 @@ class CaseCheckpointStorage:
 
     def prune(self, keep: int) -> int:
         """Delete all but the newest ``keep`` checkpoints of this case (every workflow name); return how many
-        were deleted. Checkpoints are an optimisation, not the record (R9); the counter is kept, so later
+        were deleted. Checkpoints are an optimisation; the case is the truth (R9); the counter is kept, so later
         saves still sort after the survivors. Deleting one that is already gone is not an error."""
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
             raise ValueError(f"keep must be a non-negative int, got {keep!r}")
@@ -506,7 +514,7 @@ class CaseCheckpointStorage:
     def _documents(self, workflow_name: str | None) -> list[Document]:
         """The case's checkpoint documents (of ``workflow_name``, or all). One query for all of them, which
         also tells the next sequence number (it counts across workflow names). None when this instance knows
-        it was told the record holds none (:meth:`assume_empty`) and has saved none since."""
+        it was told the case holds none (:meth:`assume_empty`) and has saved none since."""
         with self._seq_lock:
             if self._assumed_empty and self._stored == 0:
                 return []

@@ -16,9 +16,6 @@ from typing import Any, Protocol
 from casekeeper.core.cases import Case
 from casekeeper.core.effect import Effect, EffectStatus
 
-Record = Case
-"""A record as read from the store: ``id``, ``status``, ``version``, ``facts``, ``data``, ``history``."""
-
 CallResult = Mapping[str, Any]
 """What a guarded call returns and a lookup finds: a JSON object, the downstream's record of the effect."""
 
@@ -51,7 +48,7 @@ class Lookup(Protocol):
 
 
 CommitData = Callable[[Effect], Mapping[str, Any]]
-"""``commit_data_from(effect)``: record ``data`` fields written with the commit, given the whole ledger row
+"""``commit_data_from(effect)``: the case's ``data`` fields written with the commit, given the whole ledger row
 (key, request, result)."""
 Trace = Callable[[str, Mapping[str, Any]], AbstractContextManager[Any]]
 """``trace(name, attributes)``: a context manager around each stage of running an effect, for an
@@ -60,47 +57,47 @@ the outcome) and then ``commit_status`` (the commit it leads to). Attributes: ``
 ``casekeeper.case_version``, ``casekeeper.effect_key``; if what the commit's context yields has
 ``set_attribute``, the guard sets ``casekeeper.committed`` on it."""
 Escalate = Callable[[str, dict[str, Any]], object]
-"""``on_escalate(message, fields)``: a person must settle an effect (fields: recordId, also as caseId,
+"""``on_escalate(message, fields)``: a person must settle an effect (fields: caseId,
 effectKey, action, reason)."""
 
 
 @dataclass(frozen=True)
 class Decision:
-    """A decision pinned to one version of one record, from :meth:`Guard.decide` or an approval.
+    """A decision pinned to one version of one case, from :meth:`Guard.decide` or an approval.
 
-    ``effects`` are the record's effects of earlier versions (this decision's own, on ``version``, are
+    ``effects`` are the case's effects of earlier versions (this decision's own, on ``version``, are
     left out: they are the ones this decision will replay). ``approval`` is the answered approval this
     decision carries (``None`` when it was not approved by a person)."""
 
-    record: Record
+    case: Case
     effects: tuple[Effect, ...] = ()
     approval: dict[str, Any] | None = None
     guard_id: int = field(default=0, repr=False)
     pinned_version: int | None = None
-    """Set by :meth:`Guard.pinned`: the version decided on, when the record read since may be newer."""
+    """Set by :meth:`Guard.pinned`: the version decided on, when the case read since may be newer."""
 
     @property
-    def record_id(self) -> str:
-        """The record's id."""
-        return self.record.id
+    def case_id(self) -> str:
+        """The case's id."""
+        return self.case.id
 
     @property
     def version(self) -> int:
         """The version this decision is pinned to: its effects' keys and commits are on this version."""
-        return self.record.version if self.pinned_version is None else self.pinned_version
+        return self.case.version if self.pinned_version is None else self.pinned_version
 
     def to_json(self) -> dict[str, Any]:
         """What to carry in a workflow message (plain JSON): give it back to :meth:`Guard.pinned`."""
-        return {"recordId": self.record_id, "version": self.version, "approval": self.approval}
+        return {"caseId": self.case_id, "version": self.version, "approval": self.approval}
 
     @property
     def facts(self) -> dict[str, Any]:
-        """The record's facts at :attr:`version`."""
-        return self.record.facts
+        """The case's facts at :attr:`version`."""
+        return self.case.facts
 
     def done(self, action: str | None = None) -> list[Effect]:
         """Earlier ``done`` effects (of ``action``, or all), oldest first: what was already done for the
-        record, for instance to subtract amounts already refunded."""
+        case, for instance to subtract amounts already refunded."""
         return [e for e in self.effects if e.status is EffectStatus.DONE and action in (None, e.action)]
 
 
@@ -109,21 +106,21 @@ class EffectResult:
     """What :meth:`GuardedEffect.run` returns for an effect that happened.
 
     ``result`` is the call's JSON result (recorded in the ledger); ``replayed`` is True when it came from
-    the ledger and no call was made now. ``commit`` says what happened to the record: ``committed`` (now),
-    ``already`` (an earlier attempt committed it), ``needs_review`` (the record moved on before the commit:
-    handed to a person) or ``with_person`` (a person has it already). ``record`` is the record after."""
+    the ledger and no call was made now. ``commit`` says what happened to the case: ``committed`` (now),
+    ``already`` (an earlier attempt committed it), ``needs_review`` (the case moved on before the commit:
+    handed to a person) or ``with_person`` (a person has it already). ``case`` is the case after."""
 
     key: str
     result: dict[str, Any]
     replayed: bool
     commit: str
-    record: Record | None
+    case: Case | None
 
 
 @dataclass(frozen=True)
 class Settled:
-    """What :meth:`Guard.settle` found: the ``record`` and its ``effects`` as they are now, none of an earlier
+    """What :meth:`Guard.settle` found: the ``case`` and its ``effects`` as they are now, none of an earlier
     version without a known outcome."""
 
-    record: Record
+    case: Case
     effects: tuple[Effect, ...]

@@ -5,9 +5,9 @@ the same thing again later can help. The tree is Casekeeper's own (``casekeeper.
 (among them :class:`MissingCommitIntent`: a ``done`` effect without the commit it should lead to, never a
 silent no-op), plus two errors of the public API:
 
-- :class:`ApprovalNotPending`: an answer to a request that is not the record's pending one (answered
+- :class:`ApprovalNotPending`: an answer to a request that is not the case's pending one (answered
   already, withdrawn, or never asked);
-- :class:`StaleApproval`: an answer given on a record version the record has left (rule R6).
+- :class:`StaleApproval`: an answer given on a case version the case has left (rule R6).
 
 What a guarded call raises to tell the guard what happened downstream:
 
@@ -45,22 +45,19 @@ from casekeeper.core.errors import (
     StoreUnavailable,
 )
 
-RecordNotFound = CaseNotFound
-"""No record with this id (the guard's records are Casekeeper's cases)."""
-
 
 class ApprovalNotPending(CaseError):
-    """The answered request is not the record's pending approval: it was answered already (one answer per
+    """The answered request is not the case's pending approval: it was answered already (one answer per
     request), withdrawn, or never asked. Nothing was changed."""
 
     def __init__(self, *, case_id: str, request_id: str, detail: str) -> None:
-        super().__init__(f"approval {request_id} of record {case_id!r} is not pending: {detail}", case_id=case_id)
+        super().__init__(f"approval {request_id} of case {case_id!r} is not pending: {detail}", case_id=case_id)
         self.request_id = request_id
         self.detail = detail
 
 
 class StaleApproval(CaseError):
-    """The answer was given on a record version the record has left (rule R6): the approver saw other
+    """The answer was given on a case version the case has left (rule R6): the approver saw other
     facts. Nothing was changed; decide again and ask again. ``closed`` names the change of facts that closed
     the request, when one did."""
 
@@ -68,7 +65,7 @@ class StaleApproval(CaseError):
         self, *, case_id: str, request_id: str, answered_on: int, current_version: int, closed: str | None = None
     ) -> None:
         super().__init__(
-            f"approval {request_id} of record {case_id!r} answered on v{answered_on}, record is at v{current_version}"
+            f"approval {request_id} of case {case_id!r} answered on v{answered_on}, case is at v{current_version}"
             + (f" ({closed})" if closed else ""),
             case_id=case_id,
         )
@@ -85,6 +82,7 @@ __all__ = [
     "ApprovalPending",
     "ArgumentsMismatch",
     "CaseError",
+    "CaseNotFound",
     "CaseTooLarge",
     "CasekeeperError",
     "ConcurrencyConflict",
@@ -99,7 +97,6 @@ __all__ = [
     "NeedsReconciliation",
     "OutcomeAlreadyRecorded",
     "OutcomeUnknown",
-    "RecordNotFound",
     "SendDeadlinePassed",
     "StaleApproval",
     "StaleDecision",

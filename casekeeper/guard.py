@@ -1,22 +1,22 @@
-"""The guard: decide on a pinned (record, version), run each external effect at most once, commit it.
+"""The guard: decide on a pinned (case, version), run each external effect at most once, commit it.
 
-A **record** is one business object a workflow acts on (a refund request, an invoice case): a JSON
+A **case** is one business object a workflow acts on (a refund request, an invoice): a JSON
 document with ``id``, ``status``, ``version`` and ``facts``. Every change of status or facts is
 conditional on the version and moves it by one (rule R5).
 
 One decision, in four steps::
 
-    decision = guard.decide(record_id)          # pinned to the record's version; settles leftovers first
+    decision = guard.decide(case_id)            # pinned to the case's version; settles leftovers first
     ... look at decision.facts, decide ...
-    result = refund.run(decision, {"amount": "12.50"})   # at most one call per (record, action, version, part)
+    result = refund.run(decision, {"amount": "12.50"})   # at most one call per (case, action, version, part)
     # result.commit: "committed" | "already" | "needs_review" | "with_person"
 
-The effect's claim and outcome are entries of the record itself: ``run`` is two conditional writes of the
-record, the claim (which is the version gate) and the outcome with its commit.
+The effect's claim and outcome are entries of the case itself: ``run`` is two conditional writes of the
+case, the claim (which is the version gate) and the outcome with its commit.
 
 What :meth:`Guard.decide` checks first (rules R3, R4): an effect of an **earlier** version without a known
 outcome makes it refuse (``EffectInFlight`` while another attempt may be mid-call, ``NeedsReconciliation``
-after the call timeout). An open effect of the record's **current** version is this decision's own (a crash
+after the call timeout). An open effect of the case's **current** version is this decision's own (a crash
 after its claim): it is left out, because running the effect again replays it through the ledger.
 """
 
@@ -34,7 +34,7 @@ from casekeeper import approvals
 from casekeeper._numbers import inexact_numbers
 from casekeeper.approvals import ApprovalRequest
 from casekeeper.clock import SystemClock
-from casekeeper.core.cases import CASES, Answer, CaseRepository, Watch
+from casekeeper.core.cases import CASES, Answer, Case, CaseRepository, Watch
 from casekeeper.core.clock import Clock
 from casekeeper.core.effect import OPEN_STATUSES, Effect
 from casekeeper.core.entries import CommitPlan
@@ -51,7 +51,6 @@ from casekeeper.effects import (
     EffectResult,
     Escalate,
     Lookup,
-    Record,
     Settled,
     Trace,
 )
@@ -65,22 +64,22 @@ def _no_trace(name: str, attributes: Mapping[str, Any]) -> Iterator[None]:
 
 
 class Guard:
-    """The guard over one store: records, effects, approvals, reconciliation.
+    """The guard over one store: cases, effects, approvals, reconciliation.
 
     ``store``: any :class:`~casekeeper.DocumentStore` (SQLite, Cosmos DB, or one passing the contract
     suite). ``clock`` stamps history for people (defaults to :class:`~casekeeper.SystemClock`); whether an
     effect is still in flight is judged by the **store's** clock. ``call_timeout`` (seconds): a ``started``
     effect younger than this may still be mid-call; older, its outcome is unknown. Set it above the
     call's own client timeout. ``on_escalate`` hears every effect handed to a person. ``review_status`` is
-    the status a record is moved to when a person must look. ``observer(event, effect)`` hears the
+    the status a case is moved to when a person must look. ``observer(event, effect)`` hears the
     ledger's ``started``, ``done``, ``failed`` and ``stale`` (for telemetry); ``trace`` wraps the commit
     after an effect (see :data:`Trace`). ``alert`` (``alert(kind, message, fields, dedupe_key=...)``)
-    hears what is not an escalation: an effect found done on a version the record left, a late outcome,
+    hears what is not an escalation: an effect found done on a version the case left, a late outcome,
     re-checks given up. ``send_margin``: how much of ``call_timeout`` must be left after the version gate
     for the call to be sent (default a quarter), measured by ``monotonic`` (this process's clock; a test
-    moves its own). ``watch(record)``: your judgment of every record the guard is about to write, whoever
+    moves its own). ``watch(case)``: your judgment of every case the guard is about to write, whoever
     writes it (a decision, a fact update, an outcome recorded late, a person, reconciliation): the
-    :class:`~casekeeper.records.Finding` s it returns are raised through ``alert`` before the write, once
+    :class:`~casekeeper.cases.Finding` s it returns are raised through ``alert`` before the write, once
     each (``casekeeper.core.watch``). ``lookup_backoff``: seconds before a failed lookup is tried again.
     ``late_watch``: seconds an effect a person resolved failed is still looked up by key
     (docs/design.md#close-stale-claims).
@@ -104,10 +103,10 @@ class Guard:
         watch: Watch | None = None,
         late_watch: float = DEFAULT_LATE_WATCH,
     ) -> None:
-        records = CaseRepository(store, clock or SystemClock(), watch=watch, alert=alert)
+        cases = CaseRepository(store, clock or SystemClock(), watch=watch, alert=alert)
         ledger = Ledger(
             store,
-            records,
+            cases,
             call_timeout=call_timeout,
             probe=probe,
             observer=observer,
@@ -118,7 +117,7 @@ class Guard:
         )
         self._assemble(
             store,
-            records,
+            cases,
             ledger,
             on_escalate=on_escalate,
             review_status=review_status,
@@ -132,7 +131,7 @@ class Guard:
     def from_parts(
         cls,
         store: DocumentStore,
-        records: CaseRepository,
+        cases: CaseRepository,
         ledger: Ledger,
         *,
         on_escalate: Escalate | None = None,
@@ -142,14 +141,14 @@ class Guard:
         lookup_backoff: float = 30.0,
         trace: Trace | None = None,
     ) -> Guard:
-        """A guard over a record repository and a ledger built elsewhere (``guard.records`` and
+        """A guard over a case repository and a ledger built elsewhere (``guard.cases`` and
         ``guard.ledger`` of another guard, or an application's composition root that configured its ledger
         with its own telemetry, probes and alerts). All three must be over ``store``."""
         guard = cls.__new__(cls)
         cls._assemble(
             guard,
             store,
-            records,
+            cases,
             ledger,
             on_escalate=on_escalate,
             review_status=review_status,
@@ -163,7 +162,7 @@ class Guard:
     def _assemble(
         self,
         store: DocumentStore,
-        records: CaseRepository,
+        cases: CaseRepository,
         ledger: Ledger,
         *,
         on_escalate: Escalate | None,
@@ -175,7 +174,7 @@ class Guard:
     ) -> None:
         self.store = store
         self._trace: Trace = trace or _no_trace
-        self.records = records
+        self.cases = cases
         self.ledger = ledger
         self._probe = probe or (lambda point: None)
         self.review_status = review_status
@@ -200,15 +199,15 @@ class Guard:
     ) -> Callable[[Call], GuardedEffect]:
         """Decorator declaring the guarded call of ``action``, once.
 
-        ``commit``: the status the record moves to once the effect is done (or a function of the args).
+        ``commit``: the status the case moves to once the effect is done (or a function of the args).
         ``lookup``: how reconciliation asks the downstream by key (see :data:`Lookup`); without one, an
         unknown outcome goes to a person. ``retry_same_key``: after a lookup found nothing, call again with
-        the same key (only if the downstream honours idempotency keys). ``commit_data(result)``: record
-        ``data`` fields written with the commit; ``commit_data_from(effect)`` instead, given the whole ledger
+        the same key (only if the downstream honours idempotency keys). ``commit_data(result)``: the
+        case's ``data`` fields written with the commit; ``commit_data_from(effect)`` instead, given the whole ledger
         row. ``flat_request``: store the args at the top level of the ledger row's ``request`` (beside
         ``commit``) rather than under ``args``, for an application whose own readers read them there.
         ``review_on_refusal=False``: on a definite refusal, record ``failed`` and raise ``EffectFailed``
-        but leave the record alone (the caller commits the refusal itself, conditionally on its version).
+        but leave the case alone (the caller commits the refusal itself, conditionally on its version).
         Raises ``ValueError`` for a second declaration of ``action`` or a missing commit."""
 
         def declare(call: Call) -> GuardedEffect:
@@ -258,93 +257,89 @@ class Guard:
         self._effects[action] = declared
         return declared
 
-    # --- records ----------------------------------------------------------------------------------
+    # --- cases ------------------------------------------------------------------------------------
 
     def create(
-        self, record_id: str, facts: Mapping[str, Any], *, status: str = "open", exist_ok: bool = False
-    ) -> tuple[Record, bool]:
-        """Create the record at version 1 with ``facts``; returns it and ``True``.
+        self, case_id: str, facts: Mapping[str, Any], *, status: str = "open", exist_ok: bool = False
+    ) -> tuple[Case, bool]:
+        """Create the case at version 1 with ``facts``; returns it and ``True``.
 
-        A record with this id that exists already is never overwritten: ``create`` raises ``AlreadyExists``
-        (naming the record's status and version; nothing written), or with ``exist_ok=True`` returns the
-        existing record, as it is, and ``False`` (its facts are not the ones given here: change them with
+        A case with this id that exists already is never overwritten: ``create`` raises ``AlreadyExists``
+        (naming the case's status and version; nothing written), or with ``exist_ok=True`` returns the
+        existing case, as it is, and ``False`` (its facts are not the ones given here: change them with
         :meth:`update`)."""
         try:
-            return self.records.create(record_id, facts, status=status), True
+            return self.cases.create(case_id, facts, status=status), True
         except AlreadyExists:
-            existing = self.records.require(record_id)
+            existing = self.cases.require(case_id)
             if exist_ok:
                 return existing, False
             raise AlreadyExists(
-                f"record {record_id!r} exists already (status {existing.status!r}, v{existing.version}); its facts "
-                "were kept, nothing written: pass exist_ok=True to get the existing record, guard.update to change "
+                f"case {case_id!r} exists already (status {existing.status!r}, v{existing.version}); its facts "
+                "were kept, nothing written: pass exist_ok=True to get the existing case, guard.update to change "
                 "its facts",
                 container=CASES,
-                doc_id=record_id,
+                doc_id=case_id,
             ) from None
 
-    def get(self, record_id: str) -> Record | None:
-        """The record, or ``None``."""
-        return self.records.get(record_id)
+    def get(self, case_id: str) -> Case | None:
+        """The case, or ``None``."""
+        return self.cases.get(case_id)
 
-    def update(
-        self, record_id: str, expected_version: int, changes: Mapping[str, Any], *, reason: str
-    ) -> Record | None:
-        """Change facts if the record is at ``expected_version`` (moves the version: decisions and approvals
-        made on the old version go stale). ``None`` when the record moved on. Raises ``RecordNotFound``.
+    def update(self, case_id: str, expected_version: int, changes: Mapping[str, Any], *, reason: str) -> Case | None:
+        """Change facts if the case is at ``expected_version`` (moves the version: decisions and approvals
+        made on the old version go stale). ``None`` when the case moved on. Raises ``CaseNotFound``.
 
-        A pending approval request is closed in the same write: the record goes back to the status the
+        A pending approval request is closed in the same write: the case goes back to the status the
         request was asked from, and the request is kept in ``data.staleApproval`` with ``reason`` and the
         version this change makes (an answer to it raises ``StaleApproval`` naming the change)."""
-        record = self.records.require(record_id)
-        if record.version != expected_version:
+        case = self.cases.require(case_id)
+        if case.version != expected_version:
             return None
-        closed = approvals.closed_by_change(record, reason)
+        closed = approvals.closed_by_change(case, reason)
         if closed is None:
-            return self.records.update_facts(record_id, expected_version, changes, reason=reason, expected=record)
+            return self.cases.update_facts(case_id, expected_version, changes, reason=reason, expected=case)
         status, data = closed
-        return self.records.update_facts(
-            record_id, expected_version, changes, reason=reason, new_status=status, data=data, expected=record
+        return self.cases.update_facts(
+            case_id, expected_version, changes, reason=reason, new_status=status, data=data, expected=case
         )
 
     def commit(
         self, decision: Decision, status: str, *, reason: str | None = None, data: Mapping[str, Any] | None = None
-    ) -> Record | None:
-        """Move the record to ``status`` without an effect, if it is still at the decision's version.
+    ) -> Case | None:
+        """Move the case to ``status`` without an effect, if it is still at the decision's version.
         ``None`` when it moved on (decide again).
 
         A pending approval request is closed in the same write, as by :meth:`update` (kept in
         ``data.staleApproval``): the commit moves the version, so the request could no longer be answered."""
-        record = (
-            decision.record if decision.record.version == decision.version else self.records.require(decision.record_id)
-        )
-        if record.version != decision.version:
+        case = decision.case if decision.case.version == decision.version else self.cases.require(decision.case_id)
+        if case.version != decision.version:
             return None
-        closed = approvals.closed_by_change(record, f"status committed to {status}" + (f": {reason}" if reason else ""))
+        closed = approvals.closed_by_change(case, f"status committed to {status}" + (f": {reason}" if reason else ""))
         merged = {**(data or {}), **(closed[1] if closed is not None else {})}
-        return self.records.commit_status(
-            decision.record_id, decision.version, status, reason=reason, data=merged or None, expected=record
+        return self.cases.commit_status(
+            decision.case_id, decision.version, status, reason=reason, data=merged or None, expected=case
         )
 
     async def acreate(
-        self, record_id: str, facts: Mapping[str, Any], *, status: str = "open", exist_ok: bool = False
-    ) -> tuple[Record, bool]:
+        self, case_id: str, facts: Mapping[str, Any], *, status: str = "open", exist_ok: bool = False
+    ) -> tuple[Case, bool]:
         """:meth:`create` off the event loop."""
-        return await asyncio.to_thread(lambda: self.create(record_id, facts, status=status, exist_ok=exist_ok))
+        return await asyncio.to_thread(lambda: self.create(case_id, facts, status=status, exist_ok=exist_ok))
 
-    async def aget(self, record_id: str) -> Record | None:
+    async def aget(self, case_id: str) -> Case | None:
         """:meth:`get` off the event loop."""
-        return await asyncio.to_thread(self.get, record_id)
+        return await asyncio.to_thread(self.get, case_id)
 
     async def aupdate(
-        self, record_id: str, expected_version: int, changes: Mapping[str, Any], *, reason: str
-    ) -> Record | None:
+        self, case_id: str, expected_version: int, changes: Mapping[str, Any], *, reason: str
+    ) -> Case | None:
         """:meth:`update` off the event loop."""
-        return await asyncio.to_thread(lambda: self.update(record_id, expected_version, changes, reason=reason))
+        return await asyncio.to_thread(lambda: self.update(case_id, expected_version, changes, reason=reason))
 
     async def acommit(
         self, decision: Decision, status: str, *, reason: str | None = None, data: Mapping[str, Any] | None = None
-    ) -> Record | None:
+    ) -> Case | None:
         """:meth:`commit` off the event loop."""
         return await asyncio.to_thread(lambda: self.commit(decision, status, reason=reason, data=data))
 
@@ -358,19 +353,19 @@ class Guard:
         *,
         status: str = "awaiting_approval",
     ) -> ApprovalRequest:
-        """Ask a person to approve ``action`` (with JSON ``details``) before it runs: commits the record to
+        """Ask a person to approve ``action`` (with JSON ``details``) before it runs: commits the case to
         ``status`` with the request pending, conditionally on the decision's version. Returns the request
         (asked on the decision's version plus one). Asking again for the same decision returns the same
-        request. Raises ``StaleDecision`` when the record moved on (decide again) and ``ApprovalPending`` when
+        request. Raises ``StaleDecision`` when the case moved on (decide again) and ``ApprovalPending`` when
         another request is pending on the decision's version (answer it first; nothing written).
 
         While the request is pending, :meth:`GuardedEffect.run` of ``action`` is refused (``ApprovalPending``)
         unless it carries the approval; a change of facts (:meth:`update`) closes the request."""
-        return approvals.ask(self.records, self.pin(decision), action, details, status=status)
+        return approvals.ask(self.cases, self.pin(decision), action, details, status=status)
 
     def answer(
         self,
-        record_id: str,
+        case_id: str,
         request_id: str,
         *,
         approve: bool,
@@ -380,16 +375,16 @@ class Guard:
         approved_status: str = "approved",
         rejected_status: str = "rejected",
     ) -> Decision | None:
-        """Answer a pending request, given on record version ``on_version`` (the request's ``version``).
+        """Answer a pending request, given on case version ``on_version`` (the request's ``version``).
 
         Approve: commits ``approved_status`` and returns the decision to run the approved effect on (pinned
         to the version after the answer). Reject: commits ``rejected_status`` and returns ``None``. One
         answer per request: raises ``ApprovalNotPending`` for a request answered already (a redelivery of
         the same approval, before anything else happened, returns the same decision again) or not pending,
-        and ``StaleApproval`` when the record has left the version the answer was given on."""
+        and ``StaleApproval`` when the case has left the version the answer was given on."""
         approved = approvals.answer(
-            self.records,
-            record_id,
+            self.cases,
+            case_id,
             request_id,
             approve=approve,
             by=by,
@@ -400,9 +395,9 @@ class Guard:
         )
         if approved is None:
             return None
-        record, entry = approved
-        earlier = tuple(e for e in self.effects_of(record) if e.case_version != record.version)
-        return Decision(record, earlier, entry, id(self))
+        case, entry = approved
+        earlier = tuple(e for e in self.effects_of(case) if e.case_version != case.version)
+        return Decision(case, earlier, entry, id(self))
 
     async def aask(
         self,
@@ -415,81 +410,81 @@ class Guard:
         """:meth:`ask` off the event loop."""
         return await asyncio.to_thread(self.ask, decision, action, details, status=status)
 
-    async def aanswer(self, record_id: str, request_id: str, **kwargs: Any) -> Decision | None:
+    async def aanswer(self, case_id: str, request_id: str, **kwargs: Any) -> Decision | None:
         """:meth:`answer` off the event loop (same keyword arguments)."""
-        return await asyncio.to_thread(lambda: self.answer(record_id, request_id, **kwargs))
+        return await asyncio.to_thread(lambda: self.answer(case_id, request_id, **kwargs))
 
     # --- deciding ----------------------------------------------------------------------------------
 
-    def decide(self, record_id: str) -> Decision:
-        """Pin a decision to the record's current version, after checking what earlier runs left.
+    def decide(self, case_id: str) -> Decision:
+        """Pin a decision to the case's current version, after checking what earlier runs left.
 
-        Raises ``RecordNotFound``; ``EffectInFlight`` (``retry_after`` seconds) or ``NeedsReconciliation``
+        Raises ``CaseNotFound``; ``EffectInFlight`` (``retry_after`` seconds) or ``NeedsReconciliation``
         while an earlier effect's outcome is unknown."""
-        settled = self.settle(record_id)
-        record = settled.record
-        earlier = tuple(e for e in settled.effects if e.case_version != record.version)
-        return Decision(record, earlier, None, id(self))
+        settled = self.settle(case_id)
+        case = settled.case
+        earlier = tuple(e for e in settled.effects if e.case_version != case.version)
+        return Decision(case, earlier, None, id(self))
 
     def settle(
         self,
-        record_id: str,
+        case_id: str,
         *,
-        record: Record | None = None,
+        case: Case | None = None,
         effects: Sequence[Effect] | None = None,
         include_current: bool = False,
     ) -> Settled:
-        """What :meth:`decide` checks before it pins, for a workflow that reports each step itself. ``record``
+        """What :meth:`decide` checks before it pins, for a workflow that reports each step itself. ``case``
         and ``effects`` (as just read) save reads.
 
         An effect without a known outcome of an earlier version (of any version, the current one too, with
         ``include_current``: for a workflow that waits even for its own decision's unsettled effect) raises
-        ``EffectInFlight`` or ``NeedsReconciliation``. Raises ``RecordNotFound``."""
-        record = record if record is not None and record.id == record_id else self.records.require(record_id)
-        effects = tuple(effects) if effects is not None else tuple(self.effects_of(record))
+        ``EffectInFlight`` or ``NeedsReconciliation``. Raises ``CaseNotFound``."""
+        case = case if case is not None and case.id == case_id else self.cases.require(case_id)
+        effects = tuple(effects) if effects is not None else tuple(self.effects_of(case))
         for effect in effects:
-            if effect.status in OPEN_STATUSES and (include_current or effect.case_version != record.version):
+            if effect.status in OPEN_STATUSES and (include_current or effect.case_version != case.version):
                 self._refuse_open(effect)
-        return Settled(record, effects)
+        return Settled(case, effects)
 
-    async def asettle(self, record_id: str, **kwargs: Any) -> Settled:
+    async def asettle(self, case_id: str, **kwargs: Any) -> Settled:
         """:meth:`settle` off the event loop (same keyword arguments)."""
-        return await asyncio.to_thread(lambda: self.settle(record_id, **kwargs))
+        return await asyncio.to_thread(lambda: self.settle(case_id, **kwargs))
 
-    def pinned(self, record_id: str, version: int, *, approval: Mapping[str, Any] | None = None) -> Decision:
+    def pinned(self, case_id: str, version: int, *, approval: Mapping[str, Any] | None = None) -> Decision:
         """The decision made earlier on ``version`` (from :meth:`Decision.to_json`, carried in a workflow
-        message), for running its effect in a later step. Reads the record but keeps the version: if the
-        record has moved since, the effect is refused (``StaleDecision``), never run on other facts."""
-        record = self.records.require(record_id)
-        earlier = tuple(e for e in self.effects_of(record) if e.case_version != version)
-        return Decision(record, earlier, dict(approval) if approval else None, id(self), version)
+        message), for running its effect in a later step. Reads the case but keeps the version: if the
+        case has moved since, the effect is refused (``StaleDecision``), never run on other facts."""
+        case = self.cases.require(case_id)
+        earlier = tuple(e for e in self.effects_of(case) if e.case_version != version)
+        return Decision(case, earlier, dict(approval) if approval else None, id(self), version)
 
     def pin(self, decision: Decision | Mapping[str, Any]) -> Decision:
         """``decision`` itself, or the decision its :meth:`Decision.to_json` describes (see :meth:`pinned`)."""
         if isinstance(decision, Decision):
             return decision
-        return self.pinned(str(decision["recordId"]), int(decision["version"]), approval=decision.get("approval"))
+        return self.pinned(str(decision["caseId"]), int(decision["version"]), approval=decision.get("approval"))
 
-    def effects_of(self, record: Record) -> list[Effect]:
-        """Every effect of ``record`` as read: its entries, with no store access, unless closed ones were moved
+    def effects_of(self, case: Case) -> list[Effect]:
+        """Every effect of ``case`` as read: its entries, with no store access, unless closed ones were moved
         to the archive (then one query)."""
-        return self.ledger.effects_for(record)
+        return self.ledger.effects_for(case)
 
-    async def adecide(self, record_id: str) -> Decision:
+    async def adecide(self, case_id: str) -> Decision:
         """:meth:`decide` off the event loop."""
-        return await asyncio.to_thread(self.decide, record_id)
+        return await asyncio.to_thread(self.decide, case_id)
 
-    async def apinned(self, record_id: str, version: int, *, approval: Mapping[str, Any] | None = None) -> Decision:
+    async def apinned(self, case_id: str, version: int, *, approval: Mapping[str, Any] | None = None) -> Decision:
         """:meth:`pinned` off the event loop."""
-        return await asyncio.to_thread(lambda: self.pinned(record_id, version, approval=approval))
+        return await asyncio.to_thread(lambda: self.pinned(case_id, version, approval=approval))
 
     async def apin(self, decision: Decision | Mapping[str, Any]) -> Decision:
         """:meth:`pin` off the event loop."""
         return await asyncio.to_thread(self.pin, decision)
 
-    async def aeffects_of(self, record: Record) -> list[Effect]:
+    async def aeffects_of(self, case: Case) -> list[Effect]:
         """:meth:`effects_of` off the event loop."""
-        return await asyncio.to_thread(self.effects_of, record)
+        return await asyncio.to_thread(self.effects_of, case)
 
     def _refuse_open(self, effect: Effect) -> None:
         remaining = self.ledger.in_flight_for(effect)
@@ -508,13 +503,13 @@ class Guard:
     def _run(
         self,
         declared: GuardedEffect,
-        record_id: str,
+        case_id: str,
         version: int,
         args: dict[str, Any],
         intent: dict[str, Any],
         *,
         loop: asyncio.AbstractEventLoop | None,
-        expected: Record | None = None,
+        expected: Case | None = None,
         part: str | None = None,
         approved: frozenset[str] = frozenset(),
     ) -> EffectResult:
@@ -526,29 +521,29 @@ class Guard:
         canonical_json(intent)
         request = declared.request_for(args, intent)
         attributes = {
-            "casekeeper.case_id": record_id,
+            "casekeeper.case_id": case_id,
             "casekeeper.case_version": version,
-            "casekeeper.effect_key": effect_key(record_id, declared.action, version, part),
+            "casekeeper.effect_key": effect_key(case_id, declared.action, version, part),
         }
 
-        def admit(record: Record, key: str) -> None:
+        def admit(case: Case, key: str) -> None:
             # A pending request guards its action: only a run that carries its approval may claim. One the
-            # record has moved past (another effect's commit) can no longer be answered: still no run
+            # case has moved past (another effect's commit) can no longer be answered: still no run
             # without an approval, and asking again replaces it.
-            pending = approvals.pending_of(record)
+            pending = approvals.pending_of(case)
             if pending is not None and pending.get("action") == declared.action:
                 request_id = str(pending.get("requestId"))
                 if request_id not in approved:
-                    detail = None if approvals.answerable(pending, record) else approvals.UNANSWERABLE
+                    detail = None if approvals.answerable(pending, case) else approvals.UNANSWERABLE
                     raise ApprovalPending(
-                        key=key, case_id=record_id, action=declared.action, request_id=request_id, detail=detail
+                        key=key, case_id=case_id, action=declared.action, request_id=request_id, detail=detail
                     )
 
         plan = CommitPlan.from_intent(intent, data=declared.data_for, review_status=self.review_status)
         with self._trace(f"effect {declared.action}", attributes):
-            # Two writes of the record: the claim (the version gate) and the outcome with its commit.
+            # Two writes of the case: the claim (the version gate) and the outcome with its commit.
             outcome = self.ledger.run(
-                case_id=record_id,
+                case_id=case_id,
                 action=declared.action,
                 decided_on_version=version,
                 call=lambda key: _resolved(declared.call(key, args), loop),
@@ -563,11 +558,11 @@ class Guard:
         effect = outcome.effect
         self._probe("F5")  # the outcome and its commit are written (docs/design.md#f5)
         with self._trace("commit_status", attributes) as span:
-            commit, record = outcome.commit, outcome.case
+            commit, case = outcome.commit, outcome.case
             if span is not None and hasattr(span, "set_attribute"):
                 span.set_attribute("casekeeper.committed", commit)
         self._probe("F6")
-        return EffectResult(effect.key, dict(effect.result or {}), outcome.replayed, commit, record)
+        return EffectResult(effect.key, dict(effect.result or {}), outcome.replayed, commit, case)
 
     # --- reconciliation ----------------------------------------------------------------------------
 
@@ -598,15 +593,15 @@ class Guard:
         still unsettled: :meth:`reconcile` remains the backstop, a person should look."""
         self._reconciler(None).rechecks_exhausted(result, rechecks)
 
-    def reconcile_effect(self, record_id: str, key: str) -> RecheckResult:
+    def reconcile_effect(self, case_id: str, key: str) -> RecheckResult:
         """Re-check one effect (from a change feed that saw its ledger row): in flight (``retry_after``
         says when to look again), settled, recorded, retried, escalated. Harmless to repeat."""
-        return self._reconciler(None).recheck(record_id, key)
+        return self._reconciler(None).recheck(case_id, key)
 
-    async def areconcile_effect(self, record_id: str, key: str) -> RecheckResult:
+    async def areconcile_effect(self, case_id: str, key: str) -> RecheckResult:
         """:meth:`reconcile_effect` off the event loop; ``async`` lookups and calls run on this loop."""
         loop = asyncio.get_running_loop()
-        return await asyncio.to_thread(lambda: self._reconciler(loop).recheck(record_id, key))
+        return await asyncio.to_thread(lambda: self._reconciler(loop).recheck(case_id, key))
 
     async def arechecks_exhausted(self, result: RecheckResult, rechecks: int) -> None:
         """:meth:`rechecks_exhausted` off the event loop (the alert sink may write)."""
@@ -649,13 +644,12 @@ class Guard:
 
         def alert(message: str, fields: dict[str, Any]) -> None:
             if self._on_escalate is not None:
-                # A record is what the core calls a case: both names, so either reader finds it.
-                self._on_escalate(message, {**fields, "recordId": fields.get("caseId")})
+                self._on_escalate(message, fields)
 
         policies = {a: policy(d) for a, d in self._effects.items() if d.lookup is not None}
         return Reconciler(
             self.ledger,
-            self.records,
+            self.cases,
             self.store,
             policies,
             alert=alert,
@@ -686,7 +680,7 @@ class GuardedEffect:
         if not action:
             raise ValueError("action must be a non-empty string")
         if not commit:
-            raise ValueError(f"effect {action!r} needs a commit: the status the record moves to once it is done")
+            raise ValueError(f"effect {action!r} needs a commit: the status the case moves to once it is done")
         if retry_same_key and lookup is None:
             raise ValueError(f"effect {action!r}: retry_same_key needs a lookup (retry only what was not found)")
         self._guard = guard
@@ -708,11 +702,11 @@ class GuardedEffect:
         return f"GuardedEffect({self.action!r})"
 
     def commit_status(self, args: Mapping[str, Any]) -> str:
-        """The status the record moves to once the effect made with ``args`` is done."""
+        """The status the case moves to once the effect made with ``args`` is done."""
         return self._commit(args) if callable(self._commit) else self._commit
 
     def data_for(self, effect: Effect) -> dict[str, Any]:
-        """The record ``data`` fields written with the commit (``commit_data_from(effect)``, or
+        """The case's ``data`` fields written with the commit (``commit_data_from(effect)``, or
         ``commit_data(result)``)."""
         if self._commit_data_from is not None:
             return dict(self._commit_data_from(effect))
@@ -746,18 +740,18 @@ class GuardedEffect:
         commit_fields: Mapping[str, Any] | None = None,
         part: str | None = None,
     ) -> EffectResult:
-        """Run the effect for ``decision`` (or its :meth:`Decision.to_json`) at most once, then commit the record.
+        """Run the effect for ``decision`` (or its :meth:`Decision.to_json`) at most once, then commit the case.
 
-        Raises ``StaleDecision`` (the record moved since the decision: nothing called; decide again),
-        ``EffectFailed`` (definite refusal, now or earlier: the record goes to the guard's review
+        Raises ``StaleDecision`` (the case moved since the decision: nothing called; decide again),
+        ``EffectFailed`` (definite refusal, now or earlier: the case goes to the guard's review
         status), ``EffectInFlight`` (another attempt may be mid-call: try later), ``NeedsReconciliation``
         (outcome unknown past the call timeout: reconciliation settles it), ``MissingCommitIntent``, and
         re-raises the call's ``OutcomeUnknown`` (or other exception) with the ledger row left ``started``.
 
-        One effect per (record, action, version, ``part``): ``part`` names one of several effects of this
+        One effect per (case, action, version, ``part``): ``part`` names one of several effects of this
         action in one decision (an order line) and joins the key. The arguments' digest is recorded with the
         claim: the same key run with other arguments raises ``ArgumentsMismatch`` (nothing called) instead of
-        replaying the first. While the record has a pending approval request for this action, the run is
+        replaying the first. While the case has a pending approval request for this action, the run is
         refused with ``ApprovalPending`` (nothing written) unless the decision carries that request's
         approval (the decision :meth:`Guard.answer` returns) or ``answer`` approves it.
 
@@ -771,7 +765,7 @@ class GuardedEffect:
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
         return self._execute(
             self,
-            decision.record_id,
+            decision.case_id,
             decision.version,
             dict(args),
             intent,
@@ -783,7 +777,7 @@ class GuardedEffect:
 
     def run_on(
         self,
-        record_id: str,
+        case_id: str,
         version: int,
         args: Mapping[str, Any],
         *,
@@ -791,20 +785,20 @@ class GuardedEffect:
         proposed_by: str | None = None,
         answer: Answer | None = None,
         commit_fields: Mapping[str, Any] | None = None,
-        record: Record | None = None,
+        case: Case | None = None,
         part: str | None = None,
     ) -> EffectResult:
-        """:meth:`run` for the decision made on ``version`` of ``record_id``, without reading the record
-        first: the version gate is the check (``StaleDecision`` if the record has moved). For a workflow
-        step that carries the decided-on version in its message. ``record``: the record as the step last
-        read it, if it has it (the claim is then written on it with no read; a record changed since costs
+        """:meth:`run` for the decision made on ``version`` of ``case_id``, without reading the case
+        first: the version gate is the check (``StaleDecision`` if the case has moved). For a workflow
+        step that carries the decided-on version in its message. ``case``: the case as the step last
+        read it, if it has it (the claim is then written on it with no read; a case changed since costs
         one re-read). ``part``, the argument digest and a pending approval request as in :meth:`run` (here
         only ``answer`` can carry the approval)."""
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-        known = record if record is not None and record.id == record_id and record.version == version else None
+        known = case if case is not None and case.id == case_id and case.version == version else None
         return self._execute(
             self,
-            record_id,
+            case_id,
             version,
             dict(args),
             intent,
@@ -816,7 +810,7 @@ class GuardedEffect:
 
     async def arun_on(
         self,
-        record_id: str,
+        case_id: str,
         version: int,
         args: Mapping[str, Any],
         *,
@@ -824,17 +818,17 @@ class GuardedEffect:
         proposed_by: str | None = None,
         answer: Answer | None = None,
         commit_fields: Mapping[str, Any] | None = None,
-        record: Record | None = None,
+        case: Case | None = None,
         part: str | None = None,
     ) -> EffectResult:
         """:meth:`run_on` off the event loop; an ``async`` call runs on this loop."""
         loop = asyncio.get_running_loop()
         intent = self._intent(args, reason, proposed_by, answer, commit_fields)
-        known = record if record is not None and record.id == record_id and record.version == version else None
+        known = case if case is not None and case.id == case_id and case.version == version else None
         return await asyncio.to_thread(
             lambda: self._execute(
                 self,
-                record_id,
+                case_id,
                 version,
                 dict(args),
                 intent,
@@ -867,7 +861,7 @@ class GuardedEffect:
             intent = self._intent(args, reason, proposed_by, answer, commit_fields)
             return self._execute(
                 self,
-                pinned.record_id,
+                pinned.case_id,
                 pinned.version,
                 dict(args),
                 intent,
@@ -910,10 +904,10 @@ def _approved(approval: Mapping[str, Any] | None, answer: Answer | None) -> froz
     return frozenset(ids)
 
 
-def _read(decision: Decision) -> Record | None:
-    """The record as the decision read it, when it is on the decided-on version: the claim is then a
+def _read(decision: Decision) -> Case | None:
+    """The case as the decision read it, when it is on the decided-on version: the claim is then a
     conditional write on it with no read first (a 412 re-reads)."""
-    return decision.record if decision.record.version == decision.version else None
+    return decision.case if decision.case.version == decision.version else None
 
 
 def _resolved(value: Any, loop: asyncio.AbstractEventLoop | None) -> Any:

@@ -1,7 +1,7 @@
 """One run's checkpoints: written where they save work, not after every superstep (rule R9).
 
-Agent Framework saves a checkpoint after every superstep, while the record and the effect ledger already hold
-every fact and decision: a run decides from the record, never from a checkpoint. A checkpoint saves work in a
+Agent Framework saves a checkpoint after every superstep, while the case and the effect ledger already hold
+every fact and decision: a run decides from the case, never from a checkpoint. A checkpoint saves work in a
 few places only, and :class:`RunCheckpoints` writes it there and nowhere else:
 
 ==========================================  ================================================================
@@ -11,22 +11,22 @@ a run paused for a person (pending          the run resumes from it when the ans
 request)
 a superstep :meth:`~RunCheckpoints.worth`   your choice: e.g. the one after a model call, so that a crash
 picks                                       after it resumes without asking the model again
-the run's end, when the record holds        it supersedes them: the newest checkpoint tells a finished run
+the run's end, when the case holds          it supersedes them: the newest checkpoint tells a finished run
 older checkpoints                           from an interrupted or paused one
 ==========================================  ================================================================
 
 Every other checkpoint is held in memory (the newest replaces the one before) and written by
-:meth:`RunCheckpoints.finish` when the run ends, unless the record holds no checkpoint at all (the storage
+:meth:`RunCheckpoints.finish` when the run ends, unless the case holds no checkpoint at all (the storage
 read them, at the latest then, and found none, or was told so with ``CaseCheckpointStorage.assume_empty``
-because the caller has just created the record): then nobody would resume it and nothing older needs
-superseding, so a run that ends writes none. A crash before the end loses only work the record already shows:
-the event is handled again, decides again from the record and the ledger, and its effects replay. A deferred
+because the caller has just created the case): then nobody would resume it and nothing older needs
+superseding, so a run that ends writes none. A crash before the end loses only work the case already shows:
+the event is handled again, decides again from the case and the ledger, and its effects replay. A deferred
 save that fails is reported exactly as the framework reports its own failed saves, so the capture
 (:mod:`casekeeper.capture`) records it (rule R7).
 
 Use::
 
-    saves = RunCheckpoints(RecordCheckpoints(store, record_id, checkpoint_types(MyMessage, ...)))
+    saves = RunCheckpoints(CaseCheckpointStorage(store, case_id, checkpoint_types(MyMessage, ...)))
     result = await workflow.run(message, checkpoint_storage=saves)
     await saves.finish()
 """
@@ -42,7 +42,7 @@ from casekeeper.checkpoints import CaseCheckpointStorage
 
 
 class RunCheckpoints:
-    """A ``CheckpointStorage`` for one run of one record, over its :class:`CaseCheckpointStorage`.
+    """A ``CheckpointStorage`` for one run of one case, over its :class:`CaseCheckpointStorage`.
 
     Pass a fresh instance per run and call :meth:`finish` when the run returns. Override :meth:`worth` to
     write more supersteps at once, :meth:`before_write` to act before a mid-run checkpoint is written, and
@@ -55,11 +55,11 @@ class RunCheckpoints:
         self.written = 0
         """How many checkpoints this run wrote."""
         self.skipped = False
-        """Whether :meth:`finish` left the run's end unwritten (the record holds no checkpoint)."""
+        """Whether :meth:`finish` left the run's end unwritten (the case holds no checkpoint)."""
 
     @property
     def storage(self) -> CaseCheckpointStorage:
-        """The record's storage the checkpoints are written to."""
+        """The case's storage the checkpoints are written to."""
         return self._storage
 
     def worth(self, checkpoint: WorkflowCheckpoint) -> bool:
@@ -118,8 +118,8 @@ class RunCheckpoints:
     # --- the end of the run ---------------------------------------------------------------------
 
     async def finish(self) -> None:
-        """Write the run's last checkpoint if it is still held and the record holds older checkpoints it must
-        supersede (a record that holds none gets none). A failure is reported as a failed save (captured),
+        """Write the run's last checkpoint if it is still held and the case holds older checkpoints it must
+        supersede (a case that holds none gets none). A failure is reported as a failed save (captured),
         never raised: the run's decision is already in the store."""
         held, self._held = self._held, None
         if held is None:

@@ -27,7 +27,7 @@ type renamed or removed                                no          the old key n
 type added                                             yes         no old checkpoint holds it
 ====================================================  ==========  =========================================
 
-A run that cannot be resumed is rebuilt from the record. Keep the schemas your last release wrote in a
+A run that cannot be resumed is rebuilt from the case. Keep the schemas your last release wrote in a
 committed manifest (like a lock file) and compare them with :func:`current` of your allow-list before
 merging (:func:`incompatibilities` names the fix); a changed type then never reaches a deploy unseen.
 """

@@ -13,7 +13,7 @@ What it does, in one process and in a few seconds:
   ``scenario | requests the supplier received | outcome``.
 
 Every number in the table is measured: request counts come from the stub's request log (filtered by the
-scenario's idempotency key), states from the record's effects (``guard.effects_of``) and the records
+scenario's idempotency key), states from the case's effects (``guard.effects_of``) and the cases
 themselves, commit counts from what ``run`` and ``guard.commit`` returned. Each scenario also checks its
 invariant; a violation is printed and makes :func:`main` return 1. :func:`main` returns 0 when every
 invariant held.
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from casekeeper import (
+    Case,
     Decision,
     Effect,
     EffectInFlight,
@@ -44,7 +45,6 @@ from casekeeper import (
     Guard,
     NeedsReconciliation,
     OutcomeUnknown,
-    Record,
     StaleDecision,
     effect_key,
     open_sqlite,
@@ -192,10 +192,10 @@ class _Demo:
                 backoffs += 1
                 time.sleep(min(exc.retry_after, _BACKOFF_CAP))
 
-    def record(self, inv: _Invoice) -> Record:
+    def case(self, inv: _Invoice) -> Case:
         found = self.guard.get(inv.case_id)
         if found is None:
-            raise AssertionError(f"no record {inv.case_id}")
+            raise AssertionError(f"no case {inv.case_id}")
         return found
 
     def supplier_requests(self, key: str) -> tuple[int, int]:
@@ -209,8 +209,8 @@ class _Demo:
         return [n for n in self.stub.notes if n["idempotencyKey"] == key]
 
     def effect_or_none(self, inv: _Invoice, key: str) -> Effect | None:
-        """The record's effect with ``key`` as the guard reads it, or ``None`` when none was claimed."""
-        return next((e for e in self.guard.effects_of(self.record(inv)) if e.key == key), None)
+        """The case's effect with ``key`` as the guard reads it, or ``None`` when none was claimed."""
+        return next((e for e in self.guard.effects_of(self.case(inv)) if e.key == key), None)
 
     def effect(self, inv: _Invoice, key: str) -> Effect:
         found = self.effect_or_none(inv, key)
@@ -243,8 +243,8 @@ def replayed_step(demo: _Demo, number: int) -> ScenarioResult:
     first = demo.run(inv, decision)
     # The resume: the checkpoint predates the superstep, so it runs the same call on the decision it carried.
     second = demo.run(inv, decision.to_json())
-    record = demo.record(inv)
-    applied = record.transition_from(1)
+    case = demo.case(inv)
+    applied = case.transition_from(1)
 
     posts, lookups = demo.supplier_requests(key)
     first_committed = first.commit == "committed"
@@ -253,14 +253,14 @@ def replayed_step(demo: _Demo, number: int) -> ScenarioResult:
     check.expect(first.result == second.result, "second run returned a different result")
     check.expect(first_committed and second.commit == "already", "status should commit exactly once")
     check.expect(applied is not None and applied.effect_key == key, "case history lacks the committed effect")
-    check.expect(record.version == 2, f"case at v{record.version}, expected v2")
+    check.expect(case.version == 2, f"case at v{case.version}, expected v2")
     how = "the recorded" if second.replayed else "a NEW call's"
     seen = {"already": "saw the status already applied", "committed": "COMMITTED AGAIN"}.get(
         second.commit, f"ended {second.commit}"
     )
     outcome = [
         f"run 1 called, got {first.result['creditNoteId']}"
-        + (f", committed (v1 -> v{record.version});" if first_committed else ", did NOT commit;"),
+        + (f", committed (v1 -> v{case.version});" if first_committed else ", did NOT commit;"),
         f"run 2 (the replay) got {how} {second.result['creditNoteId']}"
         + (", no second call;" if posts == 1 else f"; the supplier got {posts} POSTs;"),
         f"its commit {seen}.",
@@ -337,7 +337,7 @@ def stale_decision(demo: _Demo, number: int) -> ScenarioResult:
     posts, lookups = demo.supplier_requests(key)
     check.expect(posts == 0, f"supplier received {posts} POSTs, expected 0")
     check.expect(refused is not None, "the call on a stale decision was not refused")
-    # The claim is the version gate: on a moved record it is never written, so nothing is left open.
+    # The claim is the version gate: on a moved case it is never written, so nothing is left open.
     check.expect(claimed is None, f"the refused decision left a claim ({claimed.status.value if claimed else ''})")
     current = refused.current_version if refused is not None else None
     refusal = f"StaleDecision (decided on v1, case at v{current})" if refused is not None else "NOT refused"
@@ -398,12 +398,12 @@ def unknown_outcome(demo: _Demo, number: int) -> ScenarioResult:
         steps.append(f"reconciler: {recheck.outcome} ({recheck.detail}).")
 
     posts, lookups = demo.supplier_requests(key)
-    record = demo.record(inv)
+    case = demo.case(inv)
     check.expect(posts == 1, f"supplier received {posts} POSTs, expected 1")
     check.expect(len(demo.notes_for(key)) == 1, "the supplier should hold exactly one note for the key")
     check.expect(found is not None, "the lookup by key did not find the note the supplier created")
     check.expect(final.status is EffectStatus.DONE, f"the effect ended {final.status.value}, expected done")
-    check.expect(committed and record.status == DECIDED, "the case status was not committed after reconciliation")
+    check.expect(committed and case.status == DECIDED, "the case status was not committed after reconciliation")
     return ScenarioResult(number, "unknown outcome (503 after create)", posts, lookups, _wrap(steps), check.violations)
 
 
@@ -433,7 +433,7 @@ def concurrent_commits(demo: _Demo, number: int) -> ScenarioResult:
         t.start()
     for t in threads:
         t.join()
-    case = demo.record(inv)
+    case = demo.case(inv)
 
     wins = results.count(True)
     for exc in errors:

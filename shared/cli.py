@@ -29,8 +29,7 @@ from importlib import metadata
 from importlib.machinery import ModuleSpec, PathFinder
 from importlib.util import find_spec
 
-from casekeeper.errors import CasekeeperError, ConfigurationError, InvalidDocumentId
-from casekeeper.errors import RecordNotFound as CaseNotFound
+from casekeeper.errors import CasekeeperError, CaseNotFound, ConfigurationError, InvalidDocumentId
 from shared.errors import InvalidEvent
 
 Command = tuple[str, Callable[[list[str]], int]]

@@ -233,7 +233,7 @@ class Case:
         return tuple(t for t in self.history if t.effect_key == effect_key)
 
     def to_body(self) -> dict[str, Any]:
-        """The record as its stored document body (what ``from_document`` reads back)."""
+        """The case as its stored document body (what ``from_document`` reads back)."""
         return {
             "id": self.id,
             "kind": "case",
@@ -338,7 +338,7 @@ class CaseRepository:
             return self.require(case_id), False
 
     def get(self, case_id: str) -> Case | None:
-        """The record with this id, or ``None``: one point read."""
+        """The case with this id, or ``None``: one point read."""
         doc = self._store.read(CASES, case_id, case_id)
         return Case.from_document(doc) if doc is not None else None
 

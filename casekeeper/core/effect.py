@@ -165,7 +165,7 @@ def left_version_alert(effect: Effect, case_version: int, reason: str) -> tuple[
 def superseded_by_ignorance(current: Effect) -> bool:
     """Closed by someone who did not know that our call succeeded: a stale refusal (which called nothing),
     an escalation, a person's ``failed`` (they found no note, and ours was still on its way), or a later
-    attempt's refusal. Only a ``done`` stands against a success: the effect happened, so the record must say
+    attempt's refusal. Only a ``done`` stands against a success: the effect happened, so the ledger must say
     so, and the money rule must count it."""
     return current.status in (EffectStatus.NEEDS_RECONCILIATION, EffectStatus.FAILED)
 
@@ -200,7 +200,7 @@ def with_outcome(
 
 def late_done(closed: Effect, result: dict[str, Any], *, source: str) -> Effect:
     """``done`` with ``result`` over ``closed``, which someone closed without knowing that our call (by
-    ``source``) succeeded (:func:`superseded_by_ignorance`): the effect happened, so the record must say so.
+    ``source``) succeeded (:func:`superseded_by_ignorance`): the effect happened, so the ledger must say so.
     Its history names what it replaced; raise the ``late_outcome`` alert (:func:`late_outcome_alert`) with it."""
     return _evolve(
         closed,

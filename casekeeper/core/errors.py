@@ -14,7 +14,7 @@
     │   ├── CaseTooLarge                 no         the write would take the case past its size bound
     │   ├── CheckpointUnusable           no         this build cannot resume a stored checkpoint: rebuild
     │   ├── ApprovalNotPending           no         the answered request is not pending: answered, withdrawn
-    │   └── StaleApproval                no         answered on a version the record has left (rule R6)
+    │   └── StaleApproval                no         answered on a version the case has left (rule R6)
     ├── EffectError                      no         about one guarded side effect (key, case, action)
     │   ├── EffectInFlight               yes        another attempt is mid-call: retry after ``retry_after``
     │   ├── NeedsReconciliation          no         started long ago, outcome unknown: never retry blindly

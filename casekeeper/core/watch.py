@@ -1,10 +1,10 @@
-"""The alert port, and what a watch over records asks it to raise.
+"""The alert port, and what a watch over cases asks it to raise.
 
-A **watch** is the application's judgment of a record as it is about to be written: a function of the
-record that returns the :class:`Finding` s it warrants (an invariant of the application's own, such as a
+A **watch** is the application's judgment of a case as it is about to be written: a function of the
+case that returns the :class:`Finding` s it warrants (an invariant of the application's own, such as a
 money rule: "more was requested than the facts justify"). The case repository asks it before every write
-of a record, whoever writes (a decision, a fact, an outcome recorded late, a person, a reconciler), and
-raises each finding the record as read did not already carry through the :class:`AlertSink`, *before*
+of a case, whoever writes (a decision, a fact, an outcome recorded late, a person, a reconciler), and
+raises each finding the case as read did not already carry through the :class:`AlertSink`, *before*
 the write: a write that lands has had its alerts recorded, and one that fails raises them again when it is
 retried (an alert is recorded once per kind and dedupe key).
 """

@@ -1,11 +1,11 @@
-"""Stores: where records, the effect ledger, checkpoints and health records live.
+"""Stores: where cases, the effect ledger, checkpoints and health records live.
 
 Every store implements one protocol, :class:`DocumentStore` (conditional writes over JSON documents in
 four containers: ``cases``, ``effects``, ``checkpoints``, ``health``), and passes one contract suite.
 docs/guard.md#stores says what a store must provide and how to run the suite against a new one.
 Every id must be one every store can keep: :func:`id_problem` says what is wrong with one (at most
 :data:`MAX_ID_LENGTH` characters), :func:`storable_id` turns any text into one. :data:`CASES` names the
-records' container; :func:`decode_all` decodes query results, skipping (and reporting) a malformed one.
+cases' container; :func:`decode_all` decodes query results, skipping (and reporting) a malformed one.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Customer refund on Agent Framework, guarded by ``casekeeper``.
 
-    refund.requested -> decide (pinned record version) -> propose an amount -> above the threshold, ask a
+    refund.requested -> decide (pinned case version) -> propose an amount -> above the threshold, ask a
     person -> call the payments service once -> commit "refunded"
 
 Messages are routed by type: ``Proposal`` only reaches the gate, ``Payable`` only the payment.
 
-A record per refund request holds the facts (``paid``: what the customer paid, ``requested``: what they
+A case per refund request holds the facts (``paid``: what the customer paid, ``requested``: what they
 ask back). The amount is what was requested, capped by what was paid less what was already refunded.
-An answer to an approval starts a new run from the record (the record holds the pending request), so a
+An answer to an approval starts a new run from the case (the case holds the pending request), so a
 run never waits inside the workflow and a deploy never strands one.
 
 The guard's lines are the statements that name the guard, the declared effect (``pay_once``) or anything
@@ -25,7 +25,7 @@ from typing import Any, Never
 from agent_framework import Executor, Workflow, WorkflowBuilder, WorkflowContext, handler
 
 from casekeeper import CaseError, DocumentStore, DownstreamError, EffectError, Guard
-from casekeeper.agent import RecordCheckpoints, RunCheckpoints, capturing
+from casekeeper.agent import CaseCheckpointStorage, RunCheckpoints, capturing
 from examples.refund.payments import Payments
 
 THRESHOLD = Decimal("100")
@@ -36,16 +36,16 @@ REQUESTED, REFUNDED = "requested", "refunded"
 
 @dataclass
 class RefundRequested:
-    """Start (or redo) the decision for one refund record."""
+    """Start (or redo) the decision for one refund case."""
 
-    record_id: str
+    case_id: str
 
 
 @dataclass
 class ApprovalAnswered:
-    """A person's answer to an approval request, given on record version ``on_version``."""
+    """A person's answer to an approval request, given on case version ``on_version``."""
 
-    record_id: str
+    case_id: str
     request_id: str
     approve: bool
     by: str
@@ -54,9 +54,9 @@ class ApprovalAnswered:
 
 @dataclass
 class Proposal:
-    """An amount decided on a pinned record version (``decision``: ``Decision.to_json()``, plain JSON)."""
+    """An amount decided on a pinned case version (``decision``: ``Decision.to_json()``, plain JSON)."""
 
-    record_id: str
+    case_id: str
     decision: dict[str, Any]
     amount: str
 
@@ -71,9 +71,9 @@ class Payable:
 @dataclass
 class Outcome:
     """What a run did: ``refunded``, ``awaiting_approval``, ``waiting`` (an earlier outcome is unknown),
-    ``stale`` (the record changed: decide again), ``refused``, ``rejected``, ``ignored``, ``nothing_to_do``."""
+    ``stale`` (the case changed: decide again), ``refused``, ``rejected``, ``ignored``, ``nothing_to_do``."""
 
-    record_id: str
+    case_id: str
     outcome: str
     detail: str = ""
     replayed: bool = False
@@ -91,7 +91,7 @@ class RefundApp:
 
     def pay(self, key: str, args: Mapping[str, Any]) -> dict[str, Any]:
         """The guarded call: ``key`` is forwarded as the payment's idempotency key."""
-        return self.payments.pay(key, args["recordId"], args["amount"])
+        return self.payments.pay(key, args["caseId"], args["amount"])
 
     def workflow(self) -> Workflow:
         """A new workflow object (one per run: a ``Workflow`` keeps state between runs)."""
@@ -106,15 +106,15 @@ class RefundApp:
         )
 
     async def handle(self, message: RefundRequested | ApprovalAnswered) -> Outcome:
-        """Run the workflow for one event, with the record's checkpoints (written where they save work: the
+        """Run the workflow for one event, with the case's checkpoints (written where they save work: the
         run never pauses inside the workflow, so only its end, and only over an older one); returns the
         run's outcome."""
-        saves = RunCheckpoints(RecordCheckpoints(self.guard.store, message.record_id, (*MESSAGES, Outcome)))
-        with capturing(message.record_id, WORKFLOW_NAME):
+        saves = RunCheckpoints(CaseCheckpointStorage(self.guard.store, message.case_id, (*MESSAGES, Outcome)))
+        with capturing(message.case_id, WORKFLOW_NAME):
             result = await self.workflow().run(message, checkpoint_storage=saves)
             await saves.finish()  # the run's end, written only if it supersedes an older checkpoint
         outcomes = [o for o in result.get_outputs() if isinstance(o, Outcome)]
-        return outcomes[-1] if outcomes else Outcome(message.record_id, "nothing_to_do", "the run gave no outcome")
+        return outcomes[-1] if outcomes else Outcome(message.case_id, "nothing_to_do", "the run gave no outcome")
 
 
 MESSAGES = (RefundRequested, ApprovalAnswered, Proposal, Payable)
@@ -132,40 +132,40 @@ class _Step(Executor):
         super().__init__(id=type(self).__name__.lower())
         self.app = app
 
-    async def refused(self, exc: Exception, record_id: str, ctx: WorkflowContext[Any, Outcome]) -> None:
-        await ctx.yield_output(Outcome(record_id, WAIT.get(type(exc).__name__, "waiting"), str(exc)))
+    async def refused(self, exc: Exception, case_id: str, ctx: WorkflowContext[Any, Outcome]) -> None:
+        await ctx.yield_output(Outcome(case_id, WAIT.get(type(exc).__name__, "waiting"), str(exc)))
 
 
 class Intake(_Step):
-    """Pin the decision to the record's version (settling what a crash left first), or take an answer."""
+    """Pin the decision to the case's version (settling what a crash left first), or take an answer."""
 
     @handler
     async def on_request(self, msg: RefundRequested, ctx: WorkflowContext[Proposal, Outcome]) -> None:
         try:
-            decision = await self.app.guard.adecide(msg.record_id)
+            decision = await self.app.guard.adecide(msg.case_id)
         except (EffectError, CaseError) as exc:
-            return await self.refused(exc, msg.record_id, ctx)
-        if decision.record.status != REQUESTED:
-            await ctx.yield_output(Outcome(msg.record_id, "nothing_to_do", f"record is {decision.record.status}"))
+            return await self.refused(exc, msg.case_id, ctx)
+        if decision.case.status != REQUESTED:
+            await ctx.yield_output(Outcome(msg.case_id, "nothing_to_do", f"case is {decision.case.status}"))
             return None
         refunded = sum((Decimal(e.request["args"]["amount"]) for e in decision.done("refund")), Decimal(0))
         facts = decision.facts
         amount = min(Decimal(facts["requested"]), Decimal(facts["paid"]) - refunded)
-        await ctx.send_message(Proposal(msg.record_id, decision.to_json(), str(amount)))
+        await ctx.send_message(Proposal(msg.case_id, decision.to_json(), str(amount)))
         return None
 
     @handler
     async def on_answer(self, msg: ApprovalAnswered, ctx: WorkflowContext[Payable, Outcome]) -> None:
         answer = {"approve": msg.approve, "by": msg.by, "on_version": msg.on_version}
         try:
-            decision = await self.app.guard.aanswer(msg.record_id, msg.request_id, **answer)
+            decision = await self.app.guard.aanswer(msg.case_id, msg.request_id, **answer)
         except (EffectError, CaseError) as exc:
-            return await self.refused(exc, msg.record_id, ctx)
+            return await self.refused(exc, msg.case_id, ctx)
         if decision is None:
-            await ctx.yield_output(Outcome(msg.record_id, "rejected", f"rejected by {msg.by}"))
+            await ctx.yield_output(Outcome(msg.case_id, "rejected", f"rejected by {msg.by}"))
             return None
         amount = str(decision.approval["details"]["amount"]) if decision.approval else "0"
-        await ctx.send_message(Payable(Proposal(msg.record_id, decision.to_json(), amount)))
+        await ctx.send_message(Payable(Proposal(msg.case_id, decision.to_json(), amount)))
         return None
 
 
@@ -175,13 +175,13 @@ class Propose(_Step):
     @handler
     async def on_proposal(self, p: Proposal, ctx: WorkflowContext[Proposal, Outcome]) -> None:
         if Decimal(p.amount) <= 0:
-            await ctx.yield_output(Outcome(p.record_id, "nothing_to_do", "nothing left to refund"))
+            await ctx.yield_output(Outcome(p.case_id, "nothing_to_do", "nothing left to refund"))
             return
         await ctx.send_message(p)
 
 
 class Gate(_Step):
-    """Above the threshold, ask a person (on the record's version) instead of paying."""
+    """Above the threshold, ask a person (on the case's version) instead of paying."""
 
     @handler
     async def on_proposal(self, p: Proposal, ctx: WorkflowContext[Payable, Outcome]) -> None:
@@ -191,20 +191,20 @@ class Gate(_Step):
         try:
             request = await self.app.guard.aask(p.decision, "refund", {"amount": p.amount})
         except EffectError as exc:
-            return await self.refused(exc, p.record_id, ctx)
-        await ctx.yield_output(Outcome(p.record_id, "awaiting_approval", request.request_id))
+            return await self.refused(exc, p.case_id, ctx)
+        await ctx.yield_output(Outcome(p.case_id, "awaiting_approval", request.request_id))
         return None
 
 
 class Pay(_Step):
-    """Pay once, through the guard, then the record is committed ``refunded``."""
+    """Pay once, through the guard, then the case is committed ``refunded``."""
 
     @handler
     async def on_payable(self, msg: Payable, ctx: WorkflowContext[Never, Outcome]) -> None:
         p = msg.proposal
         try:
-            done = await self.app.pay_once.arun(p.decision, {"recordId": p.record_id, "amount": p.amount})
+            done = await self.app.pay_once.arun(p.decision, {"caseId": p.case_id, "amount": p.amount})
         except (EffectError, DownstreamError) as exc:
-            return await self.refused(exc, p.record_id, ctx)
-        await ctx.yield_output(Outcome(p.record_id, REFUNDED, done.commit, done.replayed))
+            return await self.refused(exc, p.case_id, ctx)
+        await ctx.yield_output(Outcome(p.case_id, REFUNDED, done.commit, done.replayed))
         return None

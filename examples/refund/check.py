@@ -7,8 +7,8 @@ file in ``env.directory``, so a restarted workflow meets the same service) whose
 and the fact source: a refund request opened with what the customer paid and asks back, the request
 changed, the workflow run for a ``refund.requested`` event, a person's answer to an approval.
 
-Two invariants of the refund's own beside the checker's: what was refunded for a record never exceeds
-what the customer paid (unless the guard names a late refund that no decision could hold back), and no record
+Two invariants of the refund's own beside the checker's: what was refunded for a case never exceeds
+what the customer paid (unless the guard names a late refund that no decision could hold back), and no case
 is left ``approved`` with nothing to pay it (seed 40 found one: facts changed after the approval, before the
 payment; the guard now lets such an approval lapse).
 """
@@ -43,46 +43,46 @@ class RefundFacts:
     def __init__(self, app: RefundApp) -> None:
         self.app = app
 
-    def open(self, record_id: str, n: int) -> None:
+    def open(self, case_id: str, n: int) -> None:
         facts = {"paid": str(paid(n)), "requested": str(asked(n, paid(n)))}
-        self.app.guard.create(record_id, facts, status=REQUESTED)
+        self.app.guard.create(case_id, facts, status=REQUESTED)
 
-    def change(self, record_id: str, n: int) -> None:
-        record = self.app.guard.get(record_id)
-        if record is not None:
-            requested = asked(n, Decimal(record.facts["paid"]))
-            self.app.guard.update(record_id, record.version, {"requested": str(requested)}, reason="request changed")
+    def change(self, case_id: str, n: int) -> None:
+        case = self.app.guard.get(case_id)
+        if case is not None:
+            requested = asked(n, Decimal(case.facts["paid"]))
+            self.app.guard.update(case_id, case.version, {"requested": str(requested)}, reason="request changed")
 
-    def run(self, record_id: str) -> None:
-        asyncio.run(self.app.handle(RefundRequested(record_id)))
+    def run(self, case_id: str) -> None:
+        asyncio.run(self.app.handle(RefundRequested(case_id)))
 
     def answer(self, request: ApprovalRequest, approve: bool, by: str) -> None:
-        answer = ApprovalAnswered(request.record_id, request.request_id, approve, by, request.version)
+        answer = ApprovalAnswered(request.case_id, request.request_id, approve, by, request.version)
         asyncio.run(self.app.handle(answer))
 
 
 def refunded_within_paid(view: View) -> Iterator[str]:
-    """What the payments service refunded for a record never exceeds what the customer paid, unless a
-    ``late_outcome`` alert names the record: a refund that landed after its call timeout, once the record had
+    """What the payments service refunded for a case never exceeds what the customer paid, unless a
+    ``late_outcome`` alert names the case: a refund that landed after its call timeout, once the case had
     moved on (a stalled call), is one no decision could hold back; the guard records it and says so. Judged at
     quiescent points, where the late watch has looked every such refund up (the journal only grows)."""
     if not view.quiescent:
         return
     late = {a["fields"].get("caseId") for a in view.alerts if a["kind"] == "late_outcome"}
-    for record_id, record in view.records.items():
-        refunded = sum((Decimal(a["amount"]) for a in view.journal if a["recordId"] == record_id), Decimal(0))
-        if refunded > Decimal(record.facts["paid"]) and record_id not in late:
-            yield f"{record_id}: refunded {refunded}, paid {record.facts['paid']}"
+    for case_id, case in view.cases.items():
+        refunded = sum((Decimal(a["amount"]) for a in view.journal if a["caseId"] == case_id), Decimal(0))
+        if refunded > Decimal(case.facts["paid"]) and case_id not in late:
+            yield f"{case_id}: refunded {refunded}, paid {case.facts['paid']}"
 
 
 def never_stuck_approved(view: View) -> Iterator[str]:
-    """At a quiescent point no record waits in ``approved``: its approved refund was paid (``refunded``), or
+    """At a quiescent point no case waits in ``approved``: its approved refund was paid (``refunded``), or
     the approval lapsed when the facts changed before the payment (back to ``requested``, decided again)."""
     if not view.quiescent:
         return
-    for record_id, record in view.records.items():
-        if record.status == "approved":
-            yield f"{record_id}: approved at v{record.version}, and nothing will pay it or ask again"
+    for case_id, case in view.cases.items():
+        if case.status == "approved":
+            yield f"{case_id}: approved at v{case.version}, and nothing will pay it or ask again"
 
 
 def checked(app: RefundApp) -> Workflow:

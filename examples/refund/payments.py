@@ -24,7 +24,7 @@ from typing import Any
 from casekeeper import DownstreamRejected, OutcomeUnknown
 
 _SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS payments (key TEXT PRIMARY KEY, record_id TEXT, amount TEXT, payment_id TEXT)",
+    "CREATE TABLE IF NOT EXISTS payments (key TEXT PRIMARY KEY, case_id TEXT, amount TEXT, payment_id TEXT)",
     "CREATE TABLE IF NOT EXISTS requests (n INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT)",
     "CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT)",
 )
@@ -47,8 +47,8 @@ class Payments:
         finally:
             db.close()
 
-    def pay(self, key: str, record_id: str, amount: str) -> dict[str, Any]:
-        """Refund ``amount`` for ``record_id`` under idempotency key ``key``; returns the payment."""
+    def pay(self, key: str, case_id: str, amount: str) -> dict[str, Any]:
+        """Refund ``amount`` for ``case_id`` under idempotency key ``key``; returns the payment."""
         if Decimal(amount) <= 0:
             raise DownstreamRejected(f"amount must be positive, got {amount}", status=422)
         with self._db() as db:
@@ -56,8 +56,8 @@ class Payments:
             if self._setting(db, "refuse"):
                 raise DownstreamRejected("refused by the payments service", status=409)
             db.execute(
-                "INSERT OR IGNORE INTO payments (key, record_id, amount, payment_id) VALUES (?, ?, ?, ?)",
-                (key, record_id, amount, f"pay-{uuid.uuid4().hex[:12]}"),
+                "INSERT OR IGNORE INTO payments (key, case_id, amount, payment_id) VALUES (?, ?, ?, ?)",
+                (key, case_id, amount, f"pay-{uuid.uuid4().hex[:12]}"),
             )
             if self._setting(db, "die_after_paying"):
                 os._exit(17)
@@ -73,8 +73,8 @@ class Payments:
     def find(self, key: str) -> dict[str, Any] | None:
         """The payment made with ``key``, or ``None``."""
         with self._db() as db:
-            row = db.execute("SELECT record_id, amount, payment_id FROM payments WHERE key = ?", (key,)).fetchone()
-        return None if row is None else {"recordId": row[0], "amount": row[1], "paymentId": row[2]}
+            row = db.execute("SELECT case_id, amount, payment_id FROM payments WHERE key = ?", (key,)).fetchone()
+        return None if row is None else {"caseId": row[0], "amount": row[1], "paymentId": row[2]}
 
     def set(self, name: str, on: bool = True) -> None:
         """Turn a behaviour on or off: ``refuse``, ``lose_reply`` (next request only), ``die_after_paying``,
@@ -85,11 +85,11 @@ class Payments:
             else:
                 db.execute("DELETE FROM settings WHERE name = ?", (name,))
 
-    def payments(self, record_id: str | None = None) -> list[dict[str, Any]]:
-        """Every payment made (of ``record_id``)."""
+    def payments(self, case_id: str | None = None) -> list[dict[str, Any]]:
+        """Every payment made (of ``case_id``)."""
         with self._db() as db:
-            rows = db.execute("SELECT key, record_id, amount FROM payments ORDER BY rowid").fetchall()
-        return [{"key": k, "recordId": r, "amount": a} for k, r, a in rows if record_id in (None, r)]
+            rows = db.execute("SELECT key, case_id, amount FROM payments ORDER BY rowid").fetchall()
+        return [{"key": k, "caseId": r, "amount": a} for k, r, a in rows if case_id in (None, r)]
 
     def requests(self) -> int:
         """How many requests reached the service."""

@@ -3,7 +3,7 @@
     ticket.opened -> triage (decide on the pinned ticket version: the lines not refunded yet) -> above 150
     in all, ask a person -> refund each line once (one effect per line, named by ``part``) -> "refunded"
 
-A ticket is a record: ``customer`` and ``lines`` (line id -> the amount to refund). Each line is its own
+A ticket is a case: ``customer`` and ``lines`` (line id -> the amount to refund). Each line is its own
 effect of the one action ``refund`` in the one decision, named by its line id (``part=``): its own
 idempotency key, its own payment, and a second run of the decision replays both. The last line's commit
 moves the ticket to ``refunded``; the lines before it to ``refunding``, so a run stopped between two lines
@@ -11,7 +11,7 @@ is finished by the next from the lines still left.
 
 Above the threshold a person approves the lines left. While the request waits, the guard refuses any
 refund of the ticket that does not carry the approval; a change of the ticket's facts closes the request
-(the ticket goes back to ``open``) and an answer to it is stale. An answer starts a new run from the record,
+(the ticket goes back to ``open``) and an answer to it is stale. An answer starts a new run from the case,
 so no run waits inside the workflow. Lines a person approved stay approved at their amounts: a run stopped
 after the approval finishes them without asking again.
 
@@ -137,7 +137,7 @@ def after_line(args: Mapping[str, Any]) -> str:
 
 def approved_lines(decision: Decision) -> dict[str, str]:
     """The lines (and amounts) a person approved on this ticket: the guard's record of the last answer."""
-    answered = decision.record.data.get("approval") or {}
+    answered = decision.case.data.get("approval") or {}
     return dict((answered.get("details") or {}).get("lines") or {}) if answered.get("approved") else {}
 
 
@@ -170,9 +170,9 @@ class Intake(_Step):
             decision = await self.app.guard.adecide(msg.ticket_id)
         except (EffectError, CaseError) as exc:
             return await self.refused(exc, msg.ticket_id, ctx)
-        status = decision.record.status
+        status = decision.case.status
         if status == AWAITING:
-            pending = decision.record.data.get("pendingApproval") or {}
+            pending = decision.case.data.get("pendingApproval") or {}
             await ctx.yield_output(Outcome(msg.ticket_id, AWAITING, str(pending.get("requestId"))))
             return None
         if status not in (OPEN, REFUNDING):

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from casekeeper import Clock, DocumentStore, Effect, Guard, Record, SystemClock, checkpoint_decoding
+from casekeeper import Case, Clock, DocumentStore, Effect, Guard, SystemClock, checkpoint_decoding
 from casekeeper.capture import install as install_capture
-from casekeeper.records import Ledger, Reconciler
-from casekeeper.records import RecordRepository as CaseRepository
+from casekeeper.cases import CaseRepository, Ledger, Reconciler
 from shared.app.alerts import Alerter
 from shared.app.operations import Operations
 from shared.app.retention import RetainingStore, backend
@@ -246,7 +245,7 @@ def build_operations(
     clock = clock or SystemClock()
     alerts = Alerter(store, clock, webhook_url=settings.alert_webhook_url, notify_grace=settings.alert_notify_grace)
 
-    def effects_for(case: Record) -> list[Effect]:
+    def effects_for(case: Case) -> list[Effect]:
         return ledger.effects_for(case)  # the ledger below: made before any case is written
 
     # Every write of a case is judged by the money rule before it lands, whoever writes it: more requested than

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from casekeeper import Clock, DocumentStore
-from casekeeper.records import Ledger, Reconciler
-from casekeeper.records import RecordRepository as CaseRepository
+from casekeeper.cases import CaseRepository, Ledger, Reconciler
 from shared.app.alerts import Alerter
 from shared.messaging import DeadLetterQueue
 from shared.supplier.portal import SupplierPortal

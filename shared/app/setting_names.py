@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from casekeeper.records import DEFAULT_CALL_TIMEOUT, DEFAULT_LATE_WATCH
+from casekeeper.cases import DEFAULT_CALL_TIMEOUT, DEFAULT_LATE_WATCH
 from shared.workflow.model_client import DEFAULT_API_VERSION
 
 MAX_MODEL_TIMEOUT = 120.0

@@ -316,7 +316,7 @@ async def _note_model_failure(deps: CaseEventDeps, event: ev.CaseEvent, error: C
         fields["deployment"] = error.deployment
     try:
         await asyncio.to_thread(
-            deps.guard.records.note, event.case_id, f"model unavailable: {error.reason}; {then}", **fields
+            deps.guard.cases.note, event.case_id, f"model unavailable: {error.reason}; {then}", **fields
         )
     except CasekeeperError as exc:  # the note is for people; the retry must not depend on it
         log.warning(

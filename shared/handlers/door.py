@@ -53,8 +53,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from casekeeper import AlreadyExists, ConcurrencyConflict, Document, DocumentStore, StoreError, approval_request_id
-from casekeeper import Record as Case
+from casekeeper import (
+    AlreadyExists,
+    Case,
+    ConcurrencyConflict,
+    Document,
+    DocumentStore,
+    StoreError,
+    approval_request_id,
+)
 from shared.domain.order import instant
 from shared.workflow.approval import pending_ref
 

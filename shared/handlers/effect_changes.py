@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from casekeeper import Document, Effect, EffectStatus, Guard, Record
-from casekeeper.records import entries_of
+from casekeeper import Case, Document, Effect, EffectStatus, Guard
+from casekeeper.cases import entries_of
 from shared.app.telemetry import Telemetry
 from shared.handlers.case_events import schedule_recheck
 from shared.messaging import EventSender
@@ -74,7 +74,7 @@ def open_entries_from_change(raw: Mapping[str, Any]) -> list[Effect] | None:
         return []
     body = {k: v for k, v in raw.items() if not k.startswith("_")}
     doc = Document("cases", str(raw["id"]), str(raw["id"]), body, str(raw.get("_etag", "")), float(raw.get("_ts", 0)))
-    case = Record.from_document(doc)
+    case = Case.from_document(doc)
     return [e for e in entries_of(case) if e.status is EffectStatus.STARTED or e.watching]
 
 

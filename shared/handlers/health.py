@@ -38,12 +38,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from casekeeper import RECONCILED_SUFFIX, Document, DocumentStore, EffectStatus, Query
-from casekeeper import Record as Case
+from casekeeper import RECONCILED_SUFFIX, Case, Document, DocumentStore, EffectStatus, Query
 from casekeeper.capture import failures_since, mark_alerted
+from casekeeper.cases import DEFAULT_CALL_TIMEOUT, CaseRepository, Ledger, entries_of
 from casekeeper.checkpoints import CaseCheckpointStorage
-from casekeeper.records import DEFAULT_CALL_TIMEOUT, Ledger, entries_of
-from casekeeper.records import RecordRepository as CaseRepository
 from casekeeper.stores import CASES, decode_all
 from shared.app.alerts import Alerter
 from shared.domain import events as ev

@@ -43,9 +43,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from casekeeper import Clock, DocumentStore, StoreError, StoreUnavailable
-from casekeeper import Record as Case
-from casekeeper.records import RecordRepository as CaseRepository
+from casekeeper import Case, Clock, DocumentStore, StoreError, StoreUnavailable
+from casekeeper.cases import CaseRepository
 from casekeeper.stores import id_problem
 from shared.domain import events as ev
 from shared.errors import InvalidEvent, QueueUnavailable

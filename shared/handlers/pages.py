@@ -33,8 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-from casekeeper import Clock, approval_request_id
-from casekeeper import Record as Case
+from casekeeper import Case, Clock, approval_request_id
 from casekeeper.errors import CasekeeperError, InvalidDocumentId, StoreError
 from shared.app.alerts import Alerter
 from shared.domain.invoice import Status

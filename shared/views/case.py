@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from casekeeper import Answer, DocumentStore, Effect
-from casekeeper import Record as Case
+from casekeeper import Answer, Case, DocumentStore, Effect
+from casekeeper.cases import CaseRepository, Ledger
 from casekeeper.checkpoints import CaseCheckpointStorage
-from casekeeper.records import Ledger
-from casekeeper.records import RecordRepository as CaseRepository
 from shared.domain.invoice import AWAITING_INVOICE
 from shared.views.rejected import rejected_events
 from shared.views.runs import CheckpointView, inspect_checkpoint

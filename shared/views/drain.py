@@ -20,7 +20,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from casekeeper import Record as Case
+from casekeeper import Case
 from casekeeper.checkpoints import CHECKPOINTS, CaseCheckpointStorage, CheckpointRecord
 from casekeeper.errors import ConcurrencyConflict
 from casekeeper.stores import CASES, Document, DocumentStore, Query, walk

@@ -6,7 +6,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
-from casekeeper.records import OPEN_STATUSES, Effect, EffectStatus, Ledger
+from casekeeper.cases import OPEN_STATUSES, Effect, EffectStatus, Ledger
 from casekeeper.stores import EFFECTS, DocumentStore, Query, walk
 from shared.views.text import age_text, short
 

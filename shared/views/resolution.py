@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from casekeeper import OPEN_STATUSES, Clock, Effect, EffectStatus
+from casekeeper.cases import CaseRepository, Ledger, Reconciler
 from casekeeper.errors import InvalidDocumentId, OutcomeAlreadyRecorded
-from casekeeper.records import Ledger, Reconciler
-from casekeeper.records import RecordRepository as CaseRepository
 from casekeeper.stores import id_problem
 from shared.views.text import age_text, short
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from casekeeper import Effect, EffectStatus, Guard, GuardedEffect, Record
-from casekeeper.records import Finding
+from casekeeper import Case, Effect, EffectStatus, Guard, GuardedEffect
+from casekeeper.cases import Finding
 from shared.domain.credit import CreditRequest, Position, over_requested, position
 from shared.domain.invoice import Action, InvoiceFacts, Status
 from shared.domain.money import amount_text, parse_amount
@@ -139,8 +139,8 @@ OVER_REQUESTED = "over_requested"
 """The alert kind: a case requested more than its newest facts owe."""
 
 
-def money_watch(effects_for: Callable[[Record], Iterable[Effect]]) -> Callable[[Record], list[Finding]]:
-    """The guard's watch over the money rule (``casekeeper.records.Watch``): for a case about to be written,
+def money_watch(effects_for: Callable[[Case], Iterable[Effect]]) -> Callable[[Case], list[Finding]]:
+    """The guard's watch over the money rule (``casekeeper.cases.Watch``): for a case about to be written,
     an ``over_requested`` finding when what it requested exceeds what its facts owe, once per excess
     (the dedupe key is the case and the excess). Every write of a case goes through the guard's watch, so
     whichever path made the excess (a decision, a fact, an outcome recorded late, a person, reconciliation)
@@ -149,7 +149,7 @@ def money_watch(effects_for: Callable[[Record], Iterable[Effect]]) -> Callable[[
     ``effects_for(case)``: the case's effects as the decision reads them (its entries, and the archive when
     some were moved there)."""
 
-    def watch(case: Record) -> list[Finding]:
+    def watch(case: Case) -> list[Finding]:
         # Nothing requested, nothing over-requested: most writes are judged without parsing anything.
         if (
             not any(

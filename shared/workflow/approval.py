@@ -11,18 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from casekeeper import Record
+from casekeeper import Case
 from shared.workflow.messages import PENDING_APPROVAL, ApprovalRequest
 
 
 def pending_request(
-    case: Record | Mapping[str, Any], request_type: type[ApprovalRequest] = ApprovalRequest
+    case: Case | Mapping[str, Any], request_type: type[ApprovalRequest] = ApprovalRequest
 ) -> ApprovalRequest | None:
     """The approval request ``case`` (a case, or its ``data``) waits for; ``None`` when none is pending or
     what is stored is not a request (a damaged document is not a pending approval). ``request_type``: the
     type the running build makes requests of, when the caller holds it (the workflow's gate, whose type a
     release may change)."""
-    data = case.data if isinstance(case, Record) else case
+    data = case.data if isinstance(case, Case) else case
     stored = data.get(PENDING_APPROVAL)
     if not isinstance(stored, Mapping) or not stored.get("requestId"):
         return None
@@ -32,7 +32,7 @@ def pending_request(
         return None
 
 
-def pending_ref(case: Record) -> tuple[str, int] | None:
+def pending_ref(case: Case) -> tuple[str, int] | None:
     """The id of the request ``case`` waits for and the version it was asked on: all the door needs to
     judge an answer, read from the same stored request without requiring the rest of it."""
     stored = case.data.get(PENDING_APPROVAL)

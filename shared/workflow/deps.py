@@ -9,9 +9,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from casekeeper import Guard, GuardedEffect, Record
-from casekeeper.records import AlertSink, Ledger
-from casekeeper.records import RecordRepository as CaseRepository
+from casekeeper import Case, Guard, GuardedEffect
+from casekeeper.cases import AlertSink, CaseRepository, Ledger
 from shared.domain.invoice import Rules
 from shared.ports import NoTelemetry, WorkflowTelemetry
 from shared.workflow.actions import declare_credit_note
@@ -23,7 +22,7 @@ class RunKnowledge:
     """What one run knows before it starts: the case as its event just wrote it (the run's first read of it is
     skipped), and whether the event created it (then it has no effects yet, and none are read)."""
 
-    known_case: Record | None = None
+    known_case: Case | None = None
     new_case: bool = False
 
 
@@ -32,7 +31,7 @@ _RUN: ContextVar[RunKnowledge] = ContextVar("casekeeper_workflow_run", default=_
 
 
 @contextmanager
-def run_knowing(known_case: Record | None, *, new_case: bool = False) -> Iterator[None]:
+def run_knowing(known_case: Case | None, *, new_case: bool = False) -> Iterator[None]:
     """Within this block (and the tasks and threads it starts, which copy the context), the workflow's
     executors see ``known_case`` and ``new_case`` as their run's (:attr:`WorkflowDeps.known_case`).
 
@@ -79,7 +78,7 @@ class WorkflowDeps:
             self.credit_note = declare_credit_note(self.guard, self.supplier)
 
     @property
-    def known_case(self) -> Record | None:
+    def known_case(self) -> Case | None:
         """For the current run (:func:`run_knowing`): the case as the event just wrote it; ``None`` otherwise."""
         return _RUN.get().known_case
 

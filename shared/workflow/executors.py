@@ -25,6 +25,7 @@ from agent_framework import Executor, WorkflowContext, handler, response_handler
 
 from casekeeper import (
     Answer,
+    Case,
     EffectFailed,
     EffectResult,
     NeedsReconciliation,
@@ -33,7 +34,6 @@ from casekeeper import (
     asked_on,
     effect_key,
 )
-from casekeeper import Record as Case
 from shared.domain.credit import CreditRequest, needs_approval, position, status_for, validate
 from shared.domain.invoice import INVESTIGABLE, Action, InvoiceFacts, Proposal, Status
 from shared.domain.money import parse_amount
@@ -370,11 +370,11 @@ class Commit(Executor):
             answer=Answer.from_json(order.answer) if order.answer else None,
             # Read by the commit data (and a person's resolution): the commit withdraws the pending request.
             commit_fields={"clearPendingApproval": order.clear_pending_approval},
-            record=self._deps.known_case,
+            case=self._deps.known_case,
         )
 
     async def _outcome(self, order: CommitOrder, done: EffectResult) -> RunOutcome:
-        case = done.record
+        case = done.case
         if case is None:
             case = await asyncio.to_thread(self._deps.cases.require, order.case_id)
         if done.commit == "committed":

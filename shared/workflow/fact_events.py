@@ -13,8 +13,7 @@ import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from casekeeper import ConcurrencyConflict, EffectInFlight
-from casekeeper import Record as Case
+from casekeeper import Case, ConcurrencyConflict, EffectInFlight
 from casekeeper.checkpoints import CaseCheckpointStorage
 from shared.domain import events as ev
 from shared.domain import transitions

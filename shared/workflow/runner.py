@@ -22,15 +22,14 @@ from typing import Any
 
 from agent_framework import Workflow, WorkflowRunResult
 
-from casekeeper import CasekeeperError, DocumentStore
-from casekeeper import Record as Case
+from casekeeper import Case, CasekeeperError, DocumentStore
+from casekeeper.cases import AlertSink
 from casekeeper.checkpoints import (
     MAX_DOCUMENT_BYTES,
     CaseCheckpointStorage,
     CheckpointRecord,
     CheckpointUnusable,
 )
-from casekeeper.records import AlertSink
 from shared.workflow.build import WORKFLOW_NAME, build_workflow
 from shared.workflow.deps import WorkflowDeps, run_knowing
 from shared.workflow.messages import ALLOWED_CHECKPOINT_TYPES, RunOutcome

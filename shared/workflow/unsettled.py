@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from casekeeper import Effect, NeedsReconciliation, Record
+from casekeeper import Case, Effect, NeedsReconciliation
 from shared.workflow.deps import WorkflowDeps
 from shared.workflow.messages import RunOutcome
 
 
-async def settle_first(deps: WorkflowDeps, case: Record, effects: Sequence[Effect]) -> RunOutcome | None:
+async def settle_first(deps: WorkflowDeps, case: Case, effects: Sequence[Effect]) -> RunOutcome | None:
     """``None``: nothing is unsettled, decide. Otherwise the run's outcome instead of a decision: an effect
     without a known outcome past its call timeout, of any version (this case waits even for its current
     decision's own), waits for reconciliation (or a person).
@@ -25,7 +25,7 @@ async def settle_first(deps: WorkflowDeps, case: Record, effects: Sequence[Effec
     guard, _ = deps.guarded
     try:
         # By the store's clock (on Cosmos DB, itself a round trip): off the event loop.
-        await asyncio.to_thread(guard.settle, case.id, record=case, effects=effects, include_current=True)
+        await asyncio.to_thread(guard.settle, case.id, case=case, effects=effects, include_current=True)
     except NeedsReconciliation as exc:
         effect = next((e for e in effects if e.key == exc.key), None)
         on = f", decided on v{effect.case_version}" if effect is not None else ""

@@ -27,9 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from casekeeper import EffectInFlight
-from casekeeper import Record as Case
-from casekeeper import RecordNotFound as CaseNotFound
+from casekeeper import Case, CaseNotFound, EffectInFlight
 from casekeeper.capture import capturing
 from casekeeper.checkpoints import CaseCheckpointStorage
 from shared.domain import events as ev

@@ -25,7 +25,7 @@ from agent_framework.exceptions import WorkflowCheckpointException
 
 from casekeeper import DocumentStore, Guard, capture
 from casekeeper.agent import (
-    RecordCheckpoints,
+    CaseCheckpointStorage,
     RunCheckpoints,
     capture_failures,
     capturing,
@@ -33,7 +33,6 @@ from casekeeper.agent import (
     failures_since,
     resumable,
 )
-from casekeeper.checkpoints import CaseCheckpointStorage
 
 NAME = "user-workflow"
 
@@ -144,9 +143,8 @@ class WriteEvery(RunCheckpoints):
 
 
 STORAGES: dict[str, Callable[[DocumentStore], Any]] = {
-    "RecordCheckpoints": lambda store: RecordCheckpoints(store, "r1"),
-    "CaseCheckpointStorage": lambda store: CaseCheckpointStorage(store, "r1", frozenset()),
-    "RunCheckpoints": lambda store: WriteEvery(RecordCheckpoints(store, "r1")),
+    "CaseCheckpointStorage": lambda store: CaseCheckpointStorage(store, "r1"),
+    "RunCheckpoints": lambda store: WriteEvery(CaseCheckpointStorage(store, "r1")),
 }
 
 
@@ -168,7 +166,7 @@ def test_every_storage_of_ours_keeps_the_contract_through_the_store(
 
 
 def test_list_is_oldest_first_in_save_order_whatever_the_timestamps(store: DocumentStore) -> None:
-    storage = RecordCheckpoints(store, "r1")
+    storage = CaseCheckpointStorage(store, "r1")
     first, second = cp({"i": 1}, timestamp=at(9)), cp({"i": 2}, timestamp=at(1))
     for checkpoint in (first, second):
         run(storage.save(checkpoint))
@@ -176,8 +174,8 @@ def test_list_is_oldest_first_in_save_order_whatever_the_timestamps(store: Docum
     assert run(storage.get_latest(workflow_name=NAME)).checkpoint_id == second.checkpoint_id
 
 
-def test_records_keep_their_own_checkpoints(store: DocumentStore) -> None:
-    one, two = RecordCheckpoints(store, "r1"), RecordCheckpoints(store, "r2")
+def test_cases_keep_their_own_checkpoints(store: DocumentStore) -> None:
+    one, two = CaseCheckpointStorage(store, "r1"), CaseCheckpointStorage(store, "r2")
     run(one.save(cp({"who": 1})))
     assert run(two.list_checkpoints(workflow_name=NAME)) == []
 
@@ -189,7 +187,7 @@ def test_saving_the_very_same_checkpoint_again_is_a_no_op(
     saved = cp(dict(EXACT_STATE))
     run(make(store).save(saved))
     assert run(make(store).save(saved)) == saved.checkpoint_id  # the stored text compares equal
-    assert len(RecordCheckpoints(store, "r1").records()) == 1
+    assert len(CaseCheckpointStorage(store, "r1").records()) == 1
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
@@ -200,13 +198,13 @@ def test_a_number_json_cannot_carry_is_refused_at_save_naming_it(
     storage = make(store)
     with pytest.raises(WorkflowCheckpointException, match=rf"\$\.state\.value = {value!r}: JSON has no such number"):
         run(storage.save(cp({"value": value})))
-    assert RecordCheckpoints(store, "r1").records() == []  # nothing written
+    assert CaseCheckpointStorage(store, "r1").records() == []  # nothing written
 
 
 def test_a_different_checkpoint_under_an_existing_id_is_refused_and_the_same_one_is_a_no_op(
     store: DocumentStore,
 ) -> None:
-    storage = RecordCheckpoints(store, "r1")
+    storage = CaseCheckpointStorage(store, "r1")
     saved = cp({"i": 1})
     run(storage.save(saved))
     run(storage.save(saved))
@@ -219,24 +217,24 @@ def test_a_different_checkpoint_under_an_existing_id_is_refused_and_the_same_one
 
 @dataclass
 class Ask:
-    record_id: str
+    case_id: str
 
 
 @dataclass
 class Done:
-    record_id: str
+    case_id: str
 
 
 class Start(Executor):
     @handler
     async def on_ask(self, msg: Ask, ctx: WorkflowContext[Done]) -> None:
-        await ctx.send_message(Done(msg.record_id))
+        await ctx.send_message(Done(msg.case_id))
 
 
 class Finish(Executor):
     @handler
     async def on_done(self, msg: Done, ctx: WorkflowContext[Never, str]) -> None:
-        await ctx.yield_output(msg.record_id)
+        await ctx.yield_output(msg.case_id)
 
 
 def build(finish_id: str = "finish") -> Any:
@@ -252,7 +250,7 @@ def captured(store: DocumentStore) -> Iterator[DocumentStore]:
 
 
 def test_a_type_outside_the_allow_list_fails_the_save_loudly_not_the_run(captured: DocumentStore) -> None:
-    storage = RecordCheckpoints(captured, "r1", [Ask])  # Done is missing from the allow-list
+    storage = CaseCheckpointStorage(captured, "r1", [Ask])  # Done is missing from the allow-list
     with capturing("r1", NAME) as run_capture:
         result = run(build().run(Ask("r1"), checkpoint_storage=storage))
     assert result.get_outputs() == ["r1"]  # the framework carries on
@@ -261,37 +259,37 @@ def test_a_type_outside_the_allow_list_fails_the_save_loudly_not_the_run(capture
 
 
 def test_with_the_allow_list_complete_every_save_lands(captured: DocumentStore) -> None:
-    storage = RecordCheckpoints(captured, "r1", checkpoint_types(Ask, Done))
+    storage = CaseCheckpointStorage(captured, "r1", checkpoint_types(Ask, Done))
     with capturing("r1", NAME) as run_capture:
         run(build().run(Ask("r1"), checkpoint_storage=storage))
     assert run_capture.failures == []
     assert storage.records(NAME)
 
 
-def test_a_checkpoint_of_another_graph_is_not_resumed_and_the_record_says_it_is_rebuilt(
+def test_a_checkpoint_of_another_graph_is_not_resumed_and_the_case_says_it_is_rebuilt(
     store: DocumentStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     guard = Guard(store)
     guard.create("r1", {})
-    storage = RecordCheckpoints(store, "r1", [Ask, Done])
+    storage = CaseCheckpointStorage(store, "r1", [Ask, Done])
     old = build()
     # A run left mid-way: its newest checkpoint still holds a message to deliver.
     pending = cp(graph=old.graph_signature_hash, messages={"start": []}, iteration_count=1)
     run(storage.save(pending))
-    assert resumable(storage, old, records=guard.records) is None  # no message waiting: nothing to resume
+    assert resumable(storage, old, cases=guard.cases) is None  # no message waiting: nothing to resume
     changed = build(finish_id="finish-v2")
     assert changed.graph_signature_hash != old.graph_signature_hash
     with caplog.at_level(logging.WARNING):
-        assert resumable(storage, changed, records=guard.records) is None
-        assert resumable(storage, changed, records=guard.records) is None
-    record = guard.get("r1")
-    assert record is not None
-    notes = [n for n in record.notes if n.get("kind") == "graph_changed"]
+        assert resumable(storage, changed, cases=guard.cases) is None
+        assert resumable(storage, changed, cases=guard.cases) is None
+    case = guard.get("r1")
+    assert case is not None
+    notes = [n for n in case.notes if n.get("kind") == "graph_changed"]
     assert len(notes) == 1 and notes[0]["checkpointId"] == pending.checkpoint_id
 
 
 def test_a_run_interrupted_mid_way_is_resumable_on_the_same_graph(store: DocumentStore) -> None:
-    storage = RecordCheckpoints(store, "r1", [Ask, Done])
+    storage = CaseCheckpointStorage(store, "r1", [Ask, Done])
     workflow = build()
     run(workflow.run(Ask("r1"), checkpoint_storage=storage))
     assert resumable(storage, build()) is None  # the run finished: nothing to resume

@@ -49,13 +49,13 @@ USER_CHECK = textwrap.dedent(
         def __init__(self, path):
             self.path = str(path)
             with sqlite3.connect(self.path) as db:
-                db.execute("CREATE TABLE IF NOT EXISTS acts (n INTEGER PRIMARY KEY, key TEXT, record TEXT)")
+                db.execute("CREATE TABLE IF NOT EXISTS acts (n INTEGER PRIMARY KEY, key TEXT, case_id TEXT)")
 
-        def transfer(self, key, record_id):
+        def transfer(self, key, case_id):
             with sqlite3.connect(self.path) as db:
                 known = db.execute("SELECT n FROM acts WHERE key = ?", (key,)).fetchone()
                 if known is None or not HONOURS_KEYS:
-                    db.execute("INSERT INTO acts (key, record) VALUES (?, ?)", (key, record_id))
+                    db.execute("INSERT INTO acts (key, case_id) VALUES (?, ?)", (key, case_id))
             return {"key": key}
 
         def find(self, key):
@@ -65,25 +65,25 @@ USER_CHECK = textwrap.dedent(
 
         def journal(self):
             with sqlite3.connect(self.path) as db:
-                return [{"key": k, "recordId": r} for k, r in db.execute("SELECT key, record FROM acts ORDER BY n")]
+                return [{"key": k, "caseId": r} for k, r in db.execute("SELECT key, case_id FROM acts ORDER BY n")]
 
 
     class Facts:
         def __init__(self, guard, send):
             self.guard, self.send = guard, send
 
-        def open(self, record_id, n):
-            self.guard.create(record_id, {"amount": str(n % 500)}, status="new")
+        def open(self, case_id, n):
+            self.guard.create(case_id, {"amount": str(n % 500)}, status="new")
 
-        def change(self, record_id, n):
-            record = self.guard.get(record_id)
-            self.guard.update(record_id, record.version, {"amount": str(n % 500)}, reason="changed")
+        def change(self, case_id, n):
+            case = self.guard.get(case_id)
+            self.guard.update(case_id, case.version, {"amount": str(n % 500)}, reason="changed")
 
-        def run(self, record_id):
+        def run(self, case_id):
             try:
-                decision = self.guard.decide(record_id)
-                if decision.record.status == "new":
-                    self.send.run(decision, {"recordId": record_id})
+                decision = self.guard.decide(case_id)
+                if decision.case.status == "new":
+                    self.send.run(decision, {"caseId": case_id})
             except (CasekeeperError, OutcomeUnknown):
                 pass  # the host's retry, or the reconciler, settles it
 
@@ -95,7 +95,7 @@ USER_CHECK = textwrap.dedent(
         bank = Bank(env.path("bank.sqlite"))
         guard = Guard(env.store, **env.guard_options)
         send = guard.register(
-            "transfer", lambda key, args: bank.transfer(key, args["recordId"]),
+            "transfer", lambda key, args: bank.transfer(key, args["caseId"]),
             commit="sent", lookup=bank.find, retry_same_key=True,
         )
         return Workflow(guard=guard, effects=[send], facts=Facts(guard, send), journal=bank.journal)

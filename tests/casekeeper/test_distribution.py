@@ -96,7 +96,7 @@ USER_SCRIPT = textwrap.dedent(
     decision = guard.decide("r-1")
     first = refund.run(decision, {"amount": "12.50"})
     second = refund.run(decision, {"amount": "12.50"})
-    print(len(calls), first.replayed, second.replayed, second.key == first.key, guard.decide("r-1").record.status)
+    print(len(calls), first.replayed, second.replayed, second.key == first.key, guard.decide("r-1").case.status)
     """
 )
 

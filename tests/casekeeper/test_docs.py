@@ -50,6 +50,6 @@ def test_the_first_example_runs_and_refunds_once(
     assert again.replayed and again.commit == "already"
     assert payments.calls == 1 and len(payments.refunds) == 1
     guard = namespace["guard"]
-    record = guard.get("refund-42")
-    assert record.status == "refunded" and record.version == 2
+    case = guard.get("refund-42")
+    assert case.status == "refunded" and case.version == 2
     guard.store.close()

@@ -105,11 +105,11 @@ def test_run_twice_calls_once_and_commits_once(store: SqliteDocumentStore, down:
     assert (first.commit, first.replayed) == ("committed", False)
     assert (second.commit, second.replayed) == ("already", True)
     assert first.key == effect_key("r1", "pay", 1) and down.requests == 1
-    record = guard.get("r1")
-    assert record is not None and (record.status, record.version) == ("paid", 2)
+    case = guard.get("r1")
+    assert case is not None and (case.status, case.version) == ("paid", 2)
 
 
-def test_a_moved_record_is_refused_before_the_call(store: SqliteDocumentStore, down: Downstream) -> None:
+def test_a_moved_case_is_refused_before_the_call(store: SqliteDocumentStore, down: Downstream) -> None:
     guard, pay = make(store, down)
     decision = guard.decide("r1")
     assert guard.update("r1", 1, {"amount": "5"}, reason="changed") is not None
@@ -124,7 +124,7 @@ def test_an_effect_found_done_without_a_commit_intent_goes_to_a_person_not_a_sil
     escalated: list[dict[str, Any]] = []
     guard, _ = make(store, down, on_escalate=lambda message, fields: escalated.append(fields))
     # An entry claimed without an intent in its request (by code that bypassed the declaration), whose
-    # reply was lost: once the downstream is found to have it, nobody can tell what the record becomes.
+    # reply was lost: once the downstream is found to have it, nobody can tell what the case becomes.
     key = effect_key("r1", "pay", 1)
 
     def lost(key: str) -> dict[str, Any]:
@@ -136,23 +136,23 @@ def test_an_effect_found_done_without_a_commit_intent_goes_to_a_person_not_a_sil
     now[0] += 31
     result = guard.reconcile_effect("r1", key)
     assert result.outcome == "no_intent"
-    record = guard.get("r1")
-    assert record is not None and record.status == "needs_review"
-    assert [t.effect_key for t in record.history] == [key]
-    assert escalated and escalated[0]["recordId"] == "r1"
+    case = guard.get("r1")
+    assert case is not None and case.status == "needs_review"
+    assert [t.effect_key for t in case.history] == [key]
+    assert escalated and escalated[0]["caseId"] == "r1"
 
 
 def test_a_crash_right_after_the_outcome_finds_the_commit_already_landed(
     store: SqliteDocumentStore, down: Downstream, now: list[float]
 ) -> None:
     """ "Done but not committed" cannot happen: the outcome and the commit are one write, so a crash right
-    after it (F5) finds the record committed."""
+    after it (F5) finds the case committed."""
     guard, pay = make(store, down, probe=crash_at("F5"))
     with pytest.raises(Crash):
         pay.run(guard.decide("r1"), {"amount": "10"})
     assert guard.get("r1").status == "paid"  # type: ignore[union-attr]
     decision = Guard(store).decide("r1")
-    assert (decision.record.status, decision.version) == ("paid", 2)
+    assert (decision.case.status, decision.version) == ("paid", 2)
     assert [e.key for e in decision.done("pay")] == [effect_key("r1", "pay", 1)]
     assert down.requests == 1
 
@@ -164,7 +164,7 @@ def test_an_unknown_outcome_of_an_earlier_version_refuses_a_new_decision(
     with pytest.raises(Crash):
         pay.run(guard.decide("r1"), {"amount": "10"})
     # The facts change, so a new decision (a new key) could pay a second time: refused until settled.
-    guard.records.update_facts("r1", 1, {"amount": "4"}, reason="changed")
+    guard.cases.update_facts("r1", 1, {"amount": "4"}, reason="changed")
     with pytest.raises(EffectInFlight) as in_flight:
         guard.decide("r1")
     assert 0 < in_flight.value.retry_after <= 30
@@ -218,10 +218,10 @@ def test_without_a_lookup_an_unknown_outcome_goes_to_a_person(
         pay.run(guard.decide("r1"), {"amount": "1"})
     now[0] += 31
     assert [r.outcome for r in guard.reconcile()] == ["escalated"]
-    assert escalated[0]["recordId"] == "r1" and guard.get("r1").status == "needs_review"  # type: ignore[union-attr]
+    assert escalated[0]["caseId"] == "r1" and guard.get("r1").status == "needs_review"  # type: ignore[union-attr]
 
 
-def test_a_definite_refusal_raises_and_hands_the_record_to_a_person(store: SqliteDocumentStore) -> None:
+def test_a_definite_refusal_raises_and_hands_the_case_to_a_person(store: SqliteDocumentStore) -> None:
     from casekeeper import DownstreamRejected
 
     def refuse(key: str, args: Any) -> dict[str, Any]:
@@ -232,8 +232,8 @@ def test_a_definite_refusal_raises_and_hands_the_record_to_a_person(store: Sqlit
     guard.create("r1", {})
     with pytest.raises(EffectFailed, match="card expired"):
         pay.run(guard.decide("r1"), {})
-    record = guard.get("r1")
-    assert record is not None and record.status == "needs_review"
+    case = guard.get("r1")
+    assert case is not None and case.status == "needs_review"
 
 
 @pytest.mark.parametrize("amount", [math.nan, 2**60], ids=["nan", "int-beyond-2^53"])

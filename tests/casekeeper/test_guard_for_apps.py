@@ -69,11 +69,11 @@ def test_run_on_a_carried_version_records_who_proposed_and_the_answer_on_the_com
     guard, pay = flat(store, down)
     answer = Answer("req-1", True, "ann", 1)
     done = pay.run_on("r1", 1, {"amount": "10"}, reason="approved", proposed_by="rules", answer=answer)
-    record = guard.get("r1")
-    assert record is not None and done.commit == "committed" and record.status == "paid"
-    [transition] = record.history
+    case = guard.get("r1")
+    assert case is not None and done.commit == "committed" and case.status == "paid"
+    [transition] = case.history
     assert (transition.answer, transition.proposed_by, transition.reason) == (answer, "rules", "approved")
-    assert record.data == {"paidBy": done.key, "amount": "10"}
+    assert case.data == {"paidBy": done.key, "amount": "10"}
     [effect] = guard.ledger.for_case("r1")
     assert effect.request == {"amount": "10", "commit": effect.request["commit"]}  # args flat, beside commit
     assert effect.request["commit"]["answer"] == answer.to_json()
@@ -103,8 +103,8 @@ def test_a_refusal_is_left_to_the_caller_when_the_effect_says_so(store: SqliteDo
     guard.create("r1", {"amount": "10"})
     with pytest.raises(EffectFailed):
         pay.run_on("r1", 1, {"amount": "10"})
-    record = guard.get("r1")
-    assert record is not None and (record.status, record.version) == ("open", 1)  # the caller commits it
+    case = guard.get("r1")
+    assert case is not None and (case.status, case.version) == ("open", 1)  # the caller commits it
 
 
 def test_a_crash_right_after_the_outcome_leaves_settle_nothing_to_finish(
@@ -114,7 +114,7 @@ def test_a_crash_right_after_the_outcome_leaves_settle_nothing_to_finish(
     with pytest.raises(Crash):
         pay.run_on("r1", 1, {"amount": "10"})
     settled = guard.settle("r1")  # the outcome and the commit were one write
-    assert (settled.record.status, settled.record.version) == ("paid", 2)
+    assert (settled.case.status, settled.case.version) == ("paid", 2)
     assert [e.status.value for e in settled.effects] == ["done"]
 
 
@@ -172,9 +172,9 @@ def test_an_approval_is_asked_on_the_version_after_the_decision_and_answered_as_
     assert request.version == asked_on(decision.version) == 2
     approved = guard.answer("r1", request.request_id, approve=True, by="ann", on_version=2)
     assert approved is not None
-    record = guard.get("r1")
-    assert record is not None
-    answered = record.transition_from(2)
+    case = guard.get("r1")
+    assert case is not None
+    answered = case.transition_from(2)
     assert answered is not None and answered.answer == Answer(request.request_id, True, "ann", 2)
 
 

@@ -35,9 +35,9 @@ def test_a_retry_refused_as_stale_leaves_its_entry_watched_and_a_late_effect_is_
     with pytest.raises(OutcomeUnknown):
         refund.run(guard.decide("r1"), {"amount": "50.00"})
     key = effect_key("r1", "refund", 1)
-    record = guard.get("r1")
-    assert record is not None
-    guard.update("r1", record.version, {"requested": "40.00"}, reason="the customer changed the request")
+    case = guard.get("r1")
+    assert case is not None
+    guard.update("r1", case.version, {"requested": "40.00"}, reason="the customer changed the request")
 
     time.sleep(2.1)  # past the call timeout by the store's clock (Cosmos _ts: whole seconds)
     [refused] = guard.reconcile()  # nothing found by key; the same-key retry meets the gate on a left version
@@ -51,7 +51,7 @@ def test_a_retry_refused_as_stale_leaves_its_entry_watched_and_a_late_effect_is_
     assert (found.outcome, found.reinvestigate) == ("recorded_late", True)
     [entry] = [e for e in guard.effects_of(guard.get("r1")) if e.key == key]  # type: ignore[arg-type]
     assert entry.status is EffectStatus.DONE and entry.result == {"paymentId": "pay-late"} and not entry.watching
-    # A late outcome, on a version the record left: both said, both naming the record.
+    # A late outcome, on a version the case left: both said, both naming the case.
     assert sorted(kind for kind, _ in alerts) == ["effect_on_left_version", "late_outcome"]
     assert all(fields["caseId"] == "r1" for _, fields in alerts)
     assert calls == [key]  # looked up, never called again

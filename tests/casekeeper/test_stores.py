@@ -53,12 +53,12 @@ def test_cosmos_container_names_are_configurable(cosmos_server: Any) -> None:
                 "SELECT c.id FROM c", enable_cross_partition_query=True
             )
         ] == ["r1"]
-        # The effect lives on its record (claim and outcome are entries of the case document); the effects
+        # The effect lives on its case (claim and outcome are entries of the case document); the effects
         # container is the archive of closed entries beyond the bound, empty here.
-        [record] = list(
+        [case] = list(
             db.get_container_client("refund_cases").query_items("SELECT * FROM c", enable_cross_partition_query=True)
         )
-        assert [(e["action"], e["status"]) for e in record["effects"]] == [("pay", "done")]
+        assert [(e["action"], e["status"]) for e in case["effects"]] == [("pay", "done")]
         assert not list(
             db.get_container_client("refund_effects").query_items(
                 "SELECT c.id FROM c", enable_cross_partition_query=True

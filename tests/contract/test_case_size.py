@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from casekeeper.cases import EffectStatus
 from casekeeper.core.cases import (
     _HISTORY_LIMIT,
     MAX_CASE_BYTES,
@@ -26,7 +27,6 @@ from casekeeper.core.clock import ManualClock
 from casekeeper.core.errors import CaseTooLarge, StoreError
 from casekeeper.core.ledger import Ledger
 from casekeeper.core.ports import DocumentStore
-from casekeeper.records import EffectStatus
 from shared.supplier.portal import KEPT_FIELDS, MAX_FIELD_CHARS
 from tests.support.downstream import leave_started
 from tests.support.invoices import invoice

@@ -67,9 +67,9 @@ def test_two_lines_of_one_action_in_one_decision_are_two_effects_when_named_by_p
     again = [refund.run(decision, {"amount": a}, part=p) for p, a in (("a", "10.00"), ("b", "20.00"))]
     assert [(r.replayed, r.commit) for r in again] == [(True, "already"), (True, "already")]
     assert payments.requests == 2
-    record = guard.get("t1")
-    assert record is not None and (record.status, record.version) == ("refunded", 3)
-    assert {e.part for e in guard.effects_of(record)} == {"a", "b"}
+    case = guard.get("t1")
+    assert case is not None and (case.status, case.version) == ("refunded", 3)
+    assert {e.part for e in guard.effects_of(case)} == {"a", "b"}
 
 
 def test_a_part_is_refused_once_the_facts_changed_after_its_sibling(store: DocumentStore) -> None:
@@ -77,9 +77,9 @@ def test_a_part_is_refused_once_the_facts_changed_after_its_sibling(store: Docum
     guard.create("t1", {"amount": "30.00"}, status="requested")
     decision = guard.decide("t1")
     refund.run(decision, {"amount": "10.00"}, part="a")
-    record = guard.get("t1")
-    assert record is not None
-    guard.update("t1", record.version, {"amount": "10.00"}, reason="the customer withdrew line b")
+    case = guard.get("t1")
+    assert case is not None
+    guard.update("t1", case.version, {"amount": "10.00"}, reason="the customer withdrew line b")
     with pytest.raises(StaleDecision):
         refund.run(decision, {"amount": "20.00"}, part="b")
     assert payments.requests == 1
@@ -130,9 +130,9 @@ def test_a_pending_request_blocks_the_action_it_guards_until_approved(store: Doc
     with pytest.raises(ApprovalPending):
         refund.run_on("t1", request.version, {"amount": "250.00"}, answer=no)
     assert payments.requests == 0
-    record = guard.get("t1")
-    assert record is not None and record.status == "awaiting_approval" and record.entries == ()
-    # Another action is not guarded by this request; its commit moves the record past the request's version,
+    case = guard.get("t1")
+    assert case is not None and case.status == "awaiting_approval" and case.entries == ()
+    # Another action is not guarded by this request; its commit moves the case past the request's version,
     # so the request can no longer be answered: the refund stays refused until a new request is approved.
     assert other.run(fresh, {}).commit == "committed"
     with pytest.raises(StaleApproval):
@@ -156,8 +156,8 @@ def test_asking_over_a_pending_request_is_refused_and_asking_the_same_again_is_t
     with pytest.raises(ApprovalPending) as refused:
         guard.ask(guard.decide("t1"), "refund", {"amount": "300.00"})
     assert refused.value.request_id == request.request_id
-    record = guard.get("t1")
-    assert record is not None and record.data["pendingApproval"]["requestId"] == request.request_id
+    case = guard.get("t1")
+    assert case is not None and case.data["pendingApproval"]["requestId"] == request.request_id
 
 
 def test_the_approval_a_decision_carries_lets_the_action_run(store: DocumentStore) -> None:
@@ -181,7 +181,7 @@ def test_facts_changed_during_an_approval_close_the_request_visibly(store: Docum
     request = guard.ask(guard.decide("t1"), "refund", {"amount": "250.00"})
     changed = guard.update("t1", request.version, {"amount": "260.00"}, reason="customer asked for more")
     assert changed is not None
-    # The record left awaiting_approval for the status it was asked from; the request is kept, marked stale.
+    # The case left awaiting_approval for the status it was asked from; the request is kept, marked stale.
     assert (changed.status, changed.version) == ("requested", request.version + 1)
     assert changed.data.get("pendingApproval") is None
     stale = changed.data["staleApproval"]
@@ -206,7 +206,7 @@ def test_facts_changed_after_an_approval_before_its_effect_ran_lapse_it_visibly(
     guard.create("t1", {"amount": "250.00"}, status="requested")
     request = guard.ask(guard.decide("t1"), "refund", {"amount": "250.00"})
     approved = guard.answer("t1", request.request_id, approve=True, by="ann", on_version=request.version)
-    assert approved is not None and approved.record.status == "approved"
+    assert approved is not None and approved.case.status == "approved"
     changed = guard.update("t1", approved.version, {"amount": "90.00"}, reason="customer asked for less")
     assert changed is not None and changed.status == "requested"
     lapsed = changed.data["staleApproval"]
@@ -244,8 +244,8 @@ def test_a_status_commit_while_a_request_is_pending_closes_it(store: DocumentSto
 
 def test_create_of_an_existing_id_raises_unless_exist_ok(store: DocumentStore) -> None:
     guard, _, _ = guarded(store)
-    record, created = guard.create("t1", {"amount": "10.00"})
-    assert created is True and record.version == 1
+    case, created = guard.create("t1", {"amount": "10.00"})
+    assert created is True and case.version == 1
     with pytest.raises(AlreadyExists) as exists:
         guard.create("t1", {"amount": "99.00"})
     assert "exist_ok=True" in str(exists.value) and "'t1'" in str(exists.value)
@@ -271,8 +271,8 @@ def test_the_async_twins_do_what_the_blocking_methods_do(store: DocumentStore) -
     guard, refund, payments = guarded(store)
 
     async def scenario() -> None:
-        record, created = await guard.acreate("t1", {"amount": "10.00"}, status="requested")
-        assert created and (await guard.aget("t1")) == record
+        case, created = await guard.acreate("t1", {"amount": "10.00"}, status="requested")
+        assert created and (await guard.aget("t1")) == case
         with pytest.raises(AlreadyExists):
             await guard.acreate("t1", {})
         moved = await guard.aupdate("t1", 1, {"amount": "20.00"}, reason="edit")
@@ -280,7 +280,7 @@ def test_the_async_twins_do_what_the_blocking_methods_do(store: DocumentStore) -
         decision = await guard.adecide("t1")
         assert (await guard.apin(decision.to_json())).version == 2
         assert (await guard.apinned("t1", 2)).version == 2
-        assert (await guard.asettle("t1")).record.version == 2
+        assert (await guard.asettle("t1")).case.version == 2
         done = await refund.arun_on("t1", 2, {"amount": "20.00"}, part="x")
         assert done.commit == "committed"
         assert (await guard.areconcile_effect("t1", done.key)).outcome == "settled"

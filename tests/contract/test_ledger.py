@@ -26,6 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from casekeeper import (
+    Case,
+    CaseNotFound,
     ConcurrencyConflict,
     DocumentStore,
     DownstreamRejected,
@@ -38,13 +40,11 @@ from casekeeper import (
     OutcomeAlreadyRecorded,
     OutcomeUnknown,
     Query,
-    Record,
-    RecordNotFound,
     SendDeadlinePassed,
     StaleDecision,
     effect_key,
 )
-from casekeeper.records import CLOSED_KEPT
+from casekeeper.cases import CLOSED_KEPT
 from casekeeper.stores import CASES, EFFECTS
 from tests.support.counting import Counting
 from tests.support.downstream import CountingDownstream
@@ -96,9 +96,9 @@ class Bench:
             **options,
         )
 
-    def run(self, *, version: int = 1, case_id: str = "c1", record: Record | None = None, **options: Any) -> Any:
+    def run(self, *, version: int = 1, case_id: str = "c1", case: Case | None = None, **options: Any) -> Any:
         effect = options.pop("effect", self.effect)
-        return effect.run_on(case_id, version, ARGS, reason="over-billed", proposed_by="rules", record=record)
+        return effect.run_on(case_id, version, ARGS, reason="over-billed", proposed_by="rules", case=case)
 
     def entry(self, case_id: str = "c1", version: int = 1, action: str = ACTION) -> Any:
         return self.guard.ledger.get(case_id, effect_key(case_id, action, version))
@@ -146,7 +146,7 @@ def test_a_first_run_is_two_writes_of_the_case_and_nothing_else(bench: Bench) ->
 def test_a_second_run_replays_without_calling_or_writing(bench: Bench) -> None:
     first = bench.run()
     bench.counting.reset()
-    again = bench.run(record=bench.guard.get("c1"))
+    again = bench.run(case=bench.guard.get("c1"))
     assert (again.replayed, again.commit, again.result) == (True, "already", first.result)
     assert bench.downstream.total == 1  # type: ignore[attr-defined]
     assert bench.counting.ops[("replace", CASES)] == 0
@@ -234,14 +234,14 @@ def test_a_lagging_replica_cannot_let_a_stale_call_through(store: DocumentStore)
 
 
 def test_a_missing_case_is_refused_before_anything_is_called(bench: Bench) -> None:
-    with pytest.raises(RecordNotFound):
+    with pytest.raises(CaseNotFound):
         bench.run(case_id="ghost")
     assert bench.downstream.total == 0  # type: ignore[attr-defined]
 
 
 def test_a_note_between_decision_and_claim_only_costs_a_re_read(bench: Bench) -> None:
     decided = bench.guard.decide("c1")
-    bench.guard.records.note("c1", "looked at it")
+    bench.guard.cases.note("c1", "looked at it")
     assert bench.effect.run(decided, ARGS).commit == "committed"
     assert bench.downstream.total == 1  # type: ignore[attr-defined]
 
@@ -379,7 +379,7 @@ def test_a_late_success_over_an_escalation_is_recorded_and_alerted_naming_the_am
     def escalated_meanwhile(_: str) -> None:
         # The call outlived its timeout; a reconciler that could not find it escalated it to a person.
         bench.guard.ledger.mark_needs_reconciliation(bench.entry(), "lookup found nothing")
-        bench.guard.records.escalate("c1", "needs_review", "a person looks", effect_key=key)
+        bench.guard.cases.escalate("c1", "needs_review", "a person looks", effect_key=key)
 
     downstream.during_call = escalated_meanwhile
     result = bench.run()
@@ -561,7 +561,7 @@ def test_the_claim_time_is_frozen_by_the_next_write_so_notes_cannot_postpone_it(
     start = bench.entry()
     assert start.ts == claimed.ts  # read right after the claim: its own _ts
     for i in range(3):
-        bench.guard.records.note("c1", f"note {i}")
+        bench.guard.cases.note("c1", f"note {i}")
     noted = bench.guard.get("c1")
     assert noted is not None and bench.entry().ts == start.ts
     assert noted.to_body()["effects"][0]["changedTs"] == start.ts
@@ -672,7 +672,7 @@ def test_any_interleaving_keeps_one_call_per_key_and_every_done_effect_committed
         def call(k: str, step: str = step) -> Mapping[str, Any]:
             calls[k] += 1
             if step == "note_mid_call":
-                guard.records.note(case_id, "mid-call note")
+                guard.cases.note(case_id, "mid-call note")
             elif step == "facts_mid_call":
                 now = guard.get(case_id)
                 assert now is not None

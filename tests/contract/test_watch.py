@@ -1,7 +1,7 @@
-"""The guard's watch (``Guard(watch=...)``): every write of a record is judged before it lands, whoever writes it,
+"""The guard's watch (``Guard(watch=...)``): every write of a case is judged before it lands, whoever writes it,
 and each finding is raised once, before the write, on every backend.
 
-The watch here flags a record whose ``facts.limit`` is below what its done effects asked (``asked``): the shape
+The watch here flags a case whose ``facts.limit`` is below what its done effects asked (``asked``): the shape
 of the invoice app's money rule, with nothing of the app in it.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from casekeeper import DocumentStore, Guard, OutcomeUnknown, Record, StoreUnavailable, effect_key
-from casekeeper.records import Finding
+from casekeeper import Case, DocumentStore, Guard, OutcomeUnknown, StoreUnavailable, effect_key
+from casekeeper.cases import Finding
 from tests.support.downstream import CountingDownstream
 
 ACTION = "refund"
@@ -30,14 +30,14 @@ class Sink:
         self.raised.append((kind, dedupe_key, dict(fields)))
 
 
-def over_limit(record: Record) -> list[Finding]:
+def over_limit(case: Case) -> list[Finding]:
     counted = ("started", "done", "needs_reconciliation")
-    asked = sum(int(e["request"]["amount"]) for e in record.entries if e.get("status") in counted)
-    limit = int(record.facts.get("limit", 0))
+    asked = sum(int(e["request"]["amount"]) for e in case.entries if e.get("status") in counted)
+    limit = int(case.facts.get("limit", 0))
     if asked <= limit:
         return []
     excess = asked - limit
-    return [Finding("over_limit", f"{record.id}: {asked} > {limit}", f"{record.id}:{excess}", {"excess": excess})]
+    return [Finding("over_limit", f"{case.id}: {asked} > {limit}", f"{case.id}:{excess}", {"excess": excess})]
 
 
 @pytest.fixture
@@ -54,24 +54,24 @@ def test_a_fact_change_after_an_effect_raises_once_per_excess(world: tuple[Guard
     guard, sink, effect = world
     assert effect.run(guard.decide("r1"), {"amount": "10"}).commit == "committed"
     assert sink.raised == []
-    record = guard.get("r1")
-    assert record is not None
-    guard.update("r1", record.version, {"limit": 4}, reason="limit lowered")
-    guard.records.note("r1", "a person looks")  # another write of the same state raises nothing more
-    record = guard.get("r1")
-    assert record is not None
-    guard.update("r1", record.version, {"limit": 3}, reason="lowered again")
+    case = guard.get("r1")
+    assert case is not None
+    guard.update("r1", case.version, {"limit": 4}, reason="limit lowered")
+    guard.cases.note("r1", "a person looks")  # another write of the same state raises nothing more
+    case = guard.get("r1")
+    assert case is not None
+    guard.update("r1", case.version, {"limit": 3}, reason="lowered again")
     assert [(kind, key) for kind, key, _ in sink.raised] == [("over_limit", "r1:6"), ("over_limit", "r1:7")]
 
 
 def test_an_outcome_written_by_the_ledger_is_judged_too(world: tuple[Guard, Sink, Any]) -> None:
-    """The claim and the outcome are the ledger's writes of the record: they go through the same judgment."""
+    """The claim and the outcome are the ledger's writes of the case: they go through the same judgment."""
     guard, sink, effect = world
     with pytest.raises(ValueError):
         Guard(guard.store, watch=over_limit)  # a watch with nobody to tell is refused
-    record = guard.get("r1")
-    assert record is not None
-    guard.update("r1", record.version, {"limit": 5}, reason="limit lowered before the decision")
+    case = guard.get("r1")
+    assert case is not None
+    guard.update("r1", case.version, {"limit": 5}, reason="limit lowered before the decision")
     effect.run(guard.decide("r1"), {"amount": "8"})  # a decision the app's own rule should have refused
     assert [(kind, key) for kind, key, _ in sink.raised] == [("over_limit", "r1:3")]
 
@@ -102,7 +102,7 @@ def test_an_effect_left_unknown_counts_while_it_is_open(world: tuple[Guard, Sink
     with pytest.raises(OutcomeUnknown):
         unknown.run(guard.decide("r1"), {"amount": "9"})
     assert guard.ledger.get("r1", effect_key("r1", "charge", 1)) is not None
-    record = guard.get("r1")
-    assert record is not None
-    guard.update("r1", record.version, {"limit": 2}, reason="limit lowered while the outcome is unknown")
+    case = guard.get("r1")
+    assert case is not None
+    guard.update("r1", case.version, {"limit": 2}, reason="limit lowered while the outcome is unknown")
     assert [key for _, key, _ in sink.raised] == ["r1:7"]

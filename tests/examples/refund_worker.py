@@ -28,7 +28,7 @@ def main(raw: str) -> int:
         store, Payments(spec["payments"]), call_timeout=spec["callTimeout"], probe=dying_at(spec.get("dieAt"))
     )
     event = spec["event"]
-    message = ApprovalAnswered(**event["answer"]) if "answer" in event else RefundRequested(event["recordId"])
+    message = ApprovalAnswered(**event["answer"]) if "answer" in event else RefundRequested(event["caseId"])
     outcome = asyncio.run(app.handle(message))
     print(json.dumps(asdict(outcome)), flush=True)
     store.close()

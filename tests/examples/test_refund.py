@@ -1,4 +1,4 @@
-"""The refund example, in one process: run twice, a changed record before the call, approvals (one answer
+"""The refund example, in one process: run twice, a changed case before the call, approvals (one answer
 per request, a stale answer), a definite refusal, an unknown outcome reconciled by key, and the count of
 the example's guard lines. (Kill -9 at F2-F6 is ``test_refund_crash.py``.)"""
 
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from casekeeper import AlreadyExists, ApprovalPending, ArgumentsMismatch, capture, open_sqlite
-from casekeeper.agent import RecordCheckpoints, capture_failures, failures_since
+from casekeeper.agent import CaseCheckpointStorage, capture_failures, failures_since
 from examples.refund.app import WORKFLOW_NAME, ApprovalAnswered, Outcome, RefundApp, RefundRequested
 from examples.refund.payments import Payments
 
@@ -39,8 +39,8 @@ def handle(app: RefundApp, message: RefundRequested | ApprovalAnswered) -> Outco
     return asyncio.run(app.handle(message))
 
 
-def requested(app: RefundApp, record_id: str, paid: str, amount: str) -> None:
-    app.guard.create(record_id, {"paid": paid, "requested": amount}, status="requested")
+def requested(app: RefundApp, case_id: str, paid: str, amount: str) -> None:
+    app.guard.create(case_id, {"paid": paid, "requested": amount}, status="requested")
 
 
 def test_run_twice_pays_once_and_commits_once(app: RefundApp) -> None:
@@ -51,25 +51,25 @@ def test_run_twice_pays_once_and_commits_once(app: RefundApp) -> None:
     assert second.outcome == "nothing_to_do"
     assert [p["amount"] for p in app.payments.payments("r1")] == ["50.00"]
     assert app.payments.requests() == 1
-    record = app.guard.get("r1")
-    assert record is not None and record.status == "refunded" and record.version == 2
-    # Nobody resumes a finished run and the record held no older checkpoint to supersede: none was written,
+    case = app.guard.get("r1")
+    assert case is not None and case.status == "refunded" and case.version == 2
+    # Nobody resumes a finished run and the case held no older checkpoint to supersede: none was written,
     # and nothing failed to save.
-    assert RecordCheckpoints(app.guard.store, "r1").latest_record(WORKFLOW_NAME) is None
+    assert CaseCheckpointStorage(app.guard.store, "r1").latest_record(WORKFLOW_NAME) is None
     assert failures_since(app.guard.store, None) == []
 
 
-def test_a_record_changed_before_the_call_is_refused_then_decided_again_on_the_new_facts(tmp_path: Path) -> None:
+def test_a_case_changed_before_the_call_is_refused_then_decided_again_on_the_new_facts(tmp_path: Path) -> None:
     store = open_sqlite(tmp_path / "store.sqlite")
     changed: list[int] = []
 
     def probe(point: str) -> None:
         # F1: decided, not yet claimed. The customer lowers the request meanwhile (another writer).
         if point == "F1" and not changed:
-            record = app.guard.get("r1")
-            assert record is not None
-            app.guard.update("r1", record.version, {"requested": "20.00"}, reason="customer changed the request")
-            changed.append(record.version)
+            case = app.guard.get("r1")
+            assert case is not None
+            app.guard.update("r1", case.version, {"requested": "20.00"}, reason="customer changed the request")
+            changed.append(case.version)
 
     app = RefundApp(store, Payments(tmp_path / "payments.sqlite"), call_timeout=1.0, probe=probe)
     requested(app, "r1", "80.00", "50.00")
@@ -87,29 +87,29 @@ def test_above_the_threshold_a_person_approves_once_and_a_second_answer_changes_
     asked = handle(app, RefundRequested("r2"))
     assert asked.outcome == "awaiting_approval"
     assert app.payments.requests() == 0
-    record = app.guard.get("r2")
-    assert record is not None and record.status == "awaiting_approval"
+    case = app.guard.get("r2")
+    assert case is not None and case.status == "awaiting_approval"
     # Asking again (the event redelivered) asks the same request: still one pending.
     assert handle(app, RefundRequested("r2")).outcome == "nothing_to_do"
 
-    approve = ApprovalAnswered("r2", asked.detail, True, "ann", record.version)
+    approve = ApprovalAnswered("r2", asked.detail, True, "ann", case.version)
     assert handle(app, approve).outcome == "refunded"
-    reject = ApprovalAnswered("r2", asked.detail, False, "bob", record.version)
+    reject = ApprovalAnswered("r2", asked.detail, False, "bob", case.version)
     late = handle(app, reject)
     assert late.outcome == "ignored" and "answered already" in late.detail
     assert handle(app, approve).outcome == "ignored"  # redelivered after it was paid: not paid again
     assert [p["amount"] for p in app.payments.payments()] == ["250.00"]
 
 
-def test_an_answer_on_a_version_the_record_left_is_stale_and_pays_nothing(app: RefundApp) -> None:
+def test_an_answer_on_a_version_the_case_left_is_stale_and_pays_nothing(app: RefundApp) -> None:
     requested(app, "r3", "300.00", "250.00")
     asked = handle(app, RefundRequested("r3"))
-    record = app.guard.get("r3")
-    assert record is not None
+    case = app.guard.get("r3")
+    assert case is not None
     # The facts change while the request waits: the approver saw the old ones (rule R6).
-    app.guard.update("r3", record.version, {"requested": "260.00"}, reason="customer asked for more")
-    stale = handle(app, ApprovalAnswered("r3", asked.detail, True, "ann", record.version))
-    assert stale.outcome == "ignored" and "answered on v2, record is at v3" in stale.detail
+    app.guard.update("r3", case.version, {"requested": "260.00"}, reason="customer asked for more")
+    stale = handle(app, ApprovalAnswered("r3", asked.detail, True, "ann", case.version))
+    assert stale.outcome == "ignored" and "answered on v2, case is at v3" in stale.detail
     assert app.payments.requests() == 0
 
 
@@ -121,14 +121,14 @@ def test_the_traps_a_stranger_steps_on_are_refused_out_loud(app: RefundApp) -> N
     assert asked.outcome == "awaiting_approval"
     # A refund that skips the gate (a fresh decision, no answer) is held by the pending request.
     with pytest.raises(ApprovalPending):
-        app.pay_once.run(app.guard.decide("r7"), {"recordId": "r7", "amount": "250.00"})
-    record = app.guard.get("r7")
-    assert record is not None
-    # The facts change while the request waits: the request is closed and the record is not left stuck.
-    app.guard.update("r7", record.version, {"requested": "200.00"}, reason="customer lowered the request")
+        app.pay_once.run(app.guard.decide("r7"), {"caseId": "r7", "amount": "250.00"})
+    case = app.guard.get("r7")
+    assert case is not None
+    # The facts change while the request waits: the request is closed and the case is not left stuck.
+    app.guard.update("r7", case.version, {"requested": "200.00"}, reason="customer lowered the request")
     changed = app.guard.get("r7")
     assert changed is not None and changed.status == "requested"
-    stale = handle(app, ApprovalAnswered("r7", asked.detail, True, "ann", record.version))
+    stale = handle(app, ApprovalAnswered("r7", asked.detail, True, "ann", case.version))
     assert stale.outcome == "ignored" and "customer lowered the request" in stale.detail
     again = handle(app, RefundRequested("r7"))  # decided again on the new facts: a new request
     assert again.outcome == "awaiting_approval" and again.detail != asked.detail
@@ -139,28 +139,28 @@ def test_the_traps_a_stranger_steps_on_are_refused_out_loud(app: RefundApp) -> N
     # The approved decision run again with another amount is refused, not answered with the first payment.
     decision = app.guard.pinned("r7", waiting.version + 1)
     with pytest.raises(ArgumentsMismatch):
-        app.pay_once.run(decision, {"recordId": "r7", "amount": "150.00"})
+        app.pay_once.run(decision, {"caseId": "r7", "amount": "150.00"})
     assert [p["amount"] for p in app.payments.payments()] == ["200.00"]
 
 
 def test_a_rejection_commits_rejected_and_pays_nothing(app: RefundApp) -> None:
     requested(app, "r4", "300.00", "250.00")
     asked = handle(app, RefundRequested("r4"))
-    record = app.guard.get("r4")
-    assert record is not None
-    assert handle(app, ApprovalAnswered("r4", asked.detail, False, "bob", record.version)).outcome == "rejected"
+    case = app.guard.get("r4")
+    assert case is not None
+    assert handle(app, ApprovalAnswered("r4", asked.detail, False, "bob", case.version)).outcome == "rejected"
     after = app.guard.get("r4")
     assert after is not None and after.status == "rejected" and not after.data.get("pendingApproval")
     assert app.payments.requests() == 0
 
 
-def test_a_definite_refusal_is_recorded_and_the_record_goes_to_a_person(app: RefundApp) -> None:
+def test_a_definite_refusal_is_recorded_and_the_case_goes_to_a_person(app: RefundApp) -> None:
     requested(app, "r5", "80.00", "50.00")
     app.payments.set("refuse")
     refused = handle(app, RefundRequested("r5"))
     assert refused.outcome == "refused"
-    record = app.guard.get("r5")
-    assert record is not None and record.status == "needs_review"
+    case = app.guard.get("r5")
+    assert case is not None and case.status == "needs_review"
     assert handle(app, RefundRequested("r5")).outcome == "nothing_to_do"
     assert app.payments.requests() == 1
 
@@ -173,8 +173,8 @@ def test_an_unknown_outcome_waits_then_is_reconciled_by_key_without_a_second_pay
     assert app.guard.reconcile() == []  # still within the call timeout: nobody may touch it
     time.sleep(1.3)
     assert [r.outcome for r in app.guard.reconcile()] == ["recorded"]
-    record = app.guard.get("r6")
-    assert record is not None and record.status == "refunded"
+    case = app.guard.get("r6")
+    assert case is not None and case.status == "refunded"
     assert app.payments.requests() == 1 and len(app.payments.payments()) == 1
     assert app.guard.reconcile() == []
 
@@ -190,16 +190,16 @@ def test_any_sequence_of_redeliveries_answers_and_changes_pays_each_decision_at_
     requested(app, "r", "500.00", "150.00")
     asked: dict[str, Any] = {}
     for step in steps:
-        record = app.guard.get("r")
-        assert record is not None
+        case = app.guard.get("r")
+        assert case is not None
         if step == "request":
             out = handle(app, RefundRequested("r"))
             if out.outcome == "awaiting_approval":
-                asked.update(request=out.detail, version=record.version + 1)
+                asked.update(request=out.detail, version=case.version + 1)
         elif step == "answer" and asked:
             handle(app, ApprovalAnswered("r", asked["request"], True, "ann", asked["version"]))
         elif step == "change":
-            app.guard.update("r", record.version, {"requested": "120.00"}, reason="changed")
+            app.guard.update("r", case.version, {"requested": "120.00"}, reason="changed")
         else:
             app.guard.reconcile()
     payments = app.payments.payments()
@@ -207,10 +207,10 @@ def test_any_sequence_of_redeliveries_answers_and_changes_pays_each_decision_at_
     assert len(keys) == len(set(keys)) == app.payments.requests()  # every request a new key: none repeated
     total = sum(float(p["amount"]) for p in payments)
     assert total <= 500.00  # never more than was paid
-    record = app.guard.get("r")
-    assert record is not None
+    case = app.guard.get("r")
+    assert case is not None
     # Commits name their effect; a later change of facts also carries the status, without one.
-    assert sum(1 for t in record.history if t.status == "refunded" and t.effect_key) == len(payments)
+    assert sum(1 for t in case.history if t.status == "refunded" and t.effect_key) == len(payments)
     store.close()
 
 

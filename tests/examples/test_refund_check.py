@@ -56,7 +56,7 @@ def test_the_refund_example_keeps_every_invariant_over_a_fixed_budget_of_seeds()
 
 
 def test_a_seed_replays_exactly() -> None:
-    """Two runs of one plan store the same records and leave the same journal; another seed does not."""
+    """Two runs of one plan store the same cases and leave the same journal; another seed does not."""
     first, again, other = (run_plan(world, make_plan(seed, STEPS)) for seed in (11, 11, 12))
     assert first.digest == again.digest
     assert first.digest != other.digest
@@ -82,16 +82,16 @@ def test_a_payment_that_lands_after_its_retry_was_refused_as_stale_is_found_by_k
 
 
 def test_refunded_more_than_paid_is_a_violation_unless_the_guard_names_a_late_refund(tmp_path: Path) -> None:
-    """The refund's own invariant, on the record of seed 668: a refund stalled past its call timeout lands after
+    """The refund's own invariant, on the case of seed 668: a refund stalled past its call timeout lands after
     the facts changed and a second decision refunded the new request (61.08 of 53.58 paid); the guard records
-    the late one and raises ``late_outcome`` naming the record. Without that alert it is a violation."""
+    the late one and raises ``late_outcome`` naming the case. Without that alert it is a violation."""
     guard = Guard(open_sqlite(tmp_path / "store.sqlite"))
-    record, _ = guard.create("r", {"paid": "53.58", "requested": "40.00"}, status="refunded")
-    journal = ({"key": "a", "recordId": "r", "amount": "40.00"}, {"key": "b", "recordId": "r", "amount": "21.08"})
+    case, _ = guard.create("r", {"paid": "53.58", "requested": "40.00"}, status="refunded")
+    journal = ({"key": "a", "caseId": "r", "amount": "40.00"}, {"key": "b", "caseId": "r", "amount": "21.08"})
     late = {"kind": "late_outcome", "message": "a late refund", "fields": {"caseId": "r"}}
-    silent = View({"r": record}, {"r": ()}, journal, (), quiescent=True)
+    silent = View({"r": case}, {"r": ()}, journal, (), quiescent=True)
     assert list(refunded_within_paid(silent)) == ["r: refunded 61.08, paid 53.58"]
-    assert list(refunded_within_paid(View({"r": record}, {"r": ()}, journal, (late,), quiescent=True))) == []
+    assert list(refunded_within_paid(View({"r": case}, {"r": ()}, journal, (late,), quiescent=True))) == []
     guard.store.close()
 
 
@@ -102,14 +102,14 @@ class PaysEveryRequest(Payments):
     """A payments service that does not honour idempotency keys: every request pays, whatever its key (each
     payment stored under the key and the request's number; the journal shows the key it came with)."""
 
-    def pay(self, key: str, record_id: str, amount: str) -> dict[str, Any]:
-        return super().pay(f"{key}/{self.requests()}", record_id, amount)
+    def pay(self, key: str, case_id: str, amount: str) -> dict[str, Any]:
+        return super().pay(f"{key}/{self.requests()}", case_id, amount)
 
     def find(self, key: str) -> dict[str, Any] | None:
         return next((p for p in self.payments() if p["key"] == key), None)
 
-    def payments(self, record_id: str | None = None) -> list[dict[str, Any]]:
-        return [{**p, "key": p["key"].split("/")[0]} for p in super().payments(record_id)]
+    def payments(self, case_id: str | None = None) -> list[dict[str, Any]]:
+        return [{**p, "key": p["key"].split("/")[0]} for p in super().payments(case_id)]
 
 
 def pays_every_request(env: Env) -> Workflow:
@@ -121,7 +121,7 @@ class ForgetsTheKey(RefundApp):
     """The user's mistake: the guarded call sends a key of its own instead of the guard's."""
 
     def pay(self, key: str, args: Any) -> dict[str, Any]:
-        return self.payments.pay(uuid.uuid4().hex, args["recordId"], args["amount"])
+        return self.payments.pay(uuid.uuid4().hex, args["caseId"], args["amount"])
 
 
 def forgets_the_key(env: Env) -> Workflow:
@@ -203,7 +203,7 @@ def test_the_refund_example_holds_under_kill_9_and_a_workflow_that_forgets_the_k
     assert held.acts >= 3 and held.kills >= 3, str(held)  # it did refund, and processes did die
     broken = run_processes(f"{HERE}:forgets_the_key", processes=2, seconds=4, seed=0)
     assert broken.acts >= 1 and {v.invariant for v in broken.violations} >= {"settled"}, str(broken)
-    assert "which no record's effect holds" in str(broken.violations[0])
+    assert "which no case's effect holds" in str(broken.violations[0])
 
 
 @pytest.mark.serial

@@ -1,7 +1,7 @@
 """The refund example's worker killed (``os._exit``, no cleanup) at each failure point F2-F6
 (docs/design.md#failure-points), then the event redelivered to a new process and reconciliation run.
 
-Every row: the payments service pays once, the record is committed ``refunded`` once, and an unknown
+Every row: the payments service pays once, the case is committed ``refunded`` once, and an unknown
 outcome is never retried blindly (F2-F4 wait for reconciliation, which settles them by key).
 Real processes; both backends.
 """
@@ -28,7 +28,7 @@ from tests.support.crash import DIED, ROOT, run_crash_worker
 # Long enough for a new Python process to start and read the claim inside it on a loaded machine; Cosmos
 # DB's clock counts whole seconds.
 CALL_TIMEOUT = 4.0
-RECORD = "refund-crash"
+CASE = "refund-crash"
 
 
 def run_worker(spec: StoreSpec, payments: Path, die_at: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -36,7 +36,7 @@ def run_worker(spec: StoreSpec, payments: Path, die_at: str | None = None) -> tu
         "store": dataclasses.asdict(spec),
         "payments": str(payments),
         "callTimeout": CALL_TIMEOUT,
-        "event": {"recordId": RECORD},
+        "event": {"caseId": CASE},
         "dieAt": die_at,
     }
     return run_crash_worker("tests.examples.refund_worker", payload)
@@ -45,9 +45,9 @@ def run_worker(spec: StoreSpec, payments: Path, die_at: str | None = None) -> tu
 def refunded_commits(spec: StoreSpec) -> int:
     store = spec.open()
     try:
-        record = Guard(store).get(RECORD)
-        assert record is not None
-        return sum(1 for t in record.history if t.status == "refunded" and t.effect_key)
+        case = Guard(store).get(CASE)
+        assert case is not None
+        return sum(1 for t in case.history if t.status == "refunded" and t.effect_key)
     finally:
         store.close()
 
@@ -71,7 +71,7 @@ def payments(tmp_path: Path) -> Payments:
 def seeded(store_spec: StoreSpec) -> StoreSpec:
     store = store_spec.open()
     try:
-        Guard(store).create(RECORD, {"paid": "80.00", "requested": "60.00"}, status="requested")
+        Guard(store).create(CASE, {"paid": "80.00", "requested": "60.00"}, status="requested")
     finally:
         store.close()
     return store_spec
@@ -88,7 +88,7 @@ def test_a_crash_after_the_payment_is_recorded_commits_once_without_a_second_pay
 
     code, result = run_worker(seeded, Path(payments.path))
     assert code == 0
-    # F5: deciding again first finishes the commit the crash left (the record is then refunded).
+    # F5: deciding again first finishes the commit the crash left (the case is then refunded).
     assert result["outcome"] == "nothing_to_do"
     assert payments.requests() == 1
     assert refunded_commits(seeded) == 1
@@ -134,7 +134,7 @@ def test_sigkill_while_the_payment_is_held_is_reconciled_by_key(seeded: StoreSpe
         "store": dataclasses.asdict(seeded),
         "payments": payments.path,
         "callTimeout": CALL_TIMEOUT,
-        "event": {"recordId": RECORD},
+        "event": {"caseId": CASE},
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.examples.refund_worker", json.dumps(payload)],

@@ -51,8 +51,8 @@ def test_both_lines_are_refunded_once_and_a_duplicate_delivery_pays_nothing_more
         args = {"ticketId": "T1", "line": line, "amount": amount, "last": n == 2}
         assert app.refund_line.run(decision, args, part=line).replayed is True
     assert app.payments.requests() == 2
-    record = app.guard.get("T1")
-    assert record is not None and (record.status, record.version) == ("refunded", 3)
+    case = app.guard.get("T1")
+    assert case is not None and (case.status, case.version) == ("refunded", 3)
 
 
 def test_two_concurrent_runs_refund_each_line_once(app: TicketApp) -> None:
@@ -66,8 +66,8 @@ def test_two_concurrent_runs_refund_each_line_once(app: TicketApp) -> None:
     # Whatever the loser met (a replay, a line in flight, a version its twin moved), the next run finishes.
     assert handle(app, TicketOpened("T2")).outcome in {"refunded", "nothing_to_do"}
     assert paid(app, "T2") == SMALL and app.payments.requests() == 2
-    record = app.guard.get("T2")
-    assert record is not None and record.status == "refunded"
+    case = app.guard.get("T2")
+    assert case is not None and case.status == "refunded"
 
 
 def test_a_second_line_without_a_part_is_refused_and_says_to_name_it(app: TicketApp) -> None:
@@ -101,9 +101,9 @@ def test_a_pending_approval_holds_every_refund_of_the_ticket_until_it_is_answere
         app.refund_line.run(app.guard.decide("T5"), stray, part="L1")
     assert held.value.request_id == asked.detail
     assert app.payments.requests() == 0
-    record = app.guard.get("T5")
-    assert record is not None
-    approve = TicketAnswered("T5", asked.detail, True, "ann", record.version)
+    case = app.guard.get("T5")
+    assert case is not None
+    approve = TicketAnswered("T5", asked.detail, True, "ann", case.version)
     done = handle(app, approve)
     assert (done.outcome, done.lines) == ("refunded", ["L1", "L2"])
     assert handle(app, approve).outcome == "ignored"  # answered already
@@ -133,8 +133,8 @@ def test_opening_a_ticket_under_an_id_in_use_says_so(app: TicketApp) -> None:
     with pytest.raises(AlreadyExists) as exists:
         app.open_ticket("T7", "cust-8", {"L1": "999.00", "L2": "1.00"})
     assert "exist_ok=True" in str(exists.value)
-    record = app.guard.get("T7")
-    assert record is not None and record.facts == {"customer": "cust-7", "lines": SMALL}
+    case = app.guard.get("T7")
+    assert case is not None and case.facts == {"customer": "cust-7", "lines": SMALL}
 
 
 def test_the_executor_in_the_guard_docs_is_the_examples_own_word_for_word() -> None:

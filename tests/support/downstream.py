@@ -46,8 +46,8 @@ def leave_started(ledger: Any, case_id: str, *, request: Mapping[str, Any] | Non
 
     Returns that effect. (What a worker leaves when the supplier times out, or the process dies mid-call.)
     """
+    from casekeeper.cases import CommitPlan
     from casekeeper.errors import OutcomeUnknown
-    from casekeeper.records import CommitPlan
 
     def unknown(key: str) -> Mapping[str, Any]:
         raise OutcomeUnknown("reset by the test")

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from casekeeper import DocumentStore, Guard
-from casekeeper.records import Reconciler
+from casekeeper.cases import Reconciler
 from shared.supplier.portal import SupplierPortal
 from shared.workflow.actions import declare_credit_note
 

@@ -83,7 +83,7 @@ def test_the_counts_are_measured_so_a_broken_guard_fails_the_demo(
         key = effect_key(inv.case_id, demo.ACTION, pinned.version)
         result = self.request_credit_note(key, self.credit_note(inv).args())
         committed = self.guard.commit(pinned, demo.DECIDED) is not None
-        return EffectResult(key, result, replayed=False, commit="committed" if committed else "stale", record=None)
+        return EffectResult(key, result, replayed=False, commit="committed" if committed else "stale", case=None)
 
     monkeypatch.setattr(demo, "SCENARIOS", (demo.replayed_step,))
     monkeypatch.setattr(demo._Demo, "run", unguarded_run)

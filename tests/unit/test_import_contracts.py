@@ -52,7 +52,7 @@ INJECTED = [
     # Through another package: chaos.run imports the local host.
     ("no-devhost", "shared/views/cases.py", "import chaos.run"),
     ("no-chaos", "shared/cli.py", "def _injected() -> None:\n    from chaos.run import main"),
-    ("no-chaos", "casekeeper/records.py", "import chaos.plan"),
+    ("no-chaos", "casekeeper/cases.py", "import chaos.plan"),
     ("no-chaos", "examples/refund/app.py", "import chaos.report"),
     ("no-chaos", "devhost/host.py", "from chaos import config"),
     ("no-chaos", "benchmarks/store_ops.py", "import chaos.processes"),

@@ -33,13 +33,13 @@ class Telemetry:
         pass
 
 
-class Records:
+class Cases:
     def note(self, case_id: str, text: str, **fields: Any) -> None:
         pass
 
 
 class Guard:
-    records = Records()
+    cases = Cases()
 
 
 EVENT = CaseEvent("invoice.received", "C-1", {}, delivery_id="d-1")

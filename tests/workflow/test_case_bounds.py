@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from casekeeper.cases import CommitPlan, EffectStatus
 from casekeeper.core.cases import (
     MAX_CASE_BYTES,
     OUTCOME_ROOM_BYTES,
@@ -25,7 +26,6 @@ from casekeeper.core.clock import ManualClock
 from casekeeper.core.errors import CaseTooLarge, OutcomeUnknown
 from casekeeper.core.ledger import Ledger
 from casekeeper.core.ports import DocumentStore
-from casekeeper.records import CommitPlan, EffectStatus
 from devhost.supplier_stub import Faults, SupplierStub
 from shared.domain import events as ev
 from shared.supplier.portal import MAX_ANSWER_BYTES

@@ -1,24 +1,23 @@
 """What the guard writes, as readers see it, and the parts a guard is assembled from.
 
-A record's ``history`` is a tuple of :class:`Transition` (a person's :class:`Answer` among its fields); an
-effect is an :class:`Effect`: an entry of its record (``entries_of(record)`` lists them without a read) or,
+A case's ``history`` is a tuple of :class:`Transition` (a person's :class:`Answer` among its fields); an
+effect is an :class:`Effect`: an entry of its case (``entries_of(case)`` lists them without a read) or,
 once closed and moved out, a document of the ``effects`` container (the archive).
 These are the read side of the guard: an application shows them (a case page, an operator command) and
 decides on them (``decision.done()``), but writes through :class:`~casekeeper.Guard`.
 
-:class:`RecordRepository` (``guard.records``) and :class:`Ledger` (``guard.ledger``) are the guard's two
+:class:`CaseRepository` (``guard.cases``) and :class:`Ledger` (``guard.ledger``) are the guard's two
 parts. An application that configures them itself (its telemetry observer, crash-test probes, alert sink,
-send margin, the :data:`Watch` that judges every record before it is written) builds them and assembles its
-guard with :meth:`~casekeeper.Guard.from_parts`; it reads through them (``records.get``, ``ledger.for_case``)
-and notes on a record (``records.note``).
+send margin, the :data:`Watch` that judges every case before it is written) builds them and assembles its
+guard with :meth:`~casekeeper.Guard.from_parts`; it reads through them (``cases.get``, ``ledger.for_case``)
+and notes on a case (``cases.note``).
 :class:`Reconciler` (``guard.reconciler``) re-checks effects with one :class:`ActionPolicy` per declared
 effect; an operator tool that records an outcome a person established finishes its commit with it.
 """
 
 from __future__ import annotations
 
-from casekeeper.core.cases import Answer, Transition, Watch
-from casekeeper.core.cases import CaseRepository as RecordRepository
+from casekeeper.core.cases import Answer, Case, CaseRepository, Transition, Watch
 from casekeeper.core.effect import OPEN_STATUSES, Effect, EffectStatus
 from casekeeper.core.entries import CLOSED_KEPT, CommitPlan
 from casekeeper.core.entries import effects_of as entries_of
@@ -36,6 +35,8 @@ __all__ = [
     "ActionPolicy",
     "AlertSink",
     "Answer",
+    "Case",
+    "CaseRepository",
     "CommitPlan",
     "Effect",
     "EffectOutcome",
@@ -44,7 +45,6 @@ __all__ = [
     "Ledger",
     "RecheckResult",
     "Reconciler",
-    "RecordRepository",
     "Transition",
     "Watch",
     "approval_request_id",
