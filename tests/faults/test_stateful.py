@@ -485,7 +485,8 @@ class CaseMachine(RuleBasedStateMachine):
     @rule(move=cents(-100_000, 100_000), then=DELIVER)
     def po_updated(self, move: Decimal, then: int) -> None:
         view = self._view()
-        current = Decimal(str(view["case"]["facts"]["poAmount"])) if view else Decimal("1000.00")
+        # A case that awaits its invoice holds no PO amount yet (only the facts that came first).
+        current = Decimal(str((view or {}).get("case", {}).get("facts", {}).get("poAmount", "1000.00")))
         self._event(ev.PO_UPDATED, poAmount=str(max(Decimal("0.00"), current + move)))
         self.deliver(then)
 
@@ -594,7 +595,8 @@ class CaseMachine(RuleBasedStateMachine):
         """The sender delivers, late, a PO edit that happened ``back`` facts ago on its own clock (a webhook
         retried after newer ones went out). Only a sender that dates its facts can say so."""
         view = self._view()
-        current = Decimal(str(view["case"]["facts"]["poAmount"])) if view else Decimal("1000.00")
+        # A case that awaits its invoice holds no PO amount yet (only the facts that came first).
+        current = Decimal(str((view or {}).get("case", {}).get("facts", {}).get("poAmount", "1000.00")))
         data = self._dated(ev.PO_UPDATED, {"poAmount": str(max(Decimal("0.00"), current + move))}, minutes_back=back)
         self._post("event", ev.PO_UPDATED, data, f"d-{self.case_id}-{self.step + 1}")
         self.deliver(then)
@@ -912,8 +914,15 @@ class CaseMachine(RuleBasedStateMachine):
         for _ in range(SETTLE_ROUNDS):
             if world.services.dead_letters.counts().get("dead_lettered"):
                 world.services.dead_letters.redrive(None)  # as the dead-letter alert says
-            while self._deliver_one():
-                pass
+            # Every message due is delivered, and time moves to the next scheduled one: a watched entry's
+            # re-checks come at growing intervals, up to the late watch's end (a day), as the sim's settle does.
+            for _ in range(200):
+                if self._deliver_one():
+                    continue
+                pending = world.queue.peek(QUEUE)
+                if not pending:
+                    break
+                world.pass_time(max(0.0, min(p.enqueued_time for p in pending) - world.clock.now()) + 0.01)
             world.pass_time(world.call_timeout + 1)
             self.reconciler_tick()
             self.timer_tick(past_due=False)
