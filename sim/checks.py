@@ -107,9 +107,10 @@ class Record:
     """Per case, the last step at which retention removed it (a closed case past
     ``CLOSED_CASE_RETENTION_DAYS``): the store keeps nothing of it, so the reports it had judged are no longer
     the case's, and a fact that reaches it after starts a case anew (docs/design.md#facts-before-their-case)."""
-    retired: dict[str, set[str]] = field(default_factory=dict)
-    """Per case, the deliveries a case retention removed had shown (its predecessor's). A report accepted
-    before the removal and still on its way (held, deferred) is not among them: it reaches the case anew."""
+    retired: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    """Per case, the reports (delivery id, body) of a case retention removed (its predecessor's). A report
+    accepted before the removal and still on its way (held, deferred) is not among them: it reaches the case
+    anew, even under a delivery id whose other body the removed case judged."""
 
     retired_notes: set[str] = field(default_factory=set)
     """The supplier's notes made for a case retention has since removed: its predecessor's, not the case's."""
@@ -122,7 +123,7 @@ class Record:
         its way then, not judged by the case removed."""
         if post.step > self.removed.get(post.case_id, 0):
             return True
-        return post.delivery not in self.retired.get(post.case_id, set())
+        return (post.delivery, post.body_key) not in self.retired.get(post.case_id, set())
 
     def observe(self, case_id: str, view: dict[str, Any] | None) -> None:
         if view is None:

@@ -449,23 +449,25 @@ class Sim:
             if view is not None and self.world.view(case_id) is None:
                 self.record.removed[case_id] = self.step_no  # retention removed the case
                 on_the_way = self._deliveries_on_the_way()
-                retired = {p.delivery for p in self.record.posts if p.case_id == case_id} - on_the_way
+                retired = {(p.delivery, p.body_key) for p in self.record.posts if p.case_id == case_id} - on_the_way
                 self.record.retired.setdefault(case_id, set()).update(retired)
                 self.record.retired_notes.update(n.note_id for n in self.world.supplier.notes_for(case_id))
                 for key in [k for k in self.world.reached if k[0] == case_id]:
                     del self.world.reached[key]  # the removed case's: a copy on its way reaches the new one
 
-    def _deliveries_on_the_way(self) -> set[str]:
-        """The delivery ids of events accepted and not yet handled: held by the network, in the queue (active
-        or scheduled) or in its dead-letter queue."""
+    def _deliveries_on_the_way(self) -> set[tuple[str, str]]:
+        """The reports accepted and not yet handled, as (delivery id, body): held by the network, in the queue
+        (active or scheduled) or in its dead-letter queue. By body too: a delivery id accepted again with
+        another body after the door forgot it may have one body judged and the other still on its way."""
         queue = self.world.queue
         bodies = [m.body for m in (*queue.peek(QUEUE), *queue.dead_letters(QUEUE))]
-        found = {str(e.delivery_id) for e, _ in self.world.network.held if e.delivery_id}
+        held = self.world.network.held
+        found = {(str(e.delivery_id), json.dumps(e.data, sort_keys=True)) for e, _ in held if e.delivery_id}
         for body in bodies:
-            with suppress(ValueError, TypeError):
-                delivery = json.loads(bytes(body)).get("deliveryId")
-                if delivery:
-                    found.add(str(delivery))
+            with suppress(ValueError, TypeError, AttributeError):
+                raw = json.loads(bytes(body))
+                if raw.get("deliveryId"):
+                    found.add((str(raw["deliveryId"]), json.dumps(raw.get("data"), sort_keys=True)))
         return found
 
     def do_reconciler(self) -> None:
