@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.runner import Plan, Sim, Step, make_plan, replay, shrink
+from casekeeper.check import Step
+from sim.runner import Plan, Sim, make_plan, replay, shrink
 
 
 def _case_steps(plan: Plan, case: int) -> list[tuple[int, Step]]:

@@ -21,8 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from casekeeper.check import Step
 from sim.checks import INVARIANTS
-from sim.runner import Outcome, Plan, Shape, Step, replay, search, shrink
+from sim.runner import Outcome, Plan, Shape, replay, search, shrink
 
 
 def build_parser() -> argparse.ArgumentParser:

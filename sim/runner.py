@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from casekeeper import Query
+from casekeeper.check import Step
 from casekeeper.errors import CasekeeperError, StoreError
 from shared.app.alerts import KIND_ALERT
 from shared.domain import events as ev
@@ -44,15 +45,6 @@ SETTLE_ROUNDS = 10
 CASES = 2
 FUTURE_SKEWS = (0.0, 0.0, 0.0, 120.0, 900.0)
 """A sender's clock ahead of the world's (``occurredAt`` in the future): within and past the door's bound."""
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    args: tuple[Any, ...] = ()
-
-    def __str__(self) -> str:
-        return f"{self.name}({', '.join(repr(a) for a in self.args)})"
 
 
 @dataclass(frozen=True)

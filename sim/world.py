@@ -27,7 +27,6 @@ import random
 import shutil
 import tempfile
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ import azure.functions as func
 
 from casekeeper import Document, DocumentStore, Query
 from casekeeper.capture import uninstall
+from casekeeper.check import seeded_uuids
 from casekeeper.clock import ManualClock
 from casekeeper.errors import StoreUnavailable
 from casekeeper.stores.sqlite import SqliteDocumentStore
@@ -91,21 +91,6 @@ def function(name: str) -> Callable[..., Any]:
 
 class Crash(BaseException):
     """The process died at a failure point (kill -9): nothing in the code under test catches it."""
-
-
-@contextmanager
-def seeded_uuids(rng: random.Random) -> Iterator[None]:
-    """``uuid.uuid4`` draws from ``rng`` while the world is open, so a seed replays the same ids."""
-    original = uuid.uuid4
-
-    def uuid4() -> uuid.UUID:
-        return uuid.UUID(int=rng.getrandbits(128), version=4)
-
-    uuid.uuid4 = uuid4
-    try:
-        yield
-    finally:
-        uuid.uuid4 = original
 
 
 class SkewedClock:

@@ -17,10 +17,11 @@ from decimal import Decimal
 import httpx
 import pytest
 
+from casekeeper.check import Step
 from sim import checks
 from sim.checks import MAX_CASE_BYTES, Post, Record
 from sim.run import describe, main, plan_from_json, plan_to_json
-from sim.runner import Plan, Shape, Sim, Step, make_plan, search, shrink
+from sim.runner import Plan, Shape, Sim, make_plan, search, shrink
 from sim.supplier import BIG_ANSWER_BYTES, Supplier
 
 SEEDS = 250
