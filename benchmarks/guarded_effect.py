@@ -58,9 +58,10 @@ from pathlib import Path
 from typing import Any
 
 from casekeeper.core.cases import CASES, Case, CaseRepository
+from casekeeper.core.effect import EFFECTS, Effect, EffectStatus
 from casekeeper.core.entries import CommitPlan
 from casekeeper.core.keys import effect_key
-from casekeeper.core.ledger import EFFECTS, Effect, EffectStatus, Ledger
+from casekeeper.core.ledger import Ledger
 from casekeeper.core.ports import Document, DocumentStore, Query
 from casekeeper.errors import CasekeeperError
 from casekeeper.stores.sqlite import SqliteDocumentStore
